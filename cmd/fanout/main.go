@@ -1,0 +1,44 @@
+// Command fanout is a sidecar that spreads a Kubernetes client's requests
+// over every kube-apiserver, one request at a time, with the client's own
+// credentials.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/fx"
+
+	"github.com/fanout-dev/fanout/components"
+)
+
+func main() {
+	o := components.NewOptions()
+	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: fanout --kubeconfig PATH [flags]\n\n"+
+			"fanout listens on a loopback address for a Kubernetes client (point its kubeconfig at\n"+
+			"http://127.0.0.1:7080) and spreads each request over mTLS HTTP/2 connections to every\n"+
+			"kube-apiserver endpoint, with the client's own certificate or token.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	o.AddFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if err := o.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", err)
+		os.Exit(2)
+	}
+	log := components.NewLogger(o, os.Stderr)
+	app := fx.New(components.Sidecar(*o, log))
+	if err := app.Err(); err != nil {
+		log.Error("fanout cannot start", "error", err)
+		os.Exit(1)
+	}
+	app.Run()
+}

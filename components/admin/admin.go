@@ -1,0 +1,148 @@
+// Package admin serves fanout's operational endpoints: /metrics, /healthz,
+// /readyz and /debug/endpoints. It proxies nothing and holds no credentials,
+// which is why it may listen on every interface: kubelet probes and
+// Prometheus reach a pod on its IP, not on 127.0.0.1.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+)
+
+// State is what the admin server reports on. *balancer.Balancer satisfies
+// it; both methods are safe for concurrent use.
+type State interface {
+	// Ready reports whether at least one endpoint is usable.
+	Ready() bool
+	// Endpoints returns a per-endpoint snapshot, sorted by address.
+	Endpoints() []balancer.EndpointStatus
+}
+
+// Config configures the admin server.
+type Config struct {
+	// ListenAddress is host:port; ":7081" listens on every interface.
+	ListenAddress string
+}
+
+// Server is the admin HTTP server.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	srv    *http.Server
+	ln     net.Listener
+	served chan struct{}
+}
+
+// NewHandler returns the admin mux. gatherer serves /metrics.
+func NewHandler(state State, gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		// The process serves HTTP, so it is alive; endpoint trouble is a
+		// readiness matter and must not get the sidecar restarted.
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !state.Ready() {
+			writeText(w, http.StatusServiceUnavailable, "no usable kube-apiserver endpoint")
+			return
+		}
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.Handle("GET /debug/endpoints", WithLoopbackOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(struct {
+			Ready     bool                      `json:"ready"`
+			Endpoints []balancer.EndpointStatus `json:"endpoints"`
+		}{state.Ready(), state.Endpoints()})
+	})))
+	return mux
+}
+
+// WithLoopbackOnly answers 403 to clients that are not on a loopback
+// address. Debug data names every apiserver and its load; it is for someone
+// with a shell in the pod, not for the network.
+func WithLoopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		ip := net.ParseIP(host)
+		if err != nil || ip == nil || !ip.IsLoopback() {
+			writeText(w, http.StatusForbidden, "this endpoint answers loopback clients only; use kubectl exec or port-forward")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, msg)
+}
+
+// NewServer builds the admin server; Start listens.
+func NewServer(cfg Config, h http.Handler, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Server{
+		cfg: cfg,
+		log: log,
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      30 * time.Second,
+			IdleTimeout:       60 * time.Second,
+			MaxHeaderBytes:    64 << 10,
+		},
+	}
+}
+
+// Start listens and serves in the background.
+func (s *Server) Start(context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("admin: listen on --admin-address %s: %w", s.cfg.ListenAddress, err)
+	}
+	s.ln = ln
+	s.served = make(chan struct{})
+	s.log.Info("admin server listening", "address", ln.Addr().String())
+	go func() {
+		defer close(s.served)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("admin server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// Addr is the bound address; valid after Start.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Stop shuts the server down. The admin server stays up until the proxy has
+// drained (fx stops modules in reverse order), so probes keep answering.
+func (s *Server) Stop(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	if s.served != nil {
+		<-s.served
+	}
+	return err
+}

@@ -1,0 +1,168 @@
+// Package components assembles fanout's fx modules into the sidecar.
+//
+// Data flows resolver -> balancer -> transport -> proxy; credentials flow
+// from certs into transport. Each package owns one job and one fx.Module;
+// this file only chooses implementations from the validated Options.
+package components
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/fanout-dev/fanout/certs"
+	"github.com/fanout-dev/fanout/components/admin"
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/resolver"
+)
+
+// Sidecar returns the fx options of the sidecar for validated options.
+// Configuration errors come back as fx.Error so the app fails before it
+// starts anything.
+func Sidecar(o Options, log *slog.Logger) fx.Option {
+	up, err := certs.LoadKubeconfig(o.Kubeconfig)
+	if err != nil {
+		return fx.Error(fmt.Errorf("--kubeconfig %s: %w", o.Kubeconfig, err))
+	}
+	res, err := resolver.Parse(o.Endpoints, up.Server)
+	if err != nil {
+		return fx.Error(err)
+	}
+	serverName := up.ServerName
+	if o.TLSServerName != "" {
+		serverName = o.TLSServerName
+	}
+	return fx.Options(
+		fx.WithLogger(func() fxevent.Logger {
+			if o.Verbosity >= 2 {
+				return &fxevent.SlogLogger{Logger: log}
+			}
+			return fxevent.NopLogger
+		}),
+		// Watches end at once on stop; the grace period is for short
+		// requests, plus a little for the rest of the teardown.
+		fx.StopTimeout(o.ShutdownGrace+5*time.Second),
+		fx.Supply(
+			log,
+			up,
+			fx.Annotate(res, fx.As(new(resolver.Resolver))),
+			balancer.Config{Policy: o.Balancer},
+			transport.Config{ServerName: serverName},
+			proxy.Config{ListenAddress: o.ListenAddress},
+			admin.Config{ListenAddress: o.AdminAddress},
+		),
+		Metrics,
+		certs.Module,
+		fx.Provide(func(c *certs.Credentials) transport.Credentials { return c }),
+		balancer.Module,
+		transport.Module,
+		fx.Provide(
+			func(b *balancer.Balancer) proxy.Picker { return b },
+			func(t *transport.Transports) proxy.Upstream { return t },
+			func(b *balancer.Balancer) admin.State { return b },
+		),
+		// admin before proxy: fx stops in reverse order, so /readyz and
+		// /metrics keep answering while the proxy drains.
+		admin.Module,
+		proxy.Module,
+		fx.Invoke(RunResolver),
+		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {
+			if o.WriteKubeconfig == "" {
+				return
+			}
+			lc.Append(fx.StartHook(func() error {
+				// The proxy module's start hook has run: the listener is bound.
+				addr := s.Addr().String()
+				if err := certs.WriteKubeconfig(o.WriteKubeconfig, addr); err != nil {
+					return fmt.Errorf("--write-kubeconfig: %w", err)
+				}
+				log.Info("wrote client kubeconfig", "path", o.WriteKubeconfig, "server", "http://"+addr)
+				return nil
+			}))
+		}),
+	)
+}
+
+// Metrics provides one Prometheus registry as both Registerer and Gatherer,
+// with the Go runtime and process collectors.
+var Metrics = fx.Module("metrics",
+	fx.Provide(func() *prometheus.Registry {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(
+			collectors.NewGoCollector(),
+			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		)
+		return reg
+	}),
+	fx.Provide(
+		func(r *prometheus.Registry) prometheus.Registerer { return r },
+		func(r *prometheus.Registry) prometheus.Gatherer { return r },
+	),
+)
+
+// endpointSink receives resolver snapshots.
+type endpointSink interface {
+	Update([]resolver.Endpoint)
+}
+
+// poolRetainer drops connection pools of endpoints that went away.
+type poolRetainer interface {
+	Retain(addresses []string)
+}
+
+// RunResolver runs the resolver for the app's lifetime and feeds its
+// snapshots to the balancer and the transport.
+func RunResolver(lc fx.Lifecycle, r resolver.Resolver, b *balancer.Balancer, t *transport.Transports, log *slog.Logger) {
+	runResolver(lc, r, b, t, log)
+}
+
+func runResolver(lc fx.Lifecycle, r resolver.Resolver, sink endpointSink, pools poolRetainer, log *slog.Logger) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	lc.Append(fx.Hook{
+		OnStart: func(context.Context) error {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := r.Run(ctx, func(eps []resolver.Endpoint) {
+					addrs := make([]string, len(eps))
+					for i, ep := range eps {
+						addrs[i] = ep.Address
+					}
+					log.Info("endpoints updated", "endpoints", addrs)
+					sink.Update(eps)
+					pools.Retain(addrs)
+				})
+				if err != nil && ctx.Err() == nil {
+					log.Error("endpoint resolver stopped; keeping the last known endpoints", "error", err)
+				}
+			}()
+			return nil
+		},
+		OnStop: func(context.Context) error {
+			cancel()
+			wg.Wait()
+			return nil
+		},
+	})
+}
+
+// Compile-time checks that the concrete types meet the consumer-side
+// interfaces they are wired to.
+var (
+	_ proxy.Picker          = (*balancer.Balancer)(nil)
+	_ proxy.Upstream        = (*transport.Transports)(nil)
+	_ admin.State           = (*balancer.Balancer)(nil)
+	_ transport.Credentials = (*certs.Credentials)(nil)
+	_ endpointSink          = (*balancer.Balancer)(nil)
+	_ poolRetainer          = (*transport.Transports)(nil)
+)

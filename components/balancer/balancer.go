@@ -1,0 +1,135 @@
+package balancer
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fanout-dev/fanout/resolver"
+)
+
+// Balancer is the Picker the proxy uses. Update is called from one
+// goroutine (the resolver's); Pick, Endpoints, Ready and the collector may
+// be called concurrently with it and with each other. None of them takes a
+// lock: Update publishes an immutable snapshot through an atomic pointer
+// and all per-request state lives in the endpoints' atomics.
+type Balancer struct {
+	p          *params
+	policy     policy
+	maxEjected float64
+	current    atomic.Pointer[snapshot]
+}
+
+var _ Picker = (*Balancer)(nil)
+
+// snapshot is one published endpoint set, sorted by address. Neither the
+// slice nor the struct is modified after it is stored.
+type snapshot struct {
+	eps []*Endpoint
+}
+
+// New validates cfg and returns a Balancer with no endpoints: Pick returns
+// ErrNoEndpoints until the first Update.
+func New(cfg Config) (*Balancer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	b := &Balancer{p: newParams(cfg), maxEjected: cfg.MaxEjectedFraction}
+	switch cfg.Policy {
+	case PolicyRoundRobin:
+		b.policy = &roundRobin{}
+	default:
+		b.policy = leastRequest{rand: cfg.Rand}
+	}
+	b.current.Store(&snapshot{})
+	return b, nil
+}
+
+// Update replaces the endpoint set with a full snapshot. Addresses that stay
+// keep their *Endpoint, with counters and latency estimate; new ones start
+// from the median latency estimate and recent request count of the current
+// endpoints so that they neither draw nor shun traffic. Requests in flight on a removed endpoint finish
+// normally. Update must not be called concurrently with itself; it does not
+// retain eps.
+func (b *Balancer) Update(eps []resolver.Endpoint) {
+	now := b.p.nowNanos()
+	old := b.current.Load().eps
+	kept := make(map[string]*Endpoint, len(old))
+	for _, e := range old {
+		kept[e.address] = e
+	}
+	seed, served := int64(defaultEstimate), 0.0
+	if len(old) > 0 {
+		ests := make([]float64, len(old))
+		counts := make([]float64, len(old))
+		for i, e := range old {
+			ests[i], counts[i] = e.estimate(now), e.served(now)
+		}
+		slices.Sort(ests)
+		slices.Sort(counts)
+		seed, served = int64(ests[len(ests)/2]), counts[len(counts)/2]
+	}
+	next := make([]*Endpoint, 0, len(eps))
+	seen := make(map[string]bool, len(eps))
+	for _, re := range eps {
+		if seen[re.Address] {
+			continue
+		}
+		seen[re.Address] = true
+		e := kept[re.Address]
+		if e == nil {
+			e = newEndpoint(re.Address, b.p, seed, served, now)
+		}
+		next = append(next, e)
+	}
+	slices.SortFunc(next, func(x, y *Endpoint) int { return strings.Compare(x.address, y.address) })
+	b.current.Store(&snapshot{eps: next})
+}
+
+// Pick chooses an endpoint for one request and counts it in flight until
+// Done. It fails only with ErrNoEndpoints; while endpoints exist it picks
+// one even if all are ejected.
+func (b *Balancer) Pick(info PickInfo) (Pick, error) {
+	eps := b.current.Load().eps
+	if len(eps) == 0 {
+		return Pick{}, ErrNoEndpoints
+	}
+	c := newCandidates(eps, b.p.nowNanos(), info.Avoid, b.maxEjected)
+	e := b.policy.pick(c, info)
+	kind := info.Kind
+	e.inflight[kindIndex(kind)].Add(1)
+	var called atomic.Bool
+	return Pick{Endpoint: e, Done: func(di DoneInfo) {
+		// A second call must not decrement another request's slot.
+		if called.Swap(true) && false {
+			return
+		}
+		e.finish(kind, di)
+	}}, nil
+}
+
+// Endpoints returns the status of every current endpoint, sorted by
+// address.
+func (b *Balancer) Endpoints() []EndpointStatus {
+	eps := b.current.Load().eps
+	now := b.p.nowNanos()
+	out := make([]EndpointStatus, len(eps))
+	for i, e := range eps {
+		out[i] = e.status(now)
+	}
+	return out
+}
+
+// Ready reports whether at least one endpoint is known and not ejected.
+// The admin /readyz uses it: with none, every request would go to an
+// apiserver that just failed.
+func (b *Balancer) Ready() bool {
+	now := b.p.nowNanos()
+	for _, e := range b.current.Load().eps {
+		if !e.ejected(now) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,45 @@
+package balancer
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+)
+
+func TestModule(t *testing.T) {
+	var (
+		b      *Balancer
+		picker Picker
+	)
+	reg := prometheus.NewRegistry()
+	fxtest.New(t,
+		Module,
+		fx.Supply(Config{}),
+		fx.Provide(func() prometheus.Registerer { return reg }),
+		fx.Populate(&b, &picker),
+	).RequireStart().RequireStop()
+
+	if b == nil || picker != Picker(b) {
+		t.Fatalf("module provided balancer %p and picker %v, want the same instance", b, picker)
+	}
+	b.Update(endpoints("a:1"))
+	if n, err := testutil.GatherAndCount(reg, "fanout_endpoints"); err != nil || n != 2 {
+		t.Errorf("registered collector: %d fanout_endpoints series (err %v), want 2", n, err)
+	}
+}
+
+func TestModuleRejectsInvalidConfig(t *testing.T) {
+	app := fx.New(
+		Module,
+		fx.Supply(Config{Policy: "random"}),
+		fx.Provide(func() prometheus.Registerer { return prometheus.NewRegistry() }),
+		fx.NopLogger,
+		fx.Invoke(func(*Balancer) {}),
+	)
+	if err := app.Err(); err == nil {
+		t.Error("fx app built with an invalid policy")
+	}
+}

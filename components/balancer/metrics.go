@@ -1,0 +1,75 @@
+package balancer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector exports the endpoints' atomics at scrape time, so requests pay
+// nothing for metrics and removed endpoints drop out of the next scrape
+// instead of leaving stale series behind.
+type collector struct {
+	b *Balancer
+
+	inflight *prometheus.Desc
+	requests *prometheus.Desc
+	errors   *prometheus.Desc
+	latency  *prometheus.Desc
+	ready    *prometheus.Desc
+	count    *prometheus.Desc
+}
+
+// Collector returns a prometheus.Collector for the balancer's endpoints.
+// Register it once.
+func (b *Balancer) Collector() prometheus.Collector {
+	return &collector{
+		b: b,
+		inflight: prometheus.NewDesc("fanout_endpoint_inflight_requests",
+			"Requests in flight to the kube-apiserver endpoint, by kind (short or long-running).",
+			[]string{"endpoint", "kind"}, nil),
+		requests: prometheus.NewDesc("fanout_endpoint_requests_total",
+			"Requests to the kube-apiserver endpoint that have finished.",
+			[]string{"endpoint"}, nil),
+		errors: prometheus.NewDesc("fanout_endpoint_errors_total",
+			"Finished requests to the endpoint that failed: transport error, 429 or 5xx.",
+			[]string{"endpoint"}, nil),
+		latency: prometheus.NewDesc("fanout_endpoint_latency_estimate_seconds",
+			"Peak-EWMA estimate of the endpoint's latency to response headers for short requests.",
+			[]string{"endpoint"}, nil),
+		ready: prometheus.NewDesc("fanout_endpoint_ready",
+			"1 if the endpoint is eligible for picks, 0 while it is ejected.",
+			[]string{"endpoint"}, nil),
+		count: prometheus.NewDesc("fanout_endpoints",
+			"Known kube-apiserver endpoints by state (ready or ejected).",
+			[]string{"state"}, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inflight
+	ch <- c.requests
+	ch <- c.errors
+	ch <- c.latency
+	ch <- c.ready
+	ch <- c.count
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	var ready, ejected int
+	for _, s := range c.b.Endpoints() {
+		up := 0.0
+		if s.State == StateReady {
+			up = 1
+			ready++
+		} else {
+			ejected++
+		}
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(s.InflightShort), s.Address, Short.String())
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(s.InflightLong), s.Address, Long.String())
+		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(s.RequestsTotal), s.Address)
+		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.ErrorsTotal), s.Address)
+		ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, s.LatencyEstimateSeconds, s.Address)
+		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, up, s.Address)
+	}
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ready), StateReady)
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ejected), StateEjected)
+}

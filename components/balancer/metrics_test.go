@@ -1,0 +1,142 @@
+package balancer
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestCollector(t *testing.T) {
+	b, _ := newTest(t, Config{}, 1, "a:1", "b:1")
+	c := b.Collector()
+
+	// Empty of requests: every series at zero, both endpoints ready, the
+	// estimate at its seed.
+	want := `
+# HELP fanout_endpoint_inflight_requests Requests in flight to the kube-apiserver endpoint, by kind (short or long-running).
+# TYPE fanout_endpoint_inflight_requests gauge
+fanout_endpoint_inflight_requests{endpoint="a:1",kind="long"} 0
+fanout_endpoint_inflight_requests{endpoint="a:1",kind="short"} 0
+fanout_endpoint_inflight_requests{endpoint="b:1",kind="long"} 0
+fanout_endpoint_inflight_requests{endpoint="b:1",kind="short"} 0
+# HELP fanout_endpoint_latency_estimate_seconds Peak-EWMA estimate of the endpoint's latency to response headers for short requests.
+# TYPE fanout_endpoint_latency_estimate_seconds gauge
+fanout_endpoint_latency_estimate_seconds{endpoint="a:1"} 0.01
+fanout_endpoint_latency_estimate_seconds{endpoint="b:1"} 0.01
+# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready or ejected).
+# TYPE fanout_endpoints gauge
+fanout_endpoints{state="ejected"} 0
+fanout_endpoints{state="ready"} 2
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"fanout_endpoint_inflight_requests", "fanout_endpoint_latency_estimate_seconds", "fanout_endpoints"); err != nil {
+		t.Error(err)
+	}
+
+	// Two short and one long request in flight somewhere, b ejected after
+	// a failure, and a 500 with a 30ms latency on a.
+	var held []Pick
+	for _, k := range []Kind{Short, Short, Long} {
+		p, _ := b.Pick(PickInfo{Kind: k})
+		held = append(held, p)
+	}
+	ejectAll(t, b, "b:1")
+	for {
+		p, _ := b.Pick(PickInfo{})
+		if p.Endpoint.Address() == "a:1" {
+			p.Done(DoneInfo{StatusCode: 500, Latency: 30 * time.Millisecond})
+			break
+		}
+		p.Done(DoneInfo{StatusCode: 200})
+	}
+
+	want = `
+# HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected.
+# TYPE fanout_endpoint_ready gauge
+fanout_endpoint_ready{endpoint="a:1"} 1
+fanout_endpoint_ready{endpoint="b:1"} 0
+# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready or ejected).
+# TYPE fanout_endpoints gauge
+fanout_endpoints{state="ejected"} 1
+fanout_endpoints{state="ready"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "fanout_endpoint_ready", "fanout_endpoints"); err != nil {
+		t.Error(err)
+	}
+
+	// The other series must match Status, which the tests above pin down.
+	if n := testutil.CollectAndCount(c); n != 2*6+2 {
+		t.Errorf("collected %d series, want %d", n, 2*6+2)
+	}
+	var inflight float64
+	for _, s := range b.Endpoints() {
+		inflight += float64(s.InflightShort + s.InflightLong)
+		one := func(name string) float64 {
+			t.Helper()
+			return onlySeries(t, c, name, s.Address)
+		}
+		if got := one("fanout_endpoint_requests_total"); got != float64(s.RequestsTotal) {
+			t.Errorf("%s requests_total = %v, want %d", s.Address, got, s.RequestsTotal)
+		}
+		if got := one("fanout_endpoint_errors_total"); got != float64(s.ErrorsTotal) {
+			t.Errorf("%s errors_total = %v, want %d", s.Address, got, s.ErrorsTotal)
+		}
+		if got := one("fanout_endpoint_latency_estimate_seconds"); got != s.LatencyEstimateSeconds {
+			t.Errorf("%s latency = %v, want %v", s.Address, got, s.LatencyEstimateSeconds)
+		}
+	}
+	if inflight != 3 {
+		t.Errorf("in flight across endpoints = %v, want 3", inflight)
+	}
+	if got := onlySeries(t, c, "fanout_endpoint_errors_total", "a:1"); got != 1 {
+		t.Errorf("a:1 errors_total = %v, want 1 (the 500)", got)
+	}
+	if got := onlySeries(t, c, "fanout_endpoint_latency_estimate_seconds", "a:1"); got < 0.03 {
+		t.Errorf("a:1 latency estimate = %v, want at least the 30ms peak", got)
+	}
+	for _, p := range held {
+		p.Done(DoneInfo{StatusCode: 200})
+	}
+
+	// A removed endpoint's series disappear.
+	b.Update(endpoints("a:1"))
+	if n := testutil.CollectAndCount(c, "fanout_endpoint_ready"); n != 1 {
+		t.Errorf("after removing b: %d fanout_endpoint_ready series, want 1", n)
+	}
+
+	// The collector registers cleanly (consistent descriptors).
+	if err := prometheus.NewPedanticRegistry().Register(c); err != nil {
+		t.Errorf("Register: %v", err)
+	}
+}
+
+// onlySeries returns the value of metric name for one endpoint.
+func onlySeries(t *testing.T, c prometheus.Collector, name, endpoint string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "endpoint" && l.GetValue() == endpoint {
+					if m.GetCounter() != nil {
+						return m.GetCounter().GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s series for %s", name, endpoint)
+	return 0
+}

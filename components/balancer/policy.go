@@ -1,0 +1,194 @@
+package balancer
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// policy chooses one endpoint of a non-empty candidate set. pick runs
+// concurrently on every request goroutine: it must not block and may write
+// nothing but atomics of its own.
+type policy interface {
+	pick(c candidates, info PickInfo) *Endpoint
+}
+
+// candidates is the part of an immutable endpoint slice a pick may choose
+// from. It is a value so that passing it through the policy interface does
+// not allocate.
+type candidates struct {
+	eps         []*Endpoint
+	now         int64
+	avoid       string
+	skipEjected bool
+	skipAvoid   bool
+	n           int // how many of eps pass the filters; at least 1
+}
+
+// newCandidates filters eps, relaxing the filters in this order until some
+// endpoint passes:
+//
+//  1. not ejected and not avoided;
+//  2. not ejected (the avoided endpoint is healthy: retry it rather than
+//     send the request to one known to be down);
+//  3. not avoided, ejected or not (panic mode);
+//  4. all.
+//
+// Ejection is ignored outright when more than maxEjected of the endpoints
+// are ejected. eps must not be empty.
+func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64) candidates {
+	ejected, avoided, avoidedUp := 0, 0, 0
+	for _, e := range eps {
+		ej := e.ejected(now)
+		if ej {
+			ejected++
+		}
+		if avoid != "" && e.address == avoid {
+			avoided = 1
+			if !ej {
+				avoidedUp = 1
+			}
+		}
+	}
+	n := len(eps)
+	honour := float64(ejected) <= maxEjected*float64(n)
+	c := candidates{eps: eps, now: now, avoid: avoid}
+	switch {
+	case honour && n-ejected-avoidedUp > 0:
+		c.skipEjected, c.skipAvoid, c.n = true, true, n-ejected-avoidedUp
+	case honour && n-ejected > 0:
+		c.skipEjected, c.n = true, n-ejected
+	case n-avoided > 0:
+		c.skipAvoid, c.n = true, n-avoided
+	default:
+		c.n = n
+	}
+	return c
+}
+
+func (c *candidates) usable(e *Endpoint) bool {
+	if c.skipAvoid && e.address == c.avoid {
+		return false
+	}
+	return !c.skipEjected || !e.ejected(c.now)
+}
+
+// at returns the i-th usable endpoint. An endpoint ejected by a concurrent
+// Done since newCandidates can shift the count; then the last usable one
+// (or any endpoint) is returned rather than nil.
+func (c *candidates) at(i int) *Endpoint {
+	var last *Endpoint
+	for _, e := range c.eps {
+		if !c.usable(e) {
+			continue
+		}
+		if i == 0 {
+			return e
+		}
+		i--
+		last = e
+	}
+	if last == nil {
+		last = c.eps[0]
+	}
+	return last
+}
+
+// Two costs within a factor of tieFactor of each other, or closer than
+// tieAbsolute, are a tie. A peak-EWMA estimate holds an endpoint's recent
+// worst latency, so equal apiservers routinely differ by up to twice: one
+// of them just served a slow request. Ranking them strictly would starve
+// that endpoint for seconds and leave a sequential client's shares to
+// chance. A tie goes to fewer requests in flight, then to fewer requests
+// served recently, then to the first of the two random candidates.
+const (
+	tieFactor   = 2
+	tieAbsolute = float64(time.Millisecond)
+)
+
+func tie(a, b float64) bool {
+	lo, hi := min(a, b), max(a, b)
+	return hi <= tieFactor*lo || hi-lo <= tieAbsolute
+}
+
+// leastRequest is power of two choices over a cost.
+//
+// Short requests cost latency estimate × (in flight + 1), the peak-EWMA
+// load of Linkerd and tower: it prefers fast apiservers and backs off from
+// busy ones before their latency shows it.
+//
+// Long requests (watches, exec, logs -f) hold a stream for minutes and tell
+// nothing about latency, so they are spread by open count alone. They use a
+// full scan rather than two choices: there are only a handful of apiservers,
+// and a wrong pick would last as long as the watch.
+type leastRequest struct {
+	rand func(n int) int
+}
+
+func (p leastRequest) pick(c candidates, info PickInfo) *Endpoint {
+	if info.Kind == Long {
+		return p.fewestLong(c)
+	}
+	if c.n == 1 {
+		return c.at(0)
+	}
+	i := p.rand(c.n)
+	j := p.rand(c.n - 1)
+	if j >= i {
+		j++
+	}
+	a, b := c.at(i), c.at(j)
+	ia, ib := a.inflight[0].Load(), b.inflight[0].Load()
+	ca := max(a.estimate(c.now), float64(minEstimate)) * float64(ia+1)
+	cb := max(b.estimate(c.now), float64(minEstimate)) * float64(ib+1)
+	switch {
+	case !tie(ca, cb):
+		if cb < ca {
+			return b
+		}
+	case ib != ia:
+		if ib < ia {
+			return b
+		}
+	case b.served(c.now) < a.served(c.now):
+		return b
+	}
+	return a
+}
+
+// fewestLong returns the usable endpoint with the fewest open long
+// requests, starting the scan at a random endpoint so ties spread.
+func (p leastRequest) fewestLong(c candidates) *Endpoint {
+	var best *Endpoint
+	var bestOpen int64
+	start := p.rand(len(c.eps))
+	for k := range c.eps {
+		e := c.eps[(start+k)%len(c.eps)]
+		if !c.usable(e) {
+			continue
+		}
+		if open := e.inflight[1].Load(); best == nil || open < bestOpen {
+			best, bestOpen = e, open
+		}
+	}
+	if best == nil {
+		return c.at(0)
+	}
+	return best
+}
+
+// roundRobin takes usable endpoints in turn, for short and long requests
+// alike. The counter lives in the policy, not the picker, so the rotation
+// continues across updates.
+type roundRobin struct {
+	next atomic.Uint64
+}
+
+func (p *roundRobin) pick(c candidates, _ PickInfo) *Endpoint {
+	i := p.next.Add(1) - 1
+	return c.at(int(i % uint64(c.n)))
+}
+
+var (
+	_ policy = leastRequest{}
+	_ policy = (*roundRobin)(nil)
+)

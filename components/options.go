@@ -1,0 +1,121 @@
+package components
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+)
+
+// Options are the sidecar's command-line flags. The flag names are fanout's
+// public interface: keep them.
+type Options struct {
+	Kubeconfig      string
+	Endpoints       string
+	TLSServerName   string
+	ListenAddress   string
+	AllowRemote     bool
+	AdminAddress    string
+	WriteKubeconfig string
+	Balancer        string
+	ShutdownGrace   time.Duration
+	LogFormat       string
+	Verbosity       int
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		ListenAddress: "127.0.0.1:7080",
+		AdminAddress:  ":7081",
+		Balancer:      "least-request",
+		ShutdownGrace: 30 * time.Second,
+		LogFormat:     "text",
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"The client's original kubeconfig (required). fanout uses its current context's server, CA, client certificate/key and token or tokenFile. Exec and auth-provider plugins are not supported.")
+	fs.StringVar(&o.Endpoints, "endpoints", o.Endpoints,
+		"kube-apiserver endpoints as a comma-separated list of https://host:port. Default: the kubeconfig's server alone.")
+	fs.StringVar(&o.TLSServerName, "tls-server-name", o.TLSServerName,
+		"Server name verified on every endpoint's certificate. Default: the kubeconfig's tls-server-name, else the host of its server URL.")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress,
+		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client. Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request.")
+	fs.BoolVar(&o.AllowRemote, "allow-remote", o.AllowRemote,
+		"Allow a non-loopback --listen-address. Anyone who reaches it acts with the client's identity.")
+	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress,
+		"Admin listener for /metrics, /healthz, /readyz and /debug/endpoints (loopback clients only). Carries no credentials and proxies nothing.")
+	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig,
+		"Once the listener is ready, atomically write a kubeconfig without credentials that points at http://<listen-address>, for the client container.")
+	fs.StringVar(&o.Balancer, "balancer", o.Balancer,
+		"Balancing policy: least-request (power of two choices over in-flight requests weighted by peak-EWMA latency) or round-robin.")
+	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace,
+		"On SIGTERM: how long short requests may take to finish. Watches are ended cleanly at once so clients re-watch.")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: text or json.")
+	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
+}
+
+// Validate checks the flags and says what to change.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Kubeconfig == "" {
+		errs = append(errs, errors.New("--kubeconfig is required: the client's original kubeconfig, whose credentials fanout uses"))
+	}
+	if err := validateListenAddress(o.ListenAddress, o.AllowRemote); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := net.SplitHostPort(o.AdminAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--admin-address %q: %v; expected host:port such as :7081", o.AdminAddress, err))
+	}
+	if err := (balancer.Config{Policy: o.Balancer}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.ShutdownGrace < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
+	}
+	switch o.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", o.LogFormat))
+	}
+	if o.Verbosity < 0 {
+		errs = append(errs, fmt.Errorf("-v must not be negative, got %d", o.Verbosity))
+	}
+	return errors.Join(errs...)
+}
+
+// validateListenAddress refuses non-loopback addresses: fanout injects the
+// client's credentials, so the listener is as sensitive as the key itself.
+func validateListenAddress(addr string, allowRemote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen-address %q: %v; expected host:port such as 127.0.0.1:7080", addr, err)
+	}
+	if port == "" {
+		return fmt.Errorf("--listen-address %q has no port; expected host:port such as 127.0.0.1:7080", addr)
+	}
+	if allowRemote {
+		return nil
+	}
+	if isLoopbackHost(host) {
+		return nil
+	}
+	return fmt.Errorf("refusing --listen-address %q: fanout adds the client's credentials to every request it forwards, "+
+		"so anyone who can reach a non-loopback address would act as the client. "+
+		"Use 127.0.0.1:PORT or [::1]:PORT, or pass --allow-remote if that network is trusted", addr)
+}
+
+// isLoopbackHost accepts IP literals only: a name such as "localhost" is
+// resolved at listen time and could point anywhere.
+func isLoopbackHost(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}

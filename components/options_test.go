@@ -1,0 +1,47 @@
+package components
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(*Options)
+		wantErr string // substring; "" means valid
+	}{
+		{"defaults with kubeconfig", func(o *Options) {}, ""},
+		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "" }, "--kubeconfig is required"},
+		{"ipv6 loopback", func(o *Options) { o.ListenAddress = "[::1]:7080" }, ""},
+		{"other 127/8 address", func(o *Options) { o.ListenAddress = "127.0.0.5:7080" }, ""},
+		{"all interfaces refused", func(o *Options) { o.ListenAddress = ":7080" }, "refusing --listen-address"},
+		{"0.0.0.0 refused", func(o *Options) { o.ListenAddress = "0.0.0.0:7080" }, "refusing --listen-address"},
+		{"pod IP refused", func(o *Options) { o.ListenAddress = "10.1.2.3:7080" }, "--allow-remote"},
+		{"name refused", func(o *Options) { o.ListenAddress = "localhost:7080" }, "refusing --listen-address"},
+		{"ipv4-mapped loopback", func(o *Options) { o.ListenAddress = "[::ffff:127.0.0.1]:7080" }, ""},
+		{"remote allowed explicitly", func(o *Options) { o.ListenAddress = "0.0.0.0:7080"; o.AllowRemote = true }, ""},
+		{"no port", func(o *Options) { o.ListenAddress = "127.0.0.1" }, "expected host:port"},
+		{"bad admin address", func(o *Options) { o.AdminAddress = "7081" }, "--admin-address"},
+		{"unknown balancer", func(o *Options) { o.Balancer = "random" }, "--balancer"},
+		{"negative grace", func(o *Options) { o.ShutdownGrace = -time.Second }, "--shutdown-grace"},
+		{"bad log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := NewOptions()
+			o.Kubeconfig = "/etc/kubernetes/controller-manager.conf"
+			tt.mutate(o)
+			err := o.Validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.wantErr != "" && err == nil:
+				t.Fatalf("Validate() = nil, want error containing %q", tt.wantErr)
+			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
+				t.Fatalf("Validate() = %v, want error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}

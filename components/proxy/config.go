@@ -1,0 +1,122 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"time"
+)
+
+// Config configures the Handler and the Server. The zero value of every
+// field means its default.
+type Config struct {
+	// ListenAddress is where the loopback server listens, host:port.
+	// Default 127.0.0.1:7080.
+	ListenAddress string
+
+	// MaxReplayBody is the largest request body kept in memory so the
+	// request can be retried on another endpoint. Larger bodies stream
+	// through and are never retried. Default 1 MiB; values above
+	// MaxReplayBodyLimit are lowered to it; negative disables buffering.
+	MaxReplayBody int64
+
+	// ReadHeaderTimeout cuts clients that do not finish their request
+	// headers in time (slowloris). Default 10s. There is deliberately no
+	// read or write timeout: watches and logs last for hours.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections without requests.
+	// Default 120s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds request headers; larger ones get 431.
+	// Default 1 MiB, like kube-apiserver.
+	MaxHeaderBytes int
+
+	// MaxConcurrentStreams is the HTTP/2 (h2c) stream limit per client
+	// connection. Default 1000: one client-go connection carries all of a
+	// controller's watches, and the 100 that HTTP/2 allows by default are
+	// used up by a controller with many informers.
+	MaxConcurrentStreams int
+	// MaxReceiveBufferPerStream and MaxReceiveBufferPerConnection are the
+	// HTTP/2 flow-control windows for request bodies. Defaults 1 MiB and
+	// 4 MiB: kube-apiserver bodies are small, and the windows bound what a
+	// client can make fanout hold.
+	MaxReceiveBufferPerStream     int
+	MaxReceiveBufferPerConnection int
+
+	// Now is the clock; nil means time.Now. Tests inject a fake clock.
+	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultListenAddress                 = "127.0.0.1:7080"
+	DefaultMaxReplayBody                 = 1 << 20
+	DefaultReadHeaderTimeout             = 10 * time.Second
+	DefaultIdleTimeout                   = 120 * time.Second
+	DefaultMaxHeaderBytes                = 1 << 20
+	DefaultMaxConcurrentStreams          = 1000
+	DefaultMaxReceiveBufferPerStream     = 1 << 20
+	DefaultMaxReceiveBufferPerConnection = 4 << 20
+)
+
+// MaxReplayBodyLimit caps MaxReplayBody: kube-apiserver rejects bodies over
+// 3 MiB (its --max-request-body-bytes default), so keeping more in memory
+// could never make a retry succeed.
+const MaxReplayBodyLimit = 3 << 20
+
+// Validate reports the first field that cannot work.
+func (c Config) Validate() error {
+	if c.ListenAddress != "" {
+		if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
+			return fmt.Errorf("proxy listen address %q is not host:port: %v", c.ListenAddress, err)
+		}
+	}
+	if c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
+		return fmt.Errorf("proxy timeouts must not be negative, got read-header %v and idle %v", c.ReadHeaderTimeout, c.IdleTimeout)
+	}
+	if c.MaxHeaderBytes < 0 || c.MaxConcurrentStreams < 0 {
+		return fmt.Errorf("proxy max header bytes and max concurrent streams must not be negative, got %d and %d", c.MaxHeaderBytes, c.MaxConcurrentStreams)
+	}
+	if c.MaxReceiveBufferPerConnection != 0 && c.MaxReceiveBufferPerConnection < 65535 {
+		return fmt.Errorf("proxy HTTP/2 connection receive buffer must be at least 65535 bytes (the initial window), got %d", c.MaxReceiveBufferPerConnection)
+	}
+	if c.MaxReceiveBufferPerStream < 0 {
+		return fmt.Errorf("proxy HTTP/2 stream receive buffer must not be negative, got %d", c.MaxReceiveBufferPerStream)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.ListenAddress == "" {
+		c.ListenAddress = DefaultListenAddress
+	}
+	switch {
+	case c.MaxReplayBody == 0:
+		c.MaxReplayBody = DefaultMaxReplayBody
+	case c.MaxReplayBody < 0:
+		c.MaxReplayBody = 0
+	case c.MaxReplayBody > MaxReplayBodyLimit:
+		c.MaxReplayBody = MaxReplayBodyLimit
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.MaxConcurrentStreams <= 0 {
+		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if c.MaxReceiveBufferPerStream <= 0 {
+		c.MaxReceiveBufferPerStream = DefaultMaxReceiveBufferPerStream
+	}
+	if c.MaxReceiveBufferPerConnection <= 0 {
+		c.MaxReceiveBufferPerConnection = DefaultMaxReceiveBufferPerConnection
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}

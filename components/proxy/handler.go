@@ -1,0 +1,439 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/transport"
+)
+
+// Picker chooses the endpoint for a request. It is satisfied by
+// *balancer.Balancer. Pick is called concurrently from every request and
+// must not block; the proxy calls the returned Done exactly once.
+type Picker interface {
+	Pick(balancer.PickInfo) (balancer.Pick, error)
+}
+
+// Upstream hands out the RoundTripper for one endpoint and credential mode.
+// It is satisfied by *transport.Transports. For is called concurrently on
+// every attempt, so it must be cheap (a lookup, not a dial). A RoundTripper
+// reports failures that happened before the apiserver received the request
+// as *transport.UnprocessedError; those are the only ones retried.
+type Upstream interface {
+	For(address string, mode transport.AuthMode) http.RoundTripper
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// Handler proxies loopback requests to kube-apiserver. Create it with New.
+// It is safe for concurrent use.
+type Handler struct {
+	picker   Picker
+	upstream Upstream
+	metrics  *Metrics
+	maxBody  int64
+	proxy    *httputil.ReverseProxy
+
+	// stopping refuses new requests once StopLongRunning ran. stopCtx is
+	// cancelled at the same time; every open long-running response has a
+	// context.AfterFunc on it, so ending them costs no goroutine per request
+	// while they run.
+	stopping atomic.Bool
+	stopCtx  context.Context
+	stop     context.CancelFunc
+
+	now func() time.Time
+}
+
+// New builds the Handler. m may be nil for unregistered metrics.
+func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
+	cfg = cfg.withDefaults()
+	if m == nil {
+		m, _ = NewMetrics(nil) // cannot fail without a registry
+	}
+	h := &Handler{
+		picker:   p,
+		upstream: u,
+		metrics:  m,
+		maxBody:  cfg.MaxReplayBody,
+		now:      cfg.Now,
+	}
+	h.stopCtx, h.stop = context.WithCancel(context.Background())
+	h.proxy = &httputil.ReverseProxy{
+		// Rewrite, not Director: it strips Forwarded/X-Forwarded-* from the
+		// client and adds none. kube-apiserver would record 127.0.0.1 as the
+		// audit source IP of an X-Forwarded-For, and trusts nothing from us
+		// about the client anyway. User-Agent and Impersonate-* pass as is.
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme = "https"
+			pr.Out.URL.Host = "" // set per attempt to the picked endpoint
+			// An empty Host makes the transport use URL.Host; the TLS
+			// server name is the transport's business.
+			pr.Out.Host = ""
+		},
+		Transport: (*forwarder)(h),
+		// Watches and chunked lists must reach the client event by event.
+		FlushInterval: -1,
+		ErrorHandler:  h.handleError,
+		BufferPool:    copyBuffers,
+	}
+	return h
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := h.now()
+	kind := Classify(r)
+	if h.stopping.Load() {
+		h.metrics.answered(kind, http.StatusServiceUnavailable, "", h.now().Sub(start))
+		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
+		return
+	}
+	if isUpgrade(r) {
+		// An Upgrade cannot ride the HTTP/2 upstream connections; it needs
+		// its own HTTP/1.1 connection and a hijack, which this build lacks.
+		h.metrics.answered(kind, http.StatusNotImplemented, "", h.now().Sub(start))
+		writeStatus(w, http.StatusNotImplemented, metav1.StatusReasonUnknown,
+			"upgrade requests (exec/attach/port-forward) are not supported by this fanout build yet; point kubectl exec/attach/port-forward at the apiserver directly")
+		return
+	}
+	if kind == balancer.Long {
+		h.metrics.openLong.Inc()
+		defer h.metrics.openLong.Dec()
+	}
+	st := &reqState{kind: kind, mode: AuthModeFor(r), start: start}
+	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+}
+
+// StopLongRunning ends every open long-running response cleanly: its body
+// reports io.EOF, so the reverse proxy finishes the chunked stream normally
+// and client-go re-establishes the watch elsewhere instead of seeing an
+// error. Requests arriving afterwards get 503. Short requests in flight are
+// left alone; the server's Shutdown waits for them. It is idempotent and
+// safe to call concurrently.
+func (h *Handler) StopLongRunning() {
+	h.stopping.Store(true)
+	h.stop()
+}
+
+// reqState travels with one request through the reverse proxy (in its
+// context) from ServeHTTP to RoundTrip and handleError. The reverse proxy
+// calls both on the ServeHTTP goroutine, so it needs no lock.
+type reqState struct {
+	kind     balancer.Kind
+	mode     transport.AuthMode
+	start    time.Time
+	endpoint string // last endpoint tried, "" before the first pick
+}
+
+type stateKey struct{}
+
+func stateFrom(ctx context.Context) *reqState {
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
+		return st
+	}
+	return &reqState{} // only when RoundTrip is called outside ServeHTTP
+}
+
+// forwarder is the reverse proxy's Transport: pick, send, maybe retry.
+type forwarder Handler
+
+func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
+	h := (*Handler)(f)
+	st := stateFrom(out.Context())
+
+	body, err := h.prepareBody(out)
+	if err != nil {
+		return nil, err
+	}
+
+	var avoid string
+	var first *upstreamError
+	for attempt := 0; ; attempt++ {
+		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Avoid: avoid})
+		if err != nil {
+			if first != nil {
+				// The retry found nothing; the first failure is the story.
+				return nil, first
+			}
+			return nil, &pickError{err: err}
+		}
+		addr := pick.Endpoint.Address()
+		st.endpoint = addr
+
+		sent := h.now()
+		resp, err := h.upstream.For(addr, st.mode).RoundTrip(body.request(out, addr))
+		if err == nil {
+			headers := h.now()
+			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
+			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, balancer.DoneInfo{
+				StatusCode: resp.StatusCode,
+				Latency:    headers.Sub(sent),
+			})
+			return resp, nil
+		}
+
+		unprocessed := transport.IsUnprocessed(err)
+		pick.Done(balancer.DoneInfo{Err: err, Unavailable: unprocessed || isDialError(err)})
+		h.metrics.upstreamError(addr, err)
+		uerr := &upstreamError{endpoint: addr, err: err, first: first}
+		// Once only: a second unprocessed failure says the trouble is on our
+		// side (network, credentials), and more attempts would only add
+		// latency to the error.
+		if attempt > 0 || !unprocessed || !body.replayable || out.Context().Err() != nil {
+			return nil, uerr
+		}
+		h.metrics.retried(reasonUnprocessed)
+		first = uerr
+		avoid = addr
+		// If the balancer has nothing but addr left it returns addr again;
+		// the apiserver never saw the request, so a second try is safe.
+	}
+}
+
+// outBody is the request body as the forwarder sends it.
+type outBody struct {
+	buf        []byte    // the whole body, when it was small enough to keep
+	stream     io.Reader // the body to stream once, when it was not
+	length     int64
+	replayable bool
+}
+
+// prepareBody reads bodies up to maxBody into memory so an unprocessed
+// request can be sent again; anything larger streams through once, so memory
+// stays bounded by maxBody per request.
+func (h *Handler) prepareBody(out *http.Request) (outBody, error) {
+	if out.Body == nil || out.Body == http.NoBody {
+		return outBody{replayable: true}, nil
+	}
+	switch n := out.ContentLength; {
+	case n == 0:
+		return outBody{replayable: true}, nil
+	case n > 0 && n <= h.maxBody:
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(out.Body, buf); err != nil {
+			return outBody{}, &clientBodyError{err: err}
+		}
+		return outBody{buf: buf, length: n, replayable: true}, nil
+	case n < 0 && h.maxBody > 0:
+		// Unknown length (chunked): read one byte past the limit to learn
+		// which side of it the body is on.
+		buf, err := io.ReadAll(io.LimitReader(out.Body, h.maxBody+1))
+		if err != nil {
+			return outBody{}, &clientBodyError{err: err}
+		}
+		if int64(len(buf)) <= h.maxBody {
+			return outBody{buf: buf, length: int64(len(buf)), replayable: true}, nil
+		}
+		return outBody{stream: io.MultiReader(bytes.NewReader(buf), out.Body), length: -1}, nil
+	default:
+		return outBody{stream: out.Body, length: n}, nil
+	}
+}
+
+// request builds one attempt: a shallow copy of the outbound request aimed
+// at addr. Headers are shared; RoundTrippers must not modify requests.
+func (b *outBody) request(out *http.Request, addr string) *http.Request {
+	req := new(http.Request)
+	*req = *out
+	u := *out.URL
+	u.Host = addr
+	req.URL = &u
+	req.ContentLength = b.length
+	// Chunking is hop-by-hop: the transport chunks again by itself when
+	// the length is unknown (-1), and only then.
+	req.TransferEncoding = nil
+	switch {
+	case b.buf != nil:
+		buf := b.buf
+		req.Body = io.NopCloser(bytes.NewReader(buf))
+		// GetBody lets the HTTP/2 transport itself resend on a fresh
+		// connection after a GOAWAY, before we ever see an error.
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+	case b.stream != nil:
+		req.Body = io.NopCloser(b.stream)
+		req.GetBody = nil
+	default:
+		req.Body = nil
+		req.GetBody = nil
+	}
+	return req
+}
+
+// watchBody makes the response body report to the balancer when it ends,
+// and lets StopLongRunning end long-running ones.
+func (h *Handler) watchBody(rc io.ReadCloser, kind balancer.Kind, done func(balancer.DoneInfo), info balancer.DoneInfo) io.ReadCloser {
+	b := &doneBody{rc: rc, done: done, info: info}
+	if kind == balancer.Long {
+		// Registered on an already cancelled context (shutdown began while
+		// the request waited for headers), the func runs at once and the
+		// client gets an empty, complete response.
+		b.unregister = context.AfterFunc(h.stopCtx, b.stopNow)
+	}
+	return b
+}
+
+// doneBody calls done exactly once, at EOF, read error or Close, whichever
+// comes first. Read and Close come from the reverse proxy's goroutine;
+// stopNow from a context.AfterFunc goroutine.
+type doneBody struct {
+	rc         io.ReadCloser
+	done       func(balancer.DoneInfo)
+	info       balancer.DoneInfo
+	reported   atomic.Bool
+	stopped    atomic.Bool
+	unregister func() bool
+}
+
+func (b *doneBody) Read(p []byte) (int, error) {
+	if b.stopped.Load() {
+		b.finish()
+		return 0, io.EOF
+	}
+	n, err := b.rc.Read(p)
+	if err != nil {
+		if b.stopped.Load() {
+			// The error is our own Close from stopNow: end the stream as if
+			// the apiserver had ended it.
+			err = io.EOF
+		}
+		b.finish()
+	}
+	return n, err
+}
+
+func (b *doneBody) Close() error {
+	if b.unregister != nil {
+		b.unregister()
+	}
+	b.finish()
+	return b.rc.Close()
+}
+
+// stopNow sets the flag before closing, so the Read that the Close unblocks
+// already sees it and turns its error into io.EOF.
+func (b *doneBody) stopNow() {
+	b.stopped.Store(true)
+	_ = b.rc.Close()
+}
+
+func (b *doneBody) finish() {
+	if b.reported.CompareAndSwap(false, true) {
+		b.done(b.info)
+	}
+}
+
+// handleError is the reverse proxy's ErrorHandler: the single place that
+// maps a failure to the status the client sees.
+func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error) {
+	st := stateFrom(r.Context())
+	code, reason, msg := describeError(r.Context(), err)
+	h.metrics.answered(st.kind, code, st.endpoint, h.now().Sub(st.start))
+	if code == statusClientClosedRequest {
+		return // nobody is listening
+	}
+	writeStatus(w, code, reason, msg)
+}
+
+func describeError(ctx context.Context, err error) (int, metav1.StatusReason, string) {
+	var (
+		pe *pickError
+		be *clientBodyError
+		ue *upstreamError
+	)
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		return statusClientClosedRequest, metav1.StatusReasonUnknown, "fanout: the client closed the request"
+	case errors.As(err, &pe):
+		return http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "fanout: " + pe.Error()
+	case errors.As(err, &be):
+		return http.StatusBadRequest, metav1.StatusReasonBadRequest, "fanout: " + be.Error()
+	case errors.As(err, &ue) && isTimeout(ue.err):
+		return http.StatusGatewayTimeout, metav1.StatusReasonTimeout, "fanout: " + ue.Error()
+	case ue != nil:
+		// client-go maps a bare 5xx to InternalError too; saying so keeps
+		// its behaviour and adds our message.
+		return http.StatusBadGateway, metav1.StatusReasonInternalError, "fanout: " + ue.Error()
+	default:
+		return http.StatusBadGateway, metav1.StatusReasonInternalError, "fanout: " + err.Error()
+	}
+}
+
+// pickError says the balancer had no endpoint to offer.
+type pickError struct{ err error }
+
+func (e *pickError) Error() string {
+	if errors.Is(e.err, balancer.ErrNoEndpoints) {
+		return "no kube-apiserver endpoint is available (none discovered yet, or all removed): " + e.err.Error() + "; check --endpoints and the resolver's logs"
+	}
+	return "no kube-apiserver endpoint could be picked: " + e.err.Error()
+}
+
+func (e *pickError) Unwrap() error { return e.err }
+
+// clientBodyError says reading the client's own request body failed.
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string {
+	return "reading the request body from the client failed: " + e.err.Error()
+}
+
+func (e *clientBodyError) Unwrap() error { return e.err }
+
+// upstreamError names the endpoint a round trip failed on, and the earlier
+// failure that caused the retry, if any.
+type upstreamError struct {
+	endpoint string
+	err      error
+	first    *upstreamError
+}
+
+func (e *upstreamError) Error() string {
+	var msg string
+	if transport.IsUnprocessed(e.err) {
+		msg = e.err.Error() // already names the endpoint
+	} else {
+		msg = fmt.Sprintf("request to kube-apiserver %s failed: %v", e.endpoint, e.err)
+	}
+	if e.first != nil {
+		msg += " (retried after: " + e.first.Error() + ")"
+	}
+	return msg
+}
+
+func (e *upstreamError) Unwrap() error { return e.err }
+
+// isDialError catches connection failures from a RoundTripper that does not
+// wrap them in transport.UnprocessedError: the endpoint is down either way.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// copyBuffers recycles the reverse proxy's 32 KiB copy buffers, which it
+// would otherwise allocate for every response.
+var copyBuffers httputil.BufferPool = &bufferPool{}
+
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

@@ -1,0 +1,243 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/transport"
+)
+
+func TestMain(m *testing.M) {
+	// RequestInfoFactory logs unparsable queries through klog; the fuzz
+	// corpus is full of them.
+	fs := flag.NewFlagSet("klog", flag.PanicOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+	goleak.VerifyTestMain(m)
+}
+
+// waitLimit bounds every wait in these tests. It is a failure bound for
+// hangs, not a speed target: passing tests never come near it.
+const waitLimit = 30 * time.Second
+
+// fakePicker picks the first endpoint that is not avoided, like a balancer
+// with one obvious choice, and records every pick and every Done.
+type fakePicker struct {
+	mu    sync.Mutex
+	eps   []*balancer.Endpoint
+	err   error
+	picks []pickRecord
+}
+
+type pickRecord struct {
+	info  balancer.PickInfo
+	addr  string
+	dones []balancer.DoneInfo
+}
+
+func newFakePicker(addrs ...string) *fakePicker {
+	p := &fakePicker{}
+	for _, a := range addrs {
+		p.eps = append(p.eps, balancer.NewEndpoint(a))
+	}
+	return p
+}
+
+func (p *fakePicker) Pick(info balancer.PickInfo) (balancer.Pick, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return balancer.Pick{}, p.err
+	}
+	if len(p.eps) == 0 {
+		return balancer.Pick{}, balancer.ErrNoEndpoints
+	}
+	ep := p.eps[0]
+	for _, e := range p.eps {
+		if e.Address() != info.Avoid {
+			ep = e
+			break
+		}
+	}
+	i := len(p.picks)
+	p.picks = append(p.picks, pickRecord{info: info, addr: ep.Address()})
+	return balancer.Pick{Endpoint: ep, Done: func(di balancer.DoneInfo) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.picks[i].dones = append(p.picks[i].dones, di)
+	}}, nil
+}
+
+func (p *fakePicker) records() []pickRecord {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]pickRecord, len(p.picks))
+	for i, r := range p.picks {
+		r.dones = append([]balancer.DoneInfo(nil), r.dones...)
+		out[i] = r
+	}
+	return out
+}
+
+// checkDoneOnce must run after the server stopped: by then every response
+// body was closed, so every pick must have reported exactly once.
+func (p *fakePicker) checkDoneOnce(t *testing.T) {
+	t.Helper()
+	for i, r := range p.records() {
+		if len(r.dones) != 1 {
+			t.Errorf("pick %d (%s): Done called %d times, want exactly 1", i, r.addr, len(r.dones))
+		}
+	}
+}
+
+// fakeUpstream maps addresses to RoundTrippers and records every For call.
+type fakeUpstream struct {
+	mu    sync.Mutex
+	rts   map[string]http.RoundTripper
+	calls []upstreamCall
+}
+
+type upstreamCall struct {
+	addr string
+	mode transport.AuthMode
+}
+
+func newFakeUpstream() *fakeUpstream { return &fakeUpstream{rts: map[string]http.RoundTripper{}} }
+
+func (u *fakeUpstream) set(addr string, rt http.RoundTripper) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.rts[addr] = rt
+}
+
+func (u *fakeUpstream) For(addr string, mode transport.AuthMode) http.RoundTripper {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.calls = append(u.calls, upstreamCall{addr, mode})
+	if rt, ok := u.rts[addr]; ok {
+		return rt
+	}
+	return roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return nil, &transport.UnprocessedError{Endpoint: addr, Err: errors.New("test has no such endpoint")}
+	})
+}
+
+func (u *fakeUpstream) callList() []upstreamCall {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]upstreamCall(nil), u.calls...)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// newBackend starts a TLS test server standing in for kube-apiserver and
+// returns its address and a RoundTripper that trusts it. HTTP/2 unless
+// h1 is set, which tests use to see headers an HTTP/2 transport would
+// filter by itself.
+func newBackend(t *testing.T, h http.Handler, h1 bool) (string, http.RoundTripper) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = !h1
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String(), srv.Client().Transport
+}
+
+// startProxy runs a Server for a Handler over p and u on a free port and
+// stops it when the test ends, then checks that p saw every Done once.
+func startProxy(t *testing.T, cfg Config, p *fakePicker, u Upstream, m *Metrics) (*Server, *Handler, string) {
+	t.Helper()
+	if cfg.ListenAddress == "" {
+		cfg.ListenAddress = "127.0.0.1:0"
+	}
+	h := New(cfg, p, u, m)
+	s := NewServer(cfg, h)
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+		p.checkDoneOnce(t)
+	})
+	return s, h, "http://" + s.Addr().String()
+}
+
+// newClient is an HTTP/1.1 client, or an h2c prior-knowledge one, like
+// client-go pointed at http://127.0.0.1:7080.
+func newClient(t *testing.T, h2c bool) *http.Client {
+	t.Helper()
+	tr := &http.Transport{}
+	if h2c {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		tr.Protocols = &p
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// readStatus decodes a metav1.Status answer and checks its envelope.
+func readStatus(t *testing.T, resp *http.Response) metav1.Status {
+	t.Helper()
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var st metav1.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatalf("decoding Status: %v", err)
+	}
+	if st.Kind != "Status" || st.APIVersion != "v1" || st.Status != metav1.StatusFailure {
+		t.Errorf("Status envelope = %q %q %q, want Status v1 Failure", st.Kind, st.APIVersion, st.Status)
+	}
+	if int(st.Code) != resp.StatusCode {
+		t.Errorf("Status code %d differs from HTTP status %d", st.Code, resp.StatusCode)
+	}
+	return st
+}
+
+// stepClock advances by step on every reading, so durations measured
+// between two readings are exact multiples of step.
+type stepClock struct {
+	mu   sync.Mutex
+	t    time.Time
+	step time.Duration
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(c.step)
+	return c.t
+}
+
+// wait fails the test if ch is not closed within waitLimit.
+func wait(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitLimit):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}

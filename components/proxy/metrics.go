@@ -1,0 +1,108 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/transport"
+)
+
+// Metrics are the proxy's Prometheus collectors. All methods are safe for
+// concurrent use.
+type Metrics struct {
+	requests       *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	retries        *prometheus.CounterVec
+	upstreamErrors *prometheus.CounterVec
+	openLong       prometheus.Gauge
+}
+
+// Reasons for fanout_upstream_errors_total and fanout_retries_total.
+const (
+	reasonUnprocessed = "unprocessed"
+	reasonTimeout     = "timeout"
+	reasonCanceled    = "canceled"
+	reasonOther       = "other"
+)
+
+// NewMetrics creates the collectors and registers them with reg. A nil reg
+// leaves them unregistered, which tests and callers without metrics use.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_requests_total",
+			Help: "Requests answered by the proxy, by kind (short, long), HTTP status code and kube-apiserver endpoint (empty when none was picked).",
+		}, []string{"kind", "code", "endpoint"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "fanout_request_duration_seconds",
+			Help: "Time from receiving a request to having its response status (headers or an error), including picks and retries. Only short requests are observed: a watch lasts as long as it likes.",
+			// kube-apiserver answers most reads in milliseconds; the upper
+			// buckets catch its 60 s default request timeout.
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"kind"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_retries_total",
+			Help: "Requests sent a second time to another endpoint, by reason (unprocessed: the first apiserver never received it).",
+		}, []string{"reason"}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_upstream_errors_total",
+			Help: "Round trips to kube-apiserver that failed without a response, by endpoint and reason (unprocessed, timeout, canceled, other).",
+		}, []string{"endpoint", "reason"}),
+		openLong: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_open_long_running_requests",
+			Help: "Long-running requests (watch, logs, exec, proxy) currently open.",
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.upstreamErrors, m.openLong} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+// answered records a request's final status. code is what the proxy sent
+// (or would have sent, for a client that went away).
+func (m *Metrics) answered(kind balancer.Kind, code int, endpoint string, elapsed time.Duration) {
+	m.requests.WithLabelValues(kind.String(), strconv.Itoa(code), endpoint).Inc()
+	if kind == balancer.Short {
+		m.duration.WithLabelValues(kind.String()).Observe(elapsed.Seconds())
+	}
+}
+
+func (m *Metrics) upstreamError(endpoint string, err error) {
+	m.upstreamErrors.WithLabelValues(endpoint, errorReason(err)).Inc()
+}
+
+func (m *Metrics) retried(reason string) { m.retries.WithLabelValues(reason).Inc() }
+
+// errorReason buckets an upstream error. Unprocessed wins over the others:
+// it is the one that says the request is safe to send again.
+func errorReason(err error) string {
+	switch {
+	case transport.IsUnprocessed(err):
+		return reasonUnprocessed
+	case errors.Is(err, context.Canceled):
+		return reasonCanceled
+	case isTimeout(err):
+		return reasonTimeout
+	default:
+		return reasonOther
+	}
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,151 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Server serves a Handler on the loopback address client-go is pointed at.
+// HTTP/1.1 and HTTP/2 with prior knowledge (h2c) share the port: client-go
+// speaks HTTP/1.1 to an http:// server unless told otherwise, and h2c lets
+// a client that is told so multiplex all its watches on one connection.
+type Server struct {
+	cfg     Config
+	handler *Handler
+	srv     *http.Server
+
+	mu       sync.Mutex // guards ln and served
+	ln       net.Listener
+	served   chan struct{} // closed when Serve returned
+	serveErr error
+}
+
+// NewServer prepares a Server for h; Start listens.
+func NewServer(cfg Config, h *Handler) *Server {
+	cfg = cfg.withDefaults()
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	// net/http's own h2c, prior knowledge only: no "Upgrade: h2c" dance,
+	// which would collide with the upgrades kubectl exec uses.
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Addr:              cfg.ListenAddress,
+		Handler:           WithRejectProxyRequests(h),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          cfg.MaxConcurrentStreams,
+			MaxReceiveBufferPerStream:     cfg.MaxReceiveBufferPerStream,
+			MaxReceiveBufferPerConnection: cfg.MaxReceiveBufferPerConnection,
+		},
+	}
+	// Shutdown calls this after closing the listener and before waiting for
+	// requests, which is the order a clean stop needs: no new connections,
+	// then watches end (clients re-watch elsewhere), then short requests
+	// drain.
+	srv.RegisterOnShutdown(h.StopLongRunning)
+	return &Server{cfg: cfg, handler: h, srv: srv}
+}
+
+// Start listens and serves in the background. It returns once the listener
+// is open, so a client can connect as soon as it returns.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return errors.New("proxy server already started")
+	}
+	if err := s.cfg.Validate(); err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
+	}
+	s.ln = ln
+	s.served = make(chan struct{})
+	go func() {
+		defer close(s.served)
+		err := s.srv.Serve(ln)
+		if !errors.Is(err, http.ErrServerClosed) {
+			s.serveErr = err
+		}
+	}()
+	return nil
+}
+
+// Addr is the address the server listens on, nil before Start. With port 0
+// in ListenAddress it tells the port actually chosen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Stop stops accepting connections, ends long-running requests cleanly
+// (Handler.StopLongRunning), and waits for short requests until ctx is done;
+// whatever is still open then is closed. It returns ctx's error when it had
+// to cut requests, or the error that stopped Serve early.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	started := s.ln != nil
+	s.mu.Unlock()
+	if !started {
+		// Shutdown would not call the hook without a listener; stop the
+		// handler anyway so an unstarted server leaves nothing running.
+		s.handler.StopLongRunning()
+		return nil
+	}
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		_ = s.srv.Close()
+	}
+	<-s.served
+	if err == nil {
+		err = s.serveErr
+	}
+	return err
+}
+
+// WithRejectProxyRequests refuses requests meant for a forward proxy.
+// fanout listens on loopback, but any local process (or a browser tricked by
+// DNS rebinding) can reach it; it must not become a way to tunnel anywhere.
+func WithRejectProxyRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,
+				"fanout is not an open proxy: CONNECT is not allowed; send Kubernetes API requests to fanout directly")
+			return
+		}
+		// Absolute-form ("GET http://host/ HTTP/1.1") is how clients talk to
+		// a forward proxy; client-go pointed at fanout sends origin-form.
+		if r.URL.Host != "" || !strings.HasPrefix(r.RequestURI, "/") {
+			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+				"fanout is not an open proxy: the request URI must be a path such as /api/v1/pods, got "+quoteURI(r.RequestURI))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// quoteURI keeps an attacker-chosen URI short in our answer.
+func quoteURI(uri string) string {
+	const max = 200
+	if len(uri) > max {
+		uri = uri[:max] + "..."
+	}
+	return fmt.Sprintf("%q", uri)
+}

@@ -1,0 +1,162 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"golang.org/x/net/http2"
+)
+
+func TestClassify(t *testing.T) {
+	already := &UnprocessedError{Endpoint: "10.0.0.9:6443", Err: errTest}
+	for _, tc := range []struct {
+		name        string
+		err         error
+		unprocessed bool
+	}{
+		{"nil", nil, false},
+		{"refused stream", http2.StreamError{StreamID: 3, Code: http2.ErrCodeRefusedStream}, true},
+		{"wrapped refused stream", fmt.Errorf("round trip: %w", http2.StreamError{Code: http2.ErrCodeRefusedStream}), true},
+		{"stream reset after processing", http2.StreamError{StreamID: 3, Code: http2.ErrCodeInternal}, false},
+		{"stream cancelled", http2.StreamError{StreamID: 3, Code: http2.ErrCodeCancel}, false},
+		{"GOAWAY naming our stream as received", http2.GoAwayError{LastStreamID: 7, ErrCode: http2.ErrCodeNo}, false},
+		{"GOAWAY before our stream, retries exhausted", errors.New(msgGotGoAway), true},
+		{"unusable connection, retries exhausted", errors.New(msgConnUnusable), true},
+		{"connection never established", errors.New(msgConnNotEstablished), true},
+		{"x/net could not replay the body", fmt.Errorf("%s%v] after Request.Body was written; define Request.GetBody to avoid this error", prefixCannotRetry, errors.New(msgGotGoAway)), true},
+		{"GOAWAY with error on the first stream", fmt.Errorf("%s%v", prefixGoAwayFirstStream, http2.ErrCodeProtocol), true},
+		{"connection lost mid-response", errors.New("http2: client connection lost"), false},
+		{"unexpected EOF", io.ErrUnexpectedEOF, false},
+		{"client went away", context.Canceled, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := classify("10.0.0.1:6443", tc.err)
+			if IsUnprocessed(got) != tc.unprocessed {
+				t.Fatalf("classify(%v) = %v, unprocessed %v, want %v", tc.err, got, IsUnprocessed(got), tc.unprocessed)
+			}
+			if !errors.Is(got, tc.err) {
+				t.Errorf("classify lost the cause: %v does not wrap %v", got, tc.err)
+			}
+			if tc.unprocessed && got.(*UnprocessedError).Endpoint != "10.0.0.1:6443" {
+				t.Errorf("endpoint = %q", got.(*UnprocessedError).Endpoint)
+			}
+		})
+	}
+	if got := classify("10.0.0.1:6443", already); got != already {
+		t.Errorf("classify rewrapped an UnprocessedError: %v", got)
+	}
+}
+
+// TestXNetErrorsClassified drives real x/net client connections into the
+// failures classify recognises by message, so that a change of wording in
+// x/net breaks this test instead of silently disabling retries.
+func TestXNetErrorsClassified(t *testing.T) {
+	p := newPKI(t)
+	for _, tc := range []struct {
+		name string
+		// server answers the first HEADERS frame; true closes the connection.
+		server func(fr *http2.Framer, id uint32) bool
+		// withBody sends a body x/net cannot rewind, as a proxied request's.
+		withBody    bool
+		unprocessed bool
+		wantIn      string
+	}{
+		{
+			name: "refused stream, body not replayable",
+			server: func(fr *http2.Framer, id uint32) bool {
+				fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+				return false
+			},
+			withBody: true, unprocessed: true, wantIn: "REFUSED_STREAM",
+		},
+		{
+			name: "graceful GOAWAY before the stream, body not replayable",
+			server: func(fr *http2.Framer, id uint32) bool {
+				fr.WriteGoAway(0, http2.ErrCodeNo, nil)
+				return false
+			},
+			withBody: true, unprocessed: true, wantIn: "GOAWAY",
+		},
+		{
+			name: "GOAWAY with an error before the first stream",
+			server: func(fr *http2.Framer, id uint32) bool {
+				fr.WriteGoAway(0, http2.ErrCodeProtocol, nil)
+				return false
+			},
+			unprocessed: true, wantIn: "PROTOCOL_ERROR",
+		},
+		{
+			name: "GOAWAY naming the stream as received, then close",
+			server: func(fr *http2.Framer, id uint32) bool {
+				fr.WriteGoAway(id, http2.ErrCodeNo, nil)
+				return true
+			},
+			unprocessed: false, wantIn: "GOAWAY",
+		},
+		{
+			name: "stream reset with an internal error",
+			server: func(fr *http2.Framer, id uint32) bool {
+				fr.WriteRSTStream(id, http2.ErrCodeInternal)
+				return false
+			},
+			unprocessed: false, wantIn: "INTERNAL_ERROR",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newRawH2(t, p, true, tc.server)
+			tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+			req := newRequest(t, context.Background(), srv.addr, "/api/v1/namespaces/default/configmaps")
+			if tc.withBody {
+				req.Method = http.MethodPost
+				req.Body = io.NopCloser(onlyReader{strings.NewReader(`{"kind":"ConfigMap"}`)})
+				req.ContentLength = -1
+			}
+			_, err := roundTrip(tr.For(srv.addr, AuthSidecar), req)
+			if err == nil {
+				t.Fatal("RoundTrip succeeded")
+			}
+			if IsUnprocessed(err) != tc.unprocessed {
+				t.Errorf("error %q: unprocessed = %v, want %v", err, IsUnprocessed(err), tc.unprocessed)
+			}
+			if !strings.Contains(err.Error(), tc.wantIn) {
+				t.Errorf("error %q does not mention %q", err, tc.wantIn)
+			}
+		})
+	}
+}
+
+// TestReceiveWindowsAdvertised checks that the flow-control windows of
+// Config reach the wire: the stream window as SETTINGS_INITIAL_WINDOW_SIZE
+// and the connection window as the first WINDOW_UPDATE on stream 0.
+func TestReceiveWindowsAdvertised(t *testing.T) {
+	p := newPKI(t)
+	for _, tc := range []struct {
+		name                 string
+		cfg                  Config
+		wantStream, wantConn uint32
+	}{
+		{"defaults", Config{}, 1 << 20, 16 << 20},
+		{"custom", Config{MaxReceiveBufferPerStream: 256 << 10, MaxReceiveBufferPerConnection: 2 << 20}, 256 << 10, 2 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newRawH2(t, p, true, respond200)
+			tr := newTransports(t, tc.cfg, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+			if _, err := roundTrip(tr.For(srv.addr, AuthSidecar), newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			srv.mu.Lock()
+			defer srv.mu.Unlock()
+			if got := srv.settings[http2.SettingInitialWindowSize]; got != tc.wantStream {
+				t.Errorf("SETTINGS_INITIAL_WINDOW_SIZE = %d, want %d", got, tc.wantStream)
+			}
+			if srv.connWindowIncr != tc.wantConn {
+				t.Errorf("connection WINDOW_UPDATE = %d, want %d", srv.connWindowIncr, tc.wantConn)
+			}
+		})
+	}
+}

@@ -1,0 +1,125 @@
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"sync"
+
+	"golang.org/x/net/http2"
+)
+
+// dialTLS is the pool's http2.Transport.DialTLSContext. It ignores the
+// address and TLS config x/net derives from the request URL: the pool
+// always dials its own endpoint and verifies Config.ServerName.
+func (p *pool) dialTLS(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+	c, err := p.t.dial(ctx, p.key)
+	if err != nil {
+		p.t.metrics.dialed(p.key, false)
+		// Nothing was sent: the request can go to another endpoint.
+		return nil, &UnprocessedError{Endpoint: p.key.address, Err: err}
+	}
+	p.t.metrics.dialed(p.key, true)
+	return c, nil
+}
+
+func (t *Transports) dial(ctx context.Context, k poolKey) (*trackedConn, error) {
+	if t.isClosed() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", k.address)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	tc := tls.Client(raw, t.tlsConfig(k.mode))
+	start := t.cfg.Now()
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("TLS handshake verifying server name %q: %w", t.cfg.ServerName, err)
+	}
+	t.metrics.handshake.Observe(t.cfg.Now().Sub(start).Seconds())
+	if p := tc.ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
+		tc.Close()
+		return nil, fmt.Errorf("the server negotiated ALPN protocol %q, not %q: fanout speaks only HTTP/2 to kube-apiserver; check that nothing between them terminates TLS or forces HTTP/1.1", p, http2.NextProtoTLS)
+	}
+	c := &trackedConn{Conn: tc, t: t, key: k}
+	if !t.track(c) {
+		tc.Close()
+		return nil, ErrClosed
+	}
+	return c, nil
+}
+
+// tlsConfig is built per connection so that rotated CAs apply to new
+// connections.
+func (t *Transports) tlsConfig(mode AuthMode) *tls.Config {
+	cfg := &tls.Config{
+		ServerName: t.cfg.ServerName,
+		RootCAs:    t.creds.RootCAs(),
+		// Only h2: an apiserver that would fall back to HTTP/1.1 would cost
+		// a connection per request; better fail loudly.
+		NextProtos: []string{http2.NextProtoTLS},
+		MinVersion: tls.VersionTLS12,
+	}
+	if mode == AuthSidecar {
+		// Called during each handshake, so a rotated certificate is used
+		// by every connection made after the rotation.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, err := t.creds.ClientCertificate()
+			if err != nil {
+				return nil, fmt.Errorf("loading the client certificate: %w", err)
+			}
+			if c == nil {
+				// A token-only kubeconfig: present no certificate.
+				return &tls.Certificate{}, nil
+			}
+			return c, nil
+		}
+	}
+	// AuthPassthrough leaves GetClientCertificate and Certificates unset:
+	// the handshake presents no certificate, so kube-apiserver
+	// authenticates the request's own bearer token.
+	return cfg
+}
+
+func (t *Transports) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
+}
+
+// track registers c as open; false after Close.
+func (t *Transports) track(c *trackedConn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[c] = struct{}{}
+	return true
+}
+
+func (t *Transports) untrack(c *trackedConn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.conns, c)
+}
+
+// trackedConn is an upstream connection that deregisters itself when
+// closed, for the connections gauge and for Close. Embedding *tls.Conn
+// keeps ConnectionState, which x/net uses to fill Response.TLS.
+type trackedConn struct {
+	*tls.Conn
+	t    *Transports
+	key  poolKey
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.t.untrack(c) })
+	return c.Conn.Close()
+}

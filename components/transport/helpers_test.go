@@ -1,0 +1,459 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/fanout-dev/fanout/internal/testpki"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// serverName is the SAN of every test serving certificate. Tests dial
+// 127.0.0.1, so a passing handshake proves Config.ServerName is what gets
+// verified, not the dial address.
+const serverName = "kubernetes"
+
+// pki is a CA with a serving certificate and a client certificate.
+type pki struct {
+	ca      *testpki.CA
+	serving testpki.KeyPair
+	alice   testpki.KeyPair
+}
+
+func newPKI(t *testing.T) *pki {
+	ca := testpki.NewCA(t)
+	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
+}
+
+// fakeCreds is a Credentials whose material tests swap at will.
+type fakeCreds struct {
+	roots     *x509.CertPool
+	cert      atomic.Pointer[tls.Certificate]
+	certErr   atomic.Pointer[error]
+	token     atomic.Pointer[string]
+	certCalls atomic.Int32
+}
+
+var _ Credentials = (*fakeCreds)(nil)
+
+func newCreds(roots *x509.CertPool, cert *tls.Certificate, token string) *fakeCreds {
+	c := &fakeCreds{roots: roots}
+	c.cert.Store(cert)
+	c.setToken(token)
+	return c
+}
+
+func (c *fakeCreds) setToken(s string)       { c.token.Store(&s) }
+func (c *fakeCreds) RootCAs() *x509.CertPool { return c.roots }
+func (c *fakeCreds) Token() (string, error)  { return *c.token.Load(), nil }
+func (c *fakeCreds) ClientCertificate() (*tls.Certificate, error) {
+	c.certCalls.Add(1)
+	if p := c.certErr.Load(); p != nil {
+		return nil, *p
+	}
+	return c.cert.Load(), nil
+}
+
+// h2Server is a TLS HTTP/2 test server that counts its connections.
+type h2Server struct {
+	*httptest.Server
+	addr   string
+	opened atomic.Int32
+	closed atomic.Int32
+}
+
+// newH2Server starts an HTTP/2 server serving p.serving and checking
+// client certificates against p.ca with policy auth. maxStreams > 0 sets
+// SETTINGS_MAX_CONCURRENT_STREAMS.
+func newH2Server(t *testing.T, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
+	t.Helper()
+	s := &h2Server{Server: httptest.NewUnstartedServer(h)}
+	s.EnableHTTP2 = true
+	s.TLS = p.ca.ServerTLSConfig(p.serving, auth)
+	if maxStreams > 0 {
+		s.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreams}
+	}
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			s.opened.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.closed.Add(1)
+		}
+	}
+	s.StartTLS()
+	s.addr = s.Listener.Addr().String()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// newHTTP1Server starts a TLS server that offers only ALPN http/1.1 and
+// returns its address.
+func newHTTP1Server(t *testing.T, p *pki) string {
+	t.Helper()
+	s := httptest.NewUnstartedServer(echoHandler())
+	s.TLS = p.ca.ServerTLSConfig(p.serving, tls.NoClientCert)
+	s.Config.ErrorLog = log.New(io.Discard, "", 0)
+	s.StartTLS()
+	t.Cleanup(s.Close)
+	return s.Listener.Addr().String()
+}
+
+// echoHandler reports what the server saw of the client.
+func echoHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cn := ""
+		if len(r.TLS.PeerCertificates) > 0 {
+			cn = r.TLS.PeerCertificates[0].Subject.CommonName
+		}
+		w.Header().Set("X-Client-CN", cn)
+		w.Header().Set("X-Authorization", r.Header.Get("Authorization"))
+		w.Header().Set("X-Proto", r.Proto)
+		io.WriteString(w, "ok")
+	})
+}
+
+func newTransports(t *testing.T, cfg Config, creds Credentials) *Transports {
+	t.Helper()
+	if cfg.ServerName == "" {
+		cfg.ServerName = serverName
+	}
+	tr, err := New(cfg, creds)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+func newRequest(t *testing.T, ctx context.Context, addr, path string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// roundTrip sends req and reads the whole body.
+func roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
+	res, err := rt.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	if _, err := io.Copy(io.Discard, res.Body); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// waitFor polls cond; the bound is generous because only its failure, not
+// its duration, is asserted.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metricValue returns the value of the series name{labels} gathered from
+// tr's collectors, and whether it exists.
+func metricValue(t *testing.T, tr *Transports, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	for _, c := range tr.Collectors() {
+		reg.MustRegister(c)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !labelsMatch(m, labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.Counter.GetValue(), true
+			case m.Gauge != nil:
+				return m.Gauge.GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount()), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	got := map[string]string{}
+	for _, lp := range m.GetLabel() {
+		got[lp.GetName()] = lp.GetValue()
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func connGauge(t *testing.T, tr *Transports, addr string, mode AuthMode) float64 {
+	v, _ := metricValue(t, tr, "fanout_upstream_connections", map[string]string{"endpoint": addr, "mode": mode.String()})
+	return v
+}
+
+func dials(t *testing.T, tr *Transports, addr string, mode AuthMode, result string) float64 {
+	v, _ := metricValue(t, tr, "fanout_upstream_dials_total", map[string]string{"endpoint": addr, "mode": mode.String(), "result": result})
+	return v
+}
+
+// rawH2 is a hand-driven HTTP/2 server for behaviour net/http's server
+// never shows: refused streams, GOAWAY at chosen points, and a record of
+// the client's flow-control settings. onHeaders runs for every HEADERS
+// frame and returns true to close the connection.
+type rawH2 struct {
+	ln        net.Listener
+	addr      string
+	onHeaders func(fr *http2.Framer, streamID uint32) (closeConn bool)
+
+	mu             sync.Mutex
+	settings       map[http2.SettingID]uint32 // first client SETTINGS
+	connWindowIncr uint32                     // first connection WINDOW_UPDATE
+	conns          []net.Conn
+
+	wg sync.WaitGroup
+}
+
+// newRawH2 listens with TLS; alpn false makes it negotiate no protocol.
+func newRawH2(t *testing.T, p *pki, alpn bool, onHeaders func(*http2.Framer, uint32) bool) *rawH2 {
+	t.Helper()
+	cfg := p.ca.ServerTLSConfig(p.serving, tls.NoClientCert)
+	if alpn {
+		cfg.NextProtos = []string{http2.NextProtoTLS}
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &rawH2{ln: ln, addr: ln.Addr().String(), onHeaders: onHeaders}
+	s.wg.Add(1)
+	go s.serve()
+	t.Cleanup(s.close)
+	return s
+}
+
+func (s *rawH2) serve() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns = append(s.conns, c)
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer c.Close()
+			s.serveConn(c)
+		}()
+	}
+}
+
+func (s *rawH2) serveConn(c net.Conn) {
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c, preface); err != nil || !bytes.Equal(preface, []byte(http2.ClientPreface)) {
+		return
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				continue
+			}
+			s.mu.Lock()
+			if s.settings == nil {
+				s.settings = map[http2.SettingID]uint32{}
+				f.ForeachSetting(func(st http2.Setting) error {
+					s.settings[st.ID] = st.Val
+					return nil
+				})
+			}
+			s.mu.Unlock()
+			if fr.WriteSettingsAck() != nil {
+				return
+			}
+		case *http2.WindowUpdateFrame:
+			s.mu.Lock()
+			if f.StreamID == 0 && s.connWindowIncr == 0 {
+				s.connWindowIncr = f.Increment
+			}
+			s.mu.Unlock()
+		case *http2.PingFrame:
+			if !f.IsAck() && fr.WritePing(true, f.Data) != nil {
+				return
+			}
+		case *http2.HeadersFrame:
+			if s.onHeaders(fr, f.StreamID) {
+				return
+			}
+		}
+	}
+}
+
+func (s *rawH2) close() {
+	s.ln.Close()
+	s.mu.Lock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// respond200 answers the stream with an empty 200.
+func respond200(fr *http2.Framer, id uint32) bool {
+	var buf bytes.Buffer
+	enc := hpack.NewEncoder(&buf)
+	enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndStream: true, EndHeaders: true})
+	return false
+}
+
+// freezeProxy forwards TCP to a target until Freeze, after which it
+// silently drops everything on the connections it had: the peer looks
+// alive to TCP but answers nothing, like a host that vanished behind a
+// stateful firewall. Connections made after Freeze work.
+type freezeProxy struct {
+	ln     net.Listener
+	addr   string
+	target string
+
+	mu    sync.Mutex
+	pairs []*proxyPair
+	wg    sync.WaitGroup
+}
+
+type proxyPair struct {
+	client, upstream net.Conn
+	frozen           atomic.Bool
+}
+
+func newFreezeProxy(t *testing.T, target string) *freezeProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &freezeProxy{ln: ln, addr: ln.Addr().String(), target: target}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *freezeProxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		pair := &proxyPair{client: c, upstream: up}
+		p.mu.Lock()
+		p.pairs = append(p.pairs, pair)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(pair, c, up)
+		go p.pipe(pair, up, c)
+	}
+}
+
+func (p *freezeProxy) pipe(pair *proxyPair, src, dst net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !pair.frozen.Load() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			pair.client.Close()
+			pair.upstream.Close()
+			return
+		}
+	}
+}
+
+func (p *freezeProxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pair := range p.pairs {
+		pair.frozen.Store(true)
+	}
+}
+
+func (p *freezeProxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for _, pair := range p.pairs {
+		pair.client.Close()
+		pair.upstream.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// onlyReader hides a body's type so net/http cannot set GetBody: x/net
+// then cannot replay it, as with a proxied client's request body.
+type onlyReader struct{ io.Reader }
+
+var errTest = errors.New("test failure")

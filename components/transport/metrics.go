@@ -1,0 +1,75 @@
+package transport
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	dials     *prometheus.CounterVec
+	handshake prometheus.Histogram
+	conns     *connCollector
+}
+
+func newMetrics(t *Transports) *metrics {
+	return &metrics{
+		dials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_upstream_dials_total",
+			Help: "Connections fanout tried to open to kube-apiserver endpoints, by result (ok or error: TCP, TLS or ALPN failure).",
+		}, []string{"endpoint", "mode", "result"}),
+		handshake: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fanout_upstream_tls_handshake_seconds",
+			Help:    "Duration of successful TLS handshakes with kube-apiserver endpoints.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 10),
+		}),
+		conns: &connCollector{t: t, desc: prometheus.NewDesc(
+			"fanout_upstream_connections",
+			"Open HTTP/2 connections to kube-apiserver endpoints, including connections of endpoints that left the endpoint set and still carry streams.",
+			[]string{"endpoint", "mode"}, nil,
+		)},
+	}
+}
+
+// Collectors returns the transport's metrics, for the app to register.
+func (t *Transports) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{t.metrics.dials, t.metrics.handshake, t.metrics.conns}
+}
+
+func (m *metrics) dialed(k poolKey, ok bool) {
+	result := "error"
+	if ok {
+		result = "ok"
+	}
+	m.dials.WithLabelValues(k.address, k.mode.String(), result).Inc()
+}
+
+// forget drops the dial series of an endpoint that left the endpoint set,
+// so endpoints that come and go (EndpointSlices, DNS) do not grow the
+// series count forever. A counter that reappears starts again at zero,
+// which Prometheus reads as a reset.
+func (m *metrics) forget(k poolKey) {
+	m.dials.DeletePartialMatch(prometheus.Labels{"endpoint": k.address, "mode": k.mode.String()})
+}
+
+// connCollector counts the tracked connections at scrape time instead of
+// keeping a gauge up to date: a pool dropped by Retain while its
+// connections drain and a new pool for the same endpoint then share one
+// series without either having to know of the other, and the series
+// disappears once the endpoint has no connection left.
+type connCollector struct {
+	t    *Transports
+	desc *prometheus.Desc
+}
+
+func (c *connCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[poolKey]int{}
+	c.t.mu.Lock()
+	for conn := range c.t.conns {
+		counts[conn.key]++
+	}
+	c.t.mu.Unlock()
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.address, k.mode.String())
+	}
+}

@@ -1,0 +1,231 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/net/http2"
+)
+
+// ErrClosed is returned (inside an *UnprocessedError) for a request that
+// needs a new connection after Close.
+var ErrClosed = errors.New("fanout's upstream transport is shut down")
+
+// Transports holds one HTTP/2 connection pool per (endpoint, AuthMode).
+//
+// For is safe for concurrent use and takes no lock once the pool exists;
+// Retain and Close may run concurrently with For and with each other.
+type Transports struct {
+	cfg     Config
+	creds   Credentials
+	metrics *metrics
+
+	// pools is an immutable map, replaced whole (copy-on-write) under mu,
+	// so For reads it with one atomic load.
+	pools atomic.Pointer[map[poolKey]*pool]
+
+	// mu guards writes to pools and the fields below. It is taken when a
+	// pool is created or dropped and when a connection opens or closes,
+	// never per request.
+	mu     sync.Mutex
+	closed bool
+	// conns is every open connection, including those of pools dropped by
+	// Retain that still carry streams: Close closes them all and the
+	// connections gauge counts them.
+	conns map[*trackedConn]struct{}
+}
+
+type poolKey struct {
+	address string
+	mode    AuthMode
+}
+
+// New returns Transports that dial endpoints lazily, verify cfg.ServerName
+// against creds.RootCAs() and, in AuthSidecar mode, present
+// creds.ClientCertificate() and creds.Token().
+func New(cfg Config, creds Credentials) (*Transports, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if creds == nil {
+		return nil, errors.New("transport: New needs Credentials")
+	}
+	t := &Transports{
+		cfg:   cfg,
+		creds: creds,
+		conns: map[*trackedConn]struct{}{},
+	}
+	t.metrics = newMetrics(t)
+	empty := map[poolKey]*pool{}
+	t.pools.Store(&empty)
+	return t, nil
+}
+
+// For returns the round tripper for requests to the endpoint at address
+// ("host:port") with the given credentials mode. It is created on first
+// use and cached until Retain drops the endpoint.
+//
+// The returned RoundTripper always connects to address, whatever the
+// request URL's host, which only sets the :authority header; the URL's
+// scheme must be https. Its errors are *UnprocessedError when the
+// apiserver cannot have received the request (see classify).
+func (t *Transports) For(address string, mode AuthMode) http.RoundTripper {
+	k := poolKey{address: address, mode: mode}
+	if p, ok := (*t.pools.Load())[k]; ok {
+		return p
+	}
+	return t.addPool(k)
+}
+
+func (t *Transports) addPool(k poolKey) *pool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.pools.Load()
+	if p, ok := old[k]; ok {
+		return p
+	}
+	p := t.newPool(k)
+	if t.closed {
+		// Not cached: after Close nothing may keep pools alive. Its
+		// dials fail with ErrClosed.
+		return p
+	}
+	next := make(map[poolKey]*pool, len(old)+1)
+	for kk, pp := range old {
+		next[kk] = pp
+	}
+	next[k] = p
+	t.pools.Store(&next)
+	return p
+}
+
+// Retain drops the pools of endpoints whose address is not in addresses
+// and closes their idle connections. Connections still carrying streams
+// (a watch, say) are left to finish: they close when they have been idle
+// for IdleConnTimeout, or on Close. A later For for a dropped endpoint
+// builds a new pool.
+func (t *Transports) Retain(addresses []string) {
+	keep := make(map[string]bool, len(addresses))
+	for _, a := range addresses {
+		keep[a] = true
+	}
+	t.mu.Lock()
+	old := *t.pools.Load()
+	next := make(map[poolKey]*pool, len(old))
+	var dropped []*pool
+	for k, p := range old {
+		if keep[k.address] {
+			next[k] = p
+		} else {
+			dropped = append(dropped, p)
+		}
+	}
+	t.pools.Store(&next)
+	t.mu.Unlock()
+
+	for _, p := range dropped {
+		p.h2.CloseIdleConnections()
+		t.metrics.forget(p.key)
+	}
+}
+
+// Close closes every connection, idle or not, and makes later dials fail
+// with ErrClosed. Streams still open fail; the caller is expected to have
+// drained requests before (the proxy's graceful shutdown).
+func (t *Transports) Close() {
+	t.mu.Lock()
+	t.closed = true
+	old := *t.pools.Load()
+	empty := map[poolKey]*pool{}
+	t.pools.Store(&empty)
+	conns := make([]*trackedConn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+
+	for _, p := range old {
+		p.h2.CloseIdleConnections()
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+}
+
+// pool is the round tripper of one (endpoint, mode): an x/net HTTP/2
+// transport whose dialer always reaches the endpoint.
+type pool struct {
+	t   *Transports
+	key poolKey
+	h2  *http2.Transport
+}
+
+func (t *Transports) newPool(k poolKey) *pool {
+	p := &pool{t: t, key: k}
+	// The receive windows and the ping settings are only read from a
+	// net/http Transport's HTTP2Config (x/net's own Transport has no
+	// fields for the windows), so build one just to carry them. It is
+	// never used to send a request: p.h2 is.
+	t1 := &http.Transport{
+		IdleConnTimeout: t.cfg.IdleConnTimeout,
+		HTTP2: &http.HTTP2Config{
+			MaxReceiveBufferPerStream:     t.cfg.MaxReceiveBufferPerStream,
+			MaxReceiveBufferPerConnection: t.cfg.MaxReceiveBufferPerConnection,
+			SendPingTimeout:               t.cfg.ReadIdleTimeout,
+			PingTimeout:                   t.cfg.PingTimeout,
+		},
+	}
+	h2, err := http2.ConfigureTransports(t1)
+	if err != nil {
+		// Only fails if t1 already speaks HTTP/2, and t1 is brand new.
+		panic(fmt.Sprintf("transport: configuring HTTP/2: %v", err))
+	}
+	// ConfigureTransports gives h2 a pool that never dials, meant for t1
+	// to hand it connections. With no pool h2 builds its own that dials
+	// through DialTLSContext, which is what a direct RoundTripper needs.
+	h2.ConnPool = nil
+	h2.DialTLSContext = p.dialTLS
+	h2.IdleConnTimeout = t.cfg.IdleConnTimeout
+	h2.ReadIdleTimeout = t.cfg.ReadIdleTimeout
+	h2.PingTimeout = t.cfg.PingTimeout
+	// A connection that reached the server's MAX_CONCURRENT_STREAMS (100
+	// on kube-apiserver) makes h2 open another instead of queueing: a
+	// controller with 150 watches must not have 50 of them wait for a
+	// slot that frees only when a watch ends.
+	h2.StrictMaxConcurrentStreams = false
+	p.h2 = h2
+	return p
+}
+
+// RoundTrip implements http.RoundTripper. In AuthSidecar mode it sends
+// the current token on a copy of req; it never modifies req.
+func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	if p.key.mode == AuthSidecar {
+		tok, err := p.t.creds.Token()
+		if err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, fmt.Errorf("reading the bearer token for kube-apiserver %s: %w", p.key.address, err)
+		}
+		if tok != "" {
+			r2 := new(http.Request)
+			*r2 = *req
+			r2.Header = req.Header.Clone()
+			if r2.Header == nil {
+				r2.Header = http.Header{}
+			}
+			r2.Header.Set("Authorization", "Bearer "+tok)
+			req = r2
+		}
+	}
+	res, err := p.h2.RoundTrip(req)
+	if err != nil {
+		return nil, classify(p.key.address, err)
+	}
+	return res, nil
+}

@@ -1,0 +1,151 @@
+package harness
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// AuditEvent is the part of an audit.k8s.io/v1 Event the harness reads.
+type AuditEvent struct {
+	Stage      string `json:"stage"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
+	} `json:"user"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// Served reports whether e marks one request served, counting each request
+// once: at ResponseComplete, except for watches, which are counted when the
+// response starts because a running watch has no ResponseComplete yet.
+func (e *AuditEvent) Served() bool {
+	if e.Verb == "watch" {
+		return e.Stage == "ResponseStarted"
+	}
+	return e.Stage == "ResponseComplete"
+}
+
+// ReadAuditLog parses a JSON-lines audit log. A torn last line (the
+// apiserver writing as we read) is ignored.
+func ReadAuditLog(path string) ([]AuditEvent, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []AuditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		var e AuditEvent
+		if json.Unmarshal(sc.Bytes(), &e) == nil {
+			out = append(out, e)
+		}
+	}
+	return out, sc.Err()
+}
+
+// CountServed counts the requests in the audit log at path that were served
+// for users matching match.
+func CountServed(path string, match func(username string) bool) (int, error) {
+	events, err := ReadAuditLog(path)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range events {
+		if events[i].Served() && match(events[i].User.Username) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// UserIs matches exactly the given user names.
+func UserIs(names ...string) func(string) bool {
+	return func(u string) bool {
+		for _, n := range names {
+			if u == n {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// ControllerManagerUsers matches kube-controller-manager's own identity and
+// the per-controller service accounts it uses with
+// --use-service-account-credentials.
+func ControllerManagerUsers(u string) bool {
+	return u == "system:kube-controller-manager" || strings.HasPrefix(u, "system:serviceaccount:kube-system:")
+}
+
+// ServedPerAPIServer counts, for each apiserver in order, the requests it
+// served for users matching match. It rereads the logs until two reads a
+// second apart agree, because an apiserver writes a request's final audit
+// event just after sending the response.
+func (cp *ControlPlane) ServedPerAPIServer(match func(username string) bool) ([]int, error) {
+	var prev []int
+	for try := 0; try < 10; try++ {
+		cur := make([]int, len(cp.APIServers))
+		for i, a := range cp.APIServers {
+			n, err := CountServed(a.AuditLog, match)
+			if err != nil {
+				return nil, fmt.Errorf("reading the audit log of apiserver %d: %w", i+1, err)
+			}
+			cur[i] = n
+		}
+		if prev != nil && equalInts(prev, cur) {
+			return cur, nil
+		}
+		prev = cur
+		time.Sleep(time.Second)
+	}
+	return prev, nil
+}
+
+// Shares turns counts into fractions of their sum (all zero for no counts).
+func Shares(counts []int) []float64 {
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	out := make([]float64, len(counts))
+	if total == 0 {
+		return out
+	}
+	for i, c := range counts {
+		out[i] = float64(c) / float64(total)
+	}
+	return out
+}
+
+// FormatShares renders counts and shares as "1021 (34.0%), 990 (33.0%), …".
+func FormatShares(counts []int) string {
+	shares := Shares(counts)
+	parts := make([]string, len(counts))
+	for i := range counts {
+		parts[i] = fmt.Sprintf("apiserver %d: %d (%.1f%%)", i+1, counts[i], 100*shares[i])
+	}
+	return strings.Join(parts, ", ")
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,243 @@
+package harness
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestPKI(t *testing.T) {
+	dir := t.TempDir()
+	hostIPs := []net.IP{net.ParseIP("172.30.7.11"), net.ParseIP("172.30.7.12")}
+	p, err := NewPKI(dir, hostIPs, ServiceIP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(p.CA.Cert)
+	proxyRoots := x509.NewCertPool()
+	proxyRoots.AddCert(p.FrontProxyCA.Cert)
+
+	for _, name := range append([]string{"172.30.7.11", "172.30.7.12", "127.0.0.1", "10.96.0.1"}, ServingNames...) {
+		if _, err := p.Serving.Cert.Verify(x509.VerifyOptions{DNSName: name, Roots: roots}); err != nil {
+			t.Errorf("serving cert does not verify for %q: %v", name, err)
+		}
+	}
+
+	clients := []struct {
+		name    string
+		ck      *CertKey
+		roots   *x509.CertPool
+		wantCN  string
+		wantOrg []string
+	}{
+		{"admin", p.Admin, roots, "kubernetes-admin", []string{"system:masters"}},
+		{"controller-manager", p.ControllerManager, roots, "system:kube-controller-manager", nil},
+		{"scheduler", p.Scheduler, roots, "system:kube-scheduler", nil},
+		{"front-proxy", p.FrontProxyClient, proxyRoots, "front-proxy-client", nil},
+	}
+	for _, tc := range clients {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.ck.Cert
+			if _, err := c.Verify(x509.VerifyOptions{Roots: tc.roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+				t.Errorf("client cert does not verify: %v", err)
+			}
+			if c.Subject.CommonName != tc.wantCN || fmt.Sprint(c.Subject.Organization) != fmt.Sprint(tc.wantOrg) {
+				t.Errorf("subject = CN %q O %v, want CN %q O %v", c.Subject.CommonName, c.Subject.Organization, tc.wantCN, tc.wantOrg)
+			}
+			if _, err := tls.LoadX509KeyPair(tc.ck.CertFile, tc.ck.KeyFile); err != nil {
+				t.Errorf("written files do not load as a key pair: %v", err)
+			}
+		})
+	}
+
+	for _, f := range []string{p.ServiceAccountKey, p.ServiceAccountPub} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("service-account key file: %v", err)
+		}
+	}
+
+	user, err := p.MintUser("e2e-someone", "team-a", "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc := filepath.Join(dir, "someone.conf")
+	if err := p.WriteKubeconfig(kc, "https://172.30.7.11:6443", user); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := RESTConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://172.30.7.11:6443" || len(cfg.CertData) == 0 || len(cfg.KeyData) == 0 || len(cfg.CAData) == 0 {
+		t.Errorf("kubeconfig loads as host %q with cert %d, key %d, CA %d bytes; want the server and all three", cfg.Host, len(cfg.CertData), len(cfg.KeyData), len(cfg.CAData))
+	}
+}
+
+func TestAuditServed(t *testing.T) {
+	tests := []struct {
+		line string
+		want bool
+	}{
+		{`{"stage":"ResponseComplete","verb":"get","user":{"username":"u"}}`, true},
+		{`{"stage":"ResponseStarted","verb":"watch","user":{"username":"u"}}`, true},
+		{`{"stage":"ResponseComplete","verb":"watch","user":{"username":"u"}}`, false},
+		{`{"stage":"RequestReceived","verb":"list","user":{"username":"u"}}`, false},
+		{`{"stage":"Panic","verb":"list","user":{"username":"u"}}`, false},
+		{`{"stage":"ResponseComplete","verb":"create","user":{"username":"other"}}`, false},
+	}
+	dir := t.TempDir()
+	var all []string
+	wantCount := 0
+	for _, tc := range tests {
+		all = append(all, tc.line)
+		if tc.want {
+			wantCount++
+		}
+	}
+	// A torn final line, as when the apiserver is mid-write.
+	path := filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(path, []byte(strings.Join(all, "\n")+"\n{\"stage\":\"Resp"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := CountServed(path, UserIs("u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != wantCount {
+		t.Errorf("CountServed = %d, want %d", got, wantCount)
+	}
+}
+
+func TestControllerManagerUsers(t *testing.T) {
+	tests := map[string]bool{
+		"system:kube-controller-manager":                          true,
+		"system:serviceaccount:kube-system:deployment-controller": true,
+		"system:serviceaccount:default:default":                   false,
+		"system:kube-scheduler":                                   false,
+	}
+	for user, want := range tests {
+		if got := ControllerManagerUsers(user); got != want {
+			t.Errorf("ControllerManagerUsers(%q) = %v, want %v", user, got, want)
+		}
+	}
+}
+
+func TestShares(t *testing.T) {
+	tests := []struct {
+		counts []int
+		want   []float64
+	}{
+		{[]int{1, 1, 2}, []float64{0.25, 0.25, 0.5}},
+		{[]int{0, 0, 0}, []float64{0, 0, 0}},
+		{[]int{5}, []float64{1}},
+	}
+	for _, tc := range tests {
+		if got := Shares(tc.counts); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("Shares(%v) = %v, want %v", tc.counts, got, tc.want)
+		}
+	}
+}
+
+func TestStaleName(t *testing.T) {
+	self := fmt.Sprint(os.Getpid())
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"fo999999999br", true}, // no such pid
+		{"fo999999999-api2", true},
+		{"fo999999999h3", true},
+		{"fo" + self + "br", false}, // ours, and alive
+		{"fo1br", false},            // init is alive
+		{"foobar", false},
+		{"eth0", false},
+		{"fo999999999n1", false}, // inner ends live in namespaces, never swept by name
+	}
+	for _, tc := range tests {
+		if got := stale(tc.name); got != tc.want {
+			t.Errorf("stale(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestL4Proxy checks the round robin per connection and that bytes flow both
+// ways, with echo servers as backends.
+func TestL4Proxy(t *testing.T) {
+	var backends []string
+	for i := 0; i < 3; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					fmt.Fprintf(c, "backend %d\n", i)
+					io.Copy(c, c)
+				}()
+			}
+		}()
+		backends = append(backends, ln.Addr().String())
+	}
+	p, err := StartL4Proxy(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	for i := 0; i < 6; i++ {
+		c, err := net.Dial("tcp", p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("backend %d\nping\n", i%3)
+		if _, err := io.WriteString(c, "ping\n"); err != nil {
+			t.Fatal(err)
+		}
+		c.(*net.TCPConn).CloseWrite()
+		got, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || string(got) != want {
+			t.Errorf("connection %d read %q, %v; want %q", i, got, err, want)
+		}
+	}
+	if got := fmt.Sprint(p.Connections()); got != "[2 2 2]" {
+		t.Errorf("Connections() = %s, want [2 2 2]", got)
+	}
+
+	// Close must also end connections that are still open.
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 32)
+	if _, err := c.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil && !strings.Contains(err.Error(), "closed") {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("reading after Close: %v", err)
+	}
+}

@@ -1,0 +1,116 @@
+package e2e_test
+
+import (
+	"context"
+	"net"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
+)
+
+// mixed is the workload of the spread tests: 3,000 short requests from 8
+// goroutines with 20 watches open throughout.
+var mixed = workload{requests: 3000, workers: 8, watches: 20}
+
+// TestOneClientThroughFanout is the point of fanout: one client-go client,
+// one rest.Config, and its requests spread evenly over every apiserver.
+func TestOneClientThroughFanout(t *testing.T) {
+	cp := controlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	const user = "e2e-fanout-client"
+	kubeconfig, err := cp.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userNamespace(ctx, t, cp, "e2e-fanout", user)
+	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	res := mixed.run(ctx, t, sidecar.Config, "e2e-fanout")
+	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("through fanout: %d requests + %d watches in %s (%d watch events); served: %s",
+		res.requests, mixed.watches, res.elapsed.Round(time.Millisecond), res.events, harness.FormatShares(counts))
+	checkServedAll(t, counts, res.requests+int64(mixed.watches))
+	for i, s := range harness.Shares(counts) {
+		if s < 0.2833 || s > 0.3833 {
+			t.Errorf("apiserver %d served %.1f%% of %s's requests, want 33.3%% ± 5 points (%s)", i+1, 100*s, user, harness.FormatShares(counts))
+		}
+	}
+}
+
+// TestOneClientThroughL4Proxy shows why fanout exists: the same workload
+// through a round-robin TCP load balancer lands on one apiserver, because
+// client-go multiplexes everything over a single HTTP/2 connection.
+func TestOneClientThroughL4Proxy(t *testing.T) {
+	cp := controlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	const user = "e2e-l4-client"
+	kubeconfig, err := cp.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userNamespace(ctx, t, cp, "e2e-l4", user)
+	var backends []string
+	for _, ep := range cp.Endpoints() {
+		u, err := url.Parse(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, u.Host)
+	}
+	proxy, err := harness.StartL4Proxy(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+
+	cfg, err := harness.RESTConfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The serving certificate covers 127.0.0.1, so TLS verifies through
+	// the proxy as it would through a real TCP load balancer's VIP.
+	_, port, _ := net.SplitHostPort(proxy.Addr())
+	cfg.Host = "https://127.0.0.1:" + port
+
+	res := mixed.run(ctx, t, cfg, "e2e-l4")
+	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("through the L4 proxy: %d requests + %d watches in %s over %v TCP connections per backend; served: %s",
+		res.requests, mixed.watches, res.elapsed.Round(time.Millisecond), proxy.Connections(), harness.FormatShares(counts))
+	checkServedAll(t, counts, res.requests+int64(mixed.watches))
+	top := 0.0
+	for _, s := range harness.Shares(counts) {
+		top = max(top, s)
+	}
+	if top < 0.9 {
+		t.Errorf("busiest apiserver served %.1f%% of %s's requests, want ≥ 90%%: an L4 proxy should pin one HTTP/2 client to one apiserver (%s)",
+			100*top, user, harness.FormatShares(counts))
+	}
+}
+
+// checkServedAll makes sure the audit logs saw at least every request the
+// client sent, so the shares describe the whole workload.
+func checkServedAll(t *testing.T, counts []int, sent int64) {
+	t.Helper()
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	if int64(total) < sent {
+		t.Errorf("audit logs show %d requests served, but the client sent %d", total, sent)
+	}
+}

@@ -1,0 +1,167 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
+)
+
+// userNamespace creates namespace ns and lets user work with ConfigMaps in
+// it through plain RBAC, as a typical controller's user does: no
+// system:masters shortcut.
+func userNamespace(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns, user string) {
+	t.Helper()
+	admin := cp.AdminClient
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", ns, err)
+	}
+	// A Role of our own rather than the edit ClusterRole: edit is
+	// aggregated by kube-controller-manager, which may not be running.
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{""}, Resources: []string{"configmaps"},
+			Verbs: []string{"create", "get", "list", "watch", "update", "patch", "delete"},
+		}},
+	}
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating role in %s: %v", ns, err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("binding %s to the configmaps role in %s: %v", user, ns, err)
+	}
+	for _, verb := range []string{"create", "get", "list", "watch", "update", "delete"} {
+		if err := cp.WaitAuthorized(ctx, user, verb, "configmaps", ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// workload is the mixed traffic of one client: watchers watch ConfigMaps in
+// ns for the whole run while workers cycle create, get, list, update,
+// delete.
+type workload struct {
+	requests int // at least this many short requests
+	workers  int
+	watches  int
+}
+
+type workloadResult struct {
+	requests int64 // short requests issued, watches excluded
+	events   int64 // watch events received
+	elapsed  time.Duration
+}
+
+func (w workload) run(ctx context.Context, t *testing.T, cfg *rest.Config, ns string) workloadResult {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	// client-go's default 5 QPS would make 3,000 requests take ten minutes.
+	cfg.QPS = 1000
+	cfg.Burst = 2000
+	cfg.Timeout = 30 * time.Second
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := client.CoreV1().ConfigMaps(ns)
+	start := time.Now()
+
+	var res workloadResult
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	var watchers sync.WaitGroup
+	for i := 0; i < w.watches; i++ {
+		wt, err := cms.Watch(watchCtx, metav1.ListOptions{})
+		if err != nil {
+			stopWatches()
+			t.Fatalf("starting watch %d: %v", i, err)
+		}
+		watchers.Go(func() {
+			defer wt.Stop()
+			for {
+				select {
+				case <-watchCtx.Done():
+					return
+				case _, ok := <-wt.ResultChan():
+					if !ok {
+						return
+					}
+					atomic.AddInt64(&res.events, 1)
+				}
+			}
+		})
+	}
+
+	const perIteration = 5
+	iterations := (w.requests + perIteration*w.workers - 1) / (perIteration * w.workers)
+	errs := make(chan error, w.workers)
+	var workers sync.WaitGroup
+	for wk := 0; wk < w.workers; wk++ {
+		workers.Go(func() {
+			for i := 0; i < iterations; i++ {
+				if err := cycle(ctx, cms, fmt.Sprintf("w%d-%d", wk, i), &res.requests); err != nil {
+					errs <- fmt.Errorf("worker %d, iteration %d: %w", wk, i, err)
+					return
+				}
+			}
+		})
+	}
+	workers.Wait()
+	stopWatches()
+	watchers.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	res.elapsed = time.Since(start)
+	return res
+}
+
+// cycle is one create, get, list, update and delete of ConfigMap name.
+func cycle(ctx context.Context, cms interface {
+	Create(context.Context, *corev1.ConfigMap, metav1.CreateOptions) (*corev1.ConfigMap, error)
+	Get(context.Context, string, metav1.GetOptions) (*corev1.ConfigMap, error)
+	List(context.Context, metav1.ListOptions) (*corev1.ConfigMapList, error)
+	Update(context.Context, *corev1.ConfigMap, metav1.UpdateOptions) (*corev1.ConfigMap, error)
+	Delete(context.Context, string, metav1.DeleteOptions) error
+}, name string, count *int64) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"step": "created"}}
+	atomic.AddInt64(count, 1)
+	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	atomic.AddInt64(count, 1)
+	got, err := cms.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	atomic.AddInt64(count, 1)
+	if _, err := cms.List(ctx, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	got.Data["step"] = "updated"
+	atomic.AddInt64(count, 1)
+	if _, err := cms.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update: %w", err)
+	}
+	atomic.AddInt64(count, 1)
+	if err := cms.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	return nil
+}
