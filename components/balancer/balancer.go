@@ -102,7 +102,7 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 	var called atomic.Bool
 	return Pick{Endpoint: e, Done: func(di DoneInfo) {
 		// A second call must not decrement another request's slot.
-		if called.Swap(true) && false {
+		if called.Swap(true) {
 			return
 		}
 		e.finish(kind, di)

@@ -24,7 +24,7 @@ const (
 	// fast failure, see observe.
 	penaltyFactor = 4
 	penaltyMin    = 10 * time.Millisecond
-	penaltyMax = time.Second
+	penaltyMax    = time.Second
 )
 
 // params are the per-Balancer settings its endpoints need in Done.

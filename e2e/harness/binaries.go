@@ -270,8 +270,10 @@ var fanoutBuild struct {
 }
 
 // FanoutBinary builds cmd/fanout from the repository root (the parent of the
-// e2e module) into dir, once per process, and returns its path.
-func FanoutBinary(ctx context.Context, dir string, progress io.Writer) (string, error) {
+// e2e module), once per process, and returns its path. The binary lives in a
+// directory of its own that is removed when Main ends, because control planes
+// (and their directories) may come and go while sidecars still need it.
+func FanoutBinary(ctx context.Context, progress io.Writer) (string, error) {
 	fanoutBuild.once.Do(func() {
 		if progress == nil {
 			progress = os.Stderr
@@ -286,6 +288,12 @@ func FanoutBinary(ctx context.Context, dir string, progress io.Writer) (string, 
 			fanoutBuild.err = fmt.Errorf("no cmd/fanout in %s: the e2e module must sit in the fanout repository: %w", root, err)
 			return
 		}
+		dir, err := os.MkdirTemp("", "fanout-e2e-"+runID()+"-")
+		if err != nil {
+			fanoutBuild.err = err
+			return
+		}
+		register(func() { os.RemoveAll(dir) })
 		out := filepath.Join(dir, "fanout")
 		fanoutBuild.err = runWithProgress(ctx, root, []string{"build", "-o", out, "./cmd/fanout"}, progress, "building fanout")
 		fanoutBuild.path = out

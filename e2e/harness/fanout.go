@@ -40,7 +40,7 @@ func (f *Fanout) Running() bool { return !f.proc.exited() }
 // apiserver of the control plane. It waits for the kubeconfig fanout writes
 // for its client and for /readyz on the admin port. name labels the log file.
 func (cp *ControlPlane) StartFanout(ctx context.Context, tb testing.TB, name, userKubeconfig string, extraArgs ...string) (*Fanout, error) {
-	bin, err := FanoutBinary(ctx, cp.Dir, logWriter(cp.logf))
+	bin, err := FanoutBinary(ctx, logWriter(cp.logf))
 	if err != nil {
 		return nil, err
 	}

@@ -157,14 +157,15 @@ func TestStaleName(t *testing.T) {
 		name string
 		want bool
 	}{
-		{"fo999999999br", true}, // no such pid
-		{"fo999999999-api2", true},
-		{"fo999999999h3", true},
-		{"fo" + self + "br", false}, // ours, and alive
-		{"fo1br", false},            // init is alive
+		{"fo999999999abr", true}, // no such pid
+		{"fo999999999a-api2", true},
+		{"fo999999999ch3", true},
+		{"fo" + self + "abr", false}, // ours, and alive
+		{"fo1abr", false},            // init is alive
+		{"fo999999999br", false},     // not a name we make
 		{"foobar", false},
 		{"eth0", false},
-		{"fo999999999n1", false}, // inner ends live in namespaces, never swept by name
+		{"fo999999999an1", false}, // inner ends live in namespaces, never swept by name
 	}
 	for _, tc := range tests {
 		if got := stale(tc.name); got != tc.want {

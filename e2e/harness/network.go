@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -40,14 +41,19 @@ type Network struct {
 	Hosts    []*Host
 }
 
-// Names of everything a run creates start with fo<pid>, so a later run can
-// tell whether the run that made them is still alive.
+// Names of everything a run creates start with fo<pid><letter>, so a later
+// run can tell whether the run that made them is still alive; the letter
+// tells apart the networks of control planes in one process. Interface names
+// must fit in 15 bytes, hence the terseness.
 var (
-	staleName = regexp.MustCompile(`^fo([0-9]+)(br|h[0-9]+|-api[0-9]+)$`)
+	staleName = regexp.MustCompile(`^fo([0-9]+)[a-z](br|h[0-9]+|-api[0-9]+)$`)
 	staleDir  = regexp.MustCompile(`^fanout-e2e-([0-9]+)-[0-9]+$`)
 )
 
 func runID() string { return strconv.Itoa(os.Getpid()) }
+
+// networks counts the networks this process made, for unique names.
+var networks atomic.Int32
 
 // netnsWanted reports whether the run should use network namespaces, and
 // whether their absence is an error.
@@ -89,7 +95,7 @@ func newLoopbackNetwork(n int, logf func(string, ...any)) (*Network, error) {
 		"##########################################################################")
 	// The third octet spreads concurrent runs over distinct addresses so
 	// they can all use port 6443.
-	x := 1 + os.Getpid()%250
+	x := 1 + (os.Getpid()+int(networks.Add(1)))%250
 	nw := &Network{RunID: runID(), BridgeIP: net.ParseIP("127.0.0.1")}
 	for i := 1; i <= n; i++ {
 		nw.Hosts = append(nw.Hosts, &Host{Index: i - 1, IP: net.IPv4(127, 0, byte(x), byte(10+i))})
@@ -112,7 +118,11 @@ func newNetnsNetwork(ctx context.Context, n int) (nw *Network, err error) {
 	}
 	defer unlock()
 
-	id := runID()
+	seq := networks.Add(1) - 1
+	if seq >= 26 {
+		return nil, errors.New("more than 26 test networks in one process")
+	}
+	id := fmt.Sprintf("%s%c", runID(), 'a'+seq)
 	nw = &Network{NetNS: true, RunID: id, Bridge: "fo" + id + "br"}
 	defer func() {
 		if err != nil {
