@@ -57,7 +57,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			fx.Annotate(res, fx.As(new(resolver.Resolver))),
 			balancer.Config{Policy: o.Balancer},
 			transport.Config{ServerName: serverName},
-			proxy.Config{ListenAddress: o.ListenAddress},
+			proxy.Config{ListenAddress: o.ListenAddress, ShutdownGrace: o.ShutdownGrace},
 			admin.Config{ListenAddress: o.AdminAddress},
 		),
 		Metrics,

@@ -37,9 +37,10 @@ func TestOneClientThroughFanout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("through fanout: %d requests + %d watches in %s (%d watch events); served: %s",
-		res.requests, mixed.watches, res.elapsed.Round(time.Millisecond), res.events, harness.FormatShares(counts))
+	t.Logf("through fanout: %d requests + %d watches in %s (%d watch events, per watch %v); served: %s",
+		res.requests, mixed.watches, res.elapsed.Round(time.Millisecond), res.events, res.perWatch, harness.FormatShares(counts))
 	checkServedAll(t, counts, res.requests+int64(mixed.watches))
+	mixed.checkWatches(t, res)
 	for i, s := range harness.Shares(counts) {
 		if s < 0.2833 || s > 0.3833 {
 			t.Errorf("apiserver %d served %.1f%% of %s's requests, want 33.3%% ± 5 points (%s)", i+1, 100*s, user, harness.FormatShares(counts))
@@ -92,6 +93,7 @@ func TestOneClientThroughL4Proxy(t *testing.T) {
 	t.Logf("through the L4 proxy: %d requests + %d watches in %s over %v TCP connections per backend; served: %s",
 		res.requests, mixed.watches, res.elapsed.Round(time.Millisecond), proxy.Connections(), harness.FormatShares(counts))
 	checkServedAll(t, counts, res.requests+int64(mixed.watches))
+	mixed.checkWatches(t, res)
 	top := 0.0
 	for _, s := range harness.Shares(counts) {
 		top = max(top, s)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -63,18 +64,38 @@ type workload struct {
 }
 
 type workloadResult struct {
-	requests int64 // short requests issued, watches excluded
-	events   int64 // watch events received
+	requests int64   // short requests issued, watches excluded
+	events   int64   // watch events received, over all watches
+	perWatch []int64 // watch events received by each watch
 	elapsed  time.Duration
+}
+
+// checkWatches fails t unless every watch saw every event: three (added,
+// modified, deleted) per ConfigMap the workers cycled. A proxy that drops,
+// stalls or silently ends a watch shows up here, not only as a bad share.
+func (w workload) checkWatches(t *testing.T, res workloadResult) {
+	t.Helper()
+	want := int64(3 * w.iterations() * w.workers)
+	for i, n := range res.perWatch {
+		if n != want {
+			t.Errorf("watch %d saw %d events, want %d (all watches: %v)", i, n, want, res.perWatch)
+		}
+	}
+}
+
+const perIteration = 5 // requests in one cycle
+
+func (w workload) iterations() int {
+	return (w.requests + perIteration*w.workers - 1) / (perIteration * w.workers)
 }
 
 func (w workload) run(ctx context.Context, t *testing.T, cfg *rest.Config, ns string) workloadResult {
 	t.Helper()
 	cfg = rest.CopyConfig(cfg)
 	// client-go's default 5 QPS would make 3,000 requests take ten minutes.
+	// No cfg.Timeout: it would cut the watches too.
 	cfg.QPS = 1000
 	cfg.Burst = 2000
-	cfg.Timeout = 30 * time.Second
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -85,6 +106,8 @@ func (w workload) run(ctx context.Context, t *testing.T, cfg *rest.Config, ns st
 	var res workloadResult
 	watchCtx, stopWatches := context.WithCancel(ctx)
 	var watchers sync.WaitGroup
+	res.perWatch = make([]int64, w.watches)
+	want := int64(3 * w.iterations() * w.workers)
 	for i := 0; i < w.watches; i++ {
 		wt, err := cms.Watch(watchCtx, metav1.ListOptions{})
 		if err != nil {
@@ -97,18 +120,27 @@ func (w workload) run(ctx context.Context, t *testing.T, cfg *rest.Config, ns st
 				select {
 				case <-watchCtx.Done():
 					return
-				case _, ok := <-wt.ResultChan():
+				case ev, ok := <-wt.ResultChan():
 					if !ok {
+						if watchCtx.Err() == nil {
+							t.Errorf("watch %d ended early, after %d events", i, atomic.LoadInt64(&res.perWatch[i]))
+						}
 						return
 					}
+					if ev.Type == watch.Error {
+						t.Errorf("watch %d got an error event: %v", i, ev.Object)
+						continue
+					}
 					atomic.AddInt64(&res.events, 1)
+					if atomic.AddInt64(&res.perWatch[i], 1) == want {
+						return // everything arrived; nothing more is due
+					}
 				}
 			}
 		})
 	}
 
-	const perIteration = 5
-	iterations := (w.requests + perIteration*w.workers - 1) / (perIteration * w.workers)
+	iterations := w.iterations()
 	errs := make(chan error, w.workers)
 	var workers sync.WaitGroup
 	for wk := 0; wk < w.workers; wk++ {
@@ -122,8 +154,16 @@ func (w workload) run(ctx context.Context, t *testing.T, cfg *rest.Config, ns st
 		})
 	}
 	workers.Wait()
+	// The last events may still be on their way; give the watches a
+	// moment to finish before cutting them.
+	watchesDone := make(chan struct{})
+	go func() { watchers.Wait(); close(watchesDone) }()
+	select {
+	case <-watchesDone:
+	case <-time.After(30 * time.Second):
+	}
 	stopWatches()
-	watchers.Wait()
+	<-watchesDone
 	close(errs)
 	for err := range errs {
 		t.Error(err)

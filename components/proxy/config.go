@@ -42,6 +42,11 @@ type Config struct {
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 
+	// ShutdownGrace bounds how long Stop waits for short requests
+	// (--shutdown-grace); zero means until Stop's context is done.
+	// Long-running requests are ended at once either way.
+	ShutdownGrace time.Duration
+
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
 }
@@ -69,6 +74,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
 			return fmt.Errorf("proxy listen address %q is not host:port: %v", c.ListenAddress, err)
 		}
+	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("shutdown grace must not be negative, got %v", c.ShutdownGrace)
 	}
 	if c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
 		return fmt.Errorf("proxy timeouts must not be negative, got read-header %v and idle %v", c.ReadHeaderTimeout, c.IdleTimeout)

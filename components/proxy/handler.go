@@ -35,7 +35,11 @@ type Upstream interface {
 	For(address string, mode transport.AuthMode) http.RoundTripper
 }
 
-var _ http.Handler = (*Handler)(nil)
+var (
+	_ http.Handler = (*Handler)(nil)
+	_ Picker       = (*balancer.Balancer)(nil)
+	_ Upstream     = (*transport.Transports)(nil)
+)
 
 // Handler proxies loopback requests to kube-apiserver. Create it with New.
 // It is safe for concurrent use.
@@ -190,9 +194,9 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		pick.Done(balancer.DoneInfo{Err: err, Unavailable: unprocessed || isDialError(err)})
 		h.metrics.upstreamError(addr, err)
 		uerr := &upstreamError{endpoint: addr, err: err, first: first}
-		// Once only: a second unprocessed failure says the trouble is on our
-		// side (network, credentials), and more attempts would only add
-		// latency to the error.
+		// Once only: when two apiservers in a row never received the
+		// request, the cause is more likely ours (network, credentials)
+		// than theirs, and more attempts would only delay the error.
 		if attempt > 0 || !unprocessed || !body.replayable || out.Context().Err() != nil {
 			return nil, uerr
 		}

@@ -97,7 +97,8 @@ func (s *Server) Addr() net.Addr {
 
 // Stop stops accepting connections, ends long-running requests cleanly
 // (Handler.StopLongRunning), and waits for short requests until ctx is done;
-// whatever is still open then is closed. It returns ctx's error when it had
+// whatever is still open then is closed. Config.ShutdownGrace, when set,
+// bounds that wait further. It returns ctx's error when it had
 // to cut requests, or the error that stopped Serve early.
 func (s *Server) Stop(ctx context.Context) error {
 	s.mu.Lock()
@@ -108,6 +109,11 @@ func (s *Server) Stop(ctx context.Context) error {
 		// handler anyway so an unstarted server leaves nothing running.
 		s.handler.StopLongRunning()
 		return nil
+	}
+	if s.cfg.ShutdownGrace > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownGrace)
+		defer cancel()
 	}
 	err := s.srv.Shutdown(ctx)
 	if err != nil {

@@ -1,0 +1,48 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// BenchmarkServeShort measures the proxy's own cost per short request:
+// classification, pick, rewrite, Done and the Status-free happy path, with
+// an in-memory upstream so no network time is counted.
+func BenchmarkServeShort(b *testing.B) {
+	const addr = "10.0.0.1:6443"
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), ContentLength: 2, Request: r}, nil
+	}))
+	h := New(Config{}, p, u, nil)
+	req := httptest.NewRequest("GET", "/api/v1/namespaces/kube-system/configmaps/x", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		h.ServeHTTP(httptest.NewRecorder(), req)
+		p.mu.Lock()
+		p.picks = p.picks[:0] // keep the recorder from growing
+		p.mu.Unlock()
+		u.mu.Lock()
+		u.calls = u.calls[:0]
+		u.mu.Unlock()
+	}
+}
+
+func BenchmarkClassify(b *testing.B) {
+	for _, target := range []string{
+		"/api/v1/namespaces/ns/pods/p",
+		"/apis/apps/v1/namespaces/ns/deployments?watch=true&resourceVersion=123&allowWatchBookmarks=true",
+	} {
+		r := httptest.NewRequest("GET", target, nil)
+		b.Run(target, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				Classify(r)
+			}
+		})
+	}
+}

@@ -1,0 +1,330 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// okBackend answers every request with 200 "ok".
+func okBackend(t *testing.T) (*fakePicker, *fakeUpstream) {
+	t.Helper()
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}), false)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	return newFakePicker(addr), u
+}
+
+// rawRequest writes raw bytes on a new connection and reads one response.
+func rawRequest(t *testing.T, addr, raw string) *http.Response {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(waitLimit))
+	if _, err := io.WriteString(conn, raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer to %q: %v", raw[:min(len(raw), 40)], err)
+	}
+	return resp
+}
+
+func TestRejectProxyRequests(t *testing.T) {
+	tests := []struct {
+		name       string
+		raw        string
+		wantCode   int
+		wantReason metav1.StatusReason
+	}{
+		{"CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed},
+		{"absolute-form to another host", "GET http://evil.example/api/v1/pods HTTP/1.1\r\nHost: evil.example\r\n\r\n", http.StatusBadRequest, metav1.StatusReasonBadRequest},
+		{"absolute-form to fanout's own address", "GET http://127.0.0.1:7080/api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1:7080\r\n\r\n", http.StatusBadRequest, metav1.StatusReasonBadRequest},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, u := okBackend(t)
+			s, _, _ := startProxy(t, Config{}, p, u, nil)
+			resp := rawRequest(t, s.Addr().String(), tc.raw)
+			if resp.StatusCode != tc.wantCode {
+				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.wantCode)
+			}
+			st := readStatus(t, resp)
+			if st.Reason != tc.wantReason || !strings.Contains(st.Message, "fanout is not an open proxy") {
+				t.Errorf("Status = %q %q, want %q and 'fanout is not an open proxy'", st.Reason, st.Message, tc.wantReason)
+			}
+			if len(u.callList()) != 0 {
+				t.Error("a proxy request reached the upstream")
+			}
+		})
+	}
+	t.Run("origin-form passes", func(t *testing.T) {
+		p, u := okBackend(t)
+		s, _, _ := startProxy(t, Config{}, p, u, nil)
+		resp := rawRequest(t, s.Addr().String(), "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1:7080\r\n\r\n")
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2))
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Errorf("origin-form request: %d %q, want 200 ok", resp.StatusCode, b)
+		}
+	})
+}
+
+func TestServerLimits(t *testing.T) {
+	p, u := okBackend(t)
+	s, _, base := startProxy(t, Config{MaxHeaderBytes: 4 << 10, ReadHeaderTimeout: 200 * time.Millisecond}, p, u, nil)
+	addr := s.Addr().String()
+	client := newClient(t, false)
+	stillServes := func(t *testing.T) {
+		t.Helper()
+		resp, err := client.Get(base + "/api/v1/pods")
+		if err != nil {
+			t.Fatalf("the server stopped serving others: %v", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("status = %d, want 200", resp.StatusCode)
+		}
+	}
+
+	t.Run("oversized headers get 431", func(t *testing.T) {
+		big := strings.Repeat("a", 64<<10)
+		resp := rawRequest(t, addr, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nX-Big: "+big+"\r\n\r\n")
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("status = %d, want 431", resp.StatusCode)
+		}
+		stillServes(t)
+	})
+	t.Run("garbage gets 400", func(t *testing.T) {
+		resp := rawRequest(t, addr, "\x16\x03\x01garbage that is no HTTP\r\n\r\n")
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("status = %d, want 400", resp.StatusCode)
+		}
+		stillServes(t)
+	})
+	t.Run("slow headers are cut", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		io.WriteString(conn, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n") // and never the blank line
+		conn.SetReadDeadline(time.Now().Add(waitLimit))
+		b, err := io.ReadAll(conn)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("the server kept a client that never finished its headers for %v", waitLimit)
+		}
+		// net/http closes silently or answers 408; never 200.
+		if len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 408") {
+			t.Errorf("answer to an unfinished request: %q", b)
+		}
+		stillServes(t)
+	})
+}
+
+func TestH2CPriorKnowledge(t *testing.T) {
+	p, u := okBackend(t)
+	_, _, base := startProxy(t, Config{}, p, u, nil)
+	resp, err := newClient(t, true).Get(base + "/api/v1/pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 || string(b) != "ok" {
+		t.Errorf("h2c answer: %s %d %q, want HTTP/2.0 200 ok", resp.Proto, resp.StatusCode, b)
+	}
+}
+
+// TestStopEndsWatchesAndDrainsShortRequests is the shutdown sequence: a
+// watch ends with a complete body while a short request in flight still
+// gets its answer, and Stop returns once it has.
+func TestStopEndsWatchesAndDrainsShortRequests(t *testing.T) {
+	for _, h2c := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http1", true: "h2c"}[h2c], func(t *testing.T) {
+			release := make(chan struct{})
+			shortArrived := make(chan struct{})
+			watchEnded := make(chan struct{})
+			addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("watch") == "" {
+					close(shortArrived)
+					select {
+					case <-release:
+					case <-r.Context().Done():
+						return
+					}
+					io.WriteString(w, "short done")
+					return
+				}
+				io.WriteString(w, `{"type":"ADDED","n":1}`+"\n")
+				w.(http.Flusher).Flush()
+				io.WriteString(w, `{"type":"ADDED","n":2}`+"\n")
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+				close(watchEnded)
+			}), false)
+			p := newFakePicker(addr)
+			u := newFakeUpstream()
+			u.set(addr, rt)
+			h := New(Config{}, p, u, nil)
+			s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, h)
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Stop(context.Background())
+			base := "http://" + s.Addr().String()
+			client := newClient(t, h2c)
+
+			watch, err := client.Get(base + "/api/v1/pods?watch=true")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer watch.Body.Close()
+			br := bufio.NewReader(watch.Body)
+			// Both events reach the client before the stop: what the stop
+			// must not do is lose or cut what was already delivered.
+			var events string
+			for range 2 {
+				line, err := br.ReadString('\n')
+				if err != nil {
+					t.Fatal(err)
+				}
+				events += line
+			}
+			type result struct {
+				body string
+				err  error
+			}
+			shortCh := make(chan result, 1)
+			go func() {
+				resp, err := client.Get(base + "/api/v1/namespaces/ns/pods/p")
+				if err != nil {
+					shortCh <- result{err: err}
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				shortCh <- result{string(b), err}
+			}()
+			wait(t, shortArrived, "the short request to reach the apiserver")
+
+			stopErr := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+				defer cancel()
+				stopErr <- s.Stop(ctx)
+			}()
+
+			rest, err := io.ReadAll(br)
+			if err != nil {
+				t.Fatalf("watch during Stop: %v, want a clean end of the stream", err)
+			}
+			if got := events + string(rest); got != `{"type":"ADDED","n":1}`+"\n"+`{"type":"ADDED","n":2}`+"\n" {
+				t.Errorf("watch body = %q, want exactly the two events", got)
+			}
+			wait(t, watchEnded, "the apiserver side of the watch to end")
+			select {
+			case err := <-stopErr:
+				t.Fatalf("Stop returned %v while a short request was in flight", err)
+			default:
+			}
+
+			close(release)
+			r := <-shortCh
+			if r.err != nil || r.body != "short done" {
+				t.Errorf("short request during Stop: %q, %v; want it to complete", r.body, r.err)
+			}
+			select {
+			case err := <-stopErr:
+				if err != nil {
+					t.Errorf("Stop = %v, want nil after a clean drain", err)
+				}
+			case <-time.After(waitLimit):
+				t.Fatal("Stop did not return after the last request finished")
+			}
+			if _, err := client.Get(base + "/api/v1/pods"); err == nil {
+				t.Error("the server still accepts requests after Stop")
+			}
+			p.checkDoneOnce(t)
+		})
+	}
+}
+
+func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
+	arrived := make(chan struct{})
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done() // never answers on its own
+	}), false)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, New(Config{}, p, u, nil))
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	errCh := make(chan error, 1)
+	go func() {
+		resp, err := newClient(t, false).Get("http://" + s.Addr().String() + "/api/v1/pods")
+		if err == nil {
+			resp.Body.Close()
+		}
+		errCh <- err
+	}()
+	wait(t, arrived, "the request to reach the apiserver")
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Stop = %v, want the deadline error after cutting a request", err)
+	}
+	select {
+	case <-errCh:
+	case <-time.After(waitLimit):
+		t.Fatal("the cut request never ended for the client")
+	}
+}
+
+func TestServerStartStop(t *testing.T) {
+	p, u := okBackend(t)
+	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, New(Config{}, p, u, nil))
+	if s.Addr() != nil {
+		t.Error("Addr before Start is not nil")
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Errorf("Stop before Start = %v", err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err == nil {
+		t.Error("second Start succeeded")
+	}
+	busy := NewServer(Config{ListenAddress: s.Addr().String()}, New(Config{}, p, u, nil))
+	if err := busy.Start(context.Background()); err == nil || !strings.Contains(err.Error(), s.Addr().String()) {
+		t.Errorf("Start on a busy port = %v, want an error naming the address", err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Errorf("Stop = %v", err)
+	}
+	if err := s.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop = %v", err)
+	}
+	bad := NewServer(Config{ListenAddress: "no-port"}, New(Config{}, p, u, nil))
+	if err := bad.Start(context.Background()); err == nil {
+		t.Error("Start with an invalid address succeeded")
+	}
+}
