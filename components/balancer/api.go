@@ -4,7 +4,10 @@
 // builds a new immutable picker that is published through an atomic.Pointer,
 // so Pick takes no lock. Per-endpoint state (in-flight counters, the latency
 // estimate, ejection) lives in *Endpoint values keyed by address and
-// survives updates.
+// survives updates. Latency is judged per request Class: each class has a
+// baseline, the usual latency of such requests across endpoints, and an
+// endpoint's estimate is a score relative to it, so that a LIST is
+// compared with LISTs and a GET with GETs.
 package balancer
 
 import (
@@ -29,9 +32,76 @@ func (k Kind) String() string {
 	return "short"
 }
 
+// Class groups short requests whose latencies are comparable: the verb of
+// kube-apiserver's RequestInfo. A LIST can take a hundred times as long as
+// a GET, so the balancer judges an endpoint's latency against the usual
+// latency of the same class of request, never across classes (see
+// Endpoint.observe). The zero value, ClassOther, is for non-resource
+// requests (discovery, /version, /openapi) and anything unrecognised.
+//
+// Class is a small integer so that per-class state is a fixed array of
+// atomics: the request path needs no map and no lock to find it.
+type Class uint8
+
+const (
+	ClassOther Class = iota
+	ClassGet
+	ClassList
+	ClassCreate
+	ClassUpdate
+	ClassPatch
+	ClassDelete
+	ClassDeleteCollection
+)
+
+// numClasses sizes the per-class arrays; a Class at or beyond it counts as
+// ClassOther.
+const numClasses = int(ClassDeleteCollection) + 1
+
+var classNames = [numClasses]string{"other", "get", "list", "create", "update", "patch", "delete", "deletecollection"}
+
+// String returns the verb of the class, "other" for ClassOther and for
+// values outside the enumeration.
+func (c Class) String() string { return classNames[c.index()] }
+
+func (c Class) index() int {
+	if int(c) >= numClasses {
+		return int(ClassOther)
+	}
+	return int(c)
+}
+
+// ClassForVerb returns the class of a resource request from its RequestInfo
+// verb. Unknown verbs, and those of long-running requests (watch, proxy),
+// give ClassOther. Pass only a resource request's verb: for a non-resource
+// request RequestInfo holds the lowercased HTTP method, and a GET of
+// /openapi/v3 is not comparable with a GET of one object.
+func ClassForVerb(verb string) Class {
+	switch verb {
+	case "get":
+		return ClassGet
+	case "list":
+		return ClassList
+	case "create":
+		return ClassCreate
+	case "update":
+		return ClassUpdate
+	case "patch":
+		return ClassPatch
+	case "delete":
+		return ClassDelete
+	case "deletecollection":
+		return ClassDeleteCollection
+	}
+	return ClassOther
+}
+
 // PickInfo describes the request being balanced.
 type PickInfo struct {
 	Kind Kind
+	// Class is the request's verb class. It matters only for Short
+	// requests, whose latency is compared with that of their class.
+	Class Class
 	// Avoid is an address that must not be chosen if any other endpoint is
 	// usable; the proxy sets it when it retries a request elsewhere.
 	Avoid string

@@ -1,9 +1,11 @@
 package balancer
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -49,26 +51,26 @@ func New(cfg Config) (*Balancer, error) {
 // Update replaces the endpoint set with a full snapshot. Addresses that stay
 // keep their *Endpoint, with counters and latency estimate; new ones start
 // from the median latency estimate and recent request count of the current
-// endpoints so that they neither draw nor shun traffic. Requests in flight on a removed endpoint finish
-// normally. Update must not be called concurrently with itself; it does not
+// endpoints so that they neither draw nor shun traffic. Requests in flight
+// on a removed endpoint finish normally. Update must not be called concurrently with itself; it does not
 // retain eps.
 func (b *Balancer) Update(eps []resolver.Endpoint) {
-	now := b.p.nowNanos()
+	now, samples := b.p.clock()
 	old := b.current.Load().eps
 	kept := make(map[string]*Endpoint, len(old))
 	for _, e := range old {
 		kept[e.address] = e
 	}
-	seed, served := int64(defaultEstimate), 0.0
+	seed, served := 1.0, 0.0
 	if len(old) > 0 {
 		ests := make([]float64, len(old))
 		counts := make([]float64, len(old))
 		for i, e := range old {
-			ests[i], counts[i] = e.estimate(now), e.served(now)
+			ests[i], counts[i] = e.estimate(now, samples), e.served(now)
 		}
 		slices.Sort(ests)
 		slices.Sort(counts)
-		seed, served = int64(ests[len(ests)/2]), counts[len(counts)/2]
+		seed, served = ests[len(ests)/2], counts[len(counts)/2]
 	}
 	next := make([]*Endpoint, 0, len(eps))
 	seen := make(map[string]bool, len(eps))
@@ -84,6 +86,8 @@ func (b *Balancer) Update(eps []resolver.Endpoint) {
 		next = append(next, e)
 	}
 	slices.SortFunc(next, func(x, y *Endpoint) int { return strings.Compare(x.address, y.address) })
+	// A round of the traffic clock is one request per endpoint.
+	b.p.roundStep.Store(roundScale / int64(max(len(next), 1)))
 	b.current.Store(&snapshot{eps: next})
 }
 
@@ -95,9 +99,11 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 	if len(eps) == 0 {
 		return Pick{}, ErrNoEndpoints
 	}
-	c := newCandidates(eps, b.p.nowNanos(), info.Avoid, b.maxEjected)
+	now, samples := b.p.clock()
+	c := newCandidates(eps, now, info.Avoid, b.maxEjected)
+	c.samples = samples
 	e := b.policy.pick(c, info)
-	kind := info.Kind
+	kind, class := info.Kind, info.Class
 	e.inflight[kindIndex(kind)].Add(1)
 	var called atomic.Bool
 	return Pick{Endpoint: e, Done: func(di DoneInfo) {
@@ -105,7 +111,7 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 		if called.Swap(true) {
 			return
 		}
-		e.finish(kind, di)
+		e.finish(kind, class, di)
 	}}, nil
 }
 
@@ -113,10 +119,10 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 // address.
 func (b *Balancer) Endpoints() []EndpointStatus {
 	eps := b.current.Load().eps
-	now := b.p.nowNanos()
+	now, samples := b.p.clock()
 	out := make([]EndpointStatus, len(eps))
 	for i, e := range eps {
-		out[i] = e.status(now)
+		out[i] = e.status(now, samples)
 	}
 	return out
 }
@@ -132,4 +138,15 @@ func (b *Balancer) Ready() bool {
 		}
 	}
 	return false
+}
+
+// Baseline returns the usual latency of a successful short request of
+// class c across endpoints, the unit of EndpointStatus.LatencyScore; ok is
+// false until a request of the class has been measured.
+func (b *Balancer) Baseline(c Class) (d time.Duration, ok bool) {
+	bits := b.p.baseline[c.index()].Load()
+	if bits == 0 {
+		return 0, false
+	}
+	return time.Duration(math.Float64frombits(bits)), true
 }

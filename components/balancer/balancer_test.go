@@ -195,8 +195,8 @@ func TestUpdateKeepsSurvivingEndpoints(t *testing.T) {
 		if s.RequestsTotal != before[s.Address].RequestsTotal || s.RequestsTotal == 0 {
 			t.Errorf("%s: requests %d after update, want %d kept", s.Address, s.RequestsTotal, before[s.Address].RequestsTotal)
 		}
-		if s.LatencyEstimateSeconds != before[s.Address].LatencyEstimateSeconds {
-			t.Errorf("%s: estimate %v after update, want %v kept", s.Address, s.LatencyEstimateSeconds, before[s.Address].LatencyEstimateSeconds)
+		if s.LatencyScore != before[s.Address].LatencyScore {
+			t.Errorf("%s: estimate %v after update, want %v kept", s.Address, s.LatencyScore, before[s.Address].LatencyScore)
 		}
 	}
 	d := got[2]
@@ -204,8 +204,8 @@ func TestUpdateKeepsSurvivingEndpoints(t *testing.T) {
 		t.Errorf("new endpoint starts with counters %+v, want zero", d)
 	}
 	// The median of a, b, c's estimates is b's.
-	if want := before["b:1"].LatencyEstimateSeconds; math.Abs(d.LatencyEstimateSeconds-want) > 1e-9 {
-		t.Errorf("new endpoint estimate = %v, want the median %v", d.LatencyEstimateSeconds, want)
+	if want := before["b:1"].LatencyScore; math.Abs(d.LatencyScore-want) > 1e-9 {
+		t.Errorf("new endpoint estimate = %v, want the median %v", d.LatencyScore, want)
 	}
 	// A request on a removed endpoint still finishes cleanly.
 	p.Done(DoneInfo{StatusCode: 200})
@@ -265,51 +265,84 @@ func TestErrorsCounted(t *testing.T) {
 	}
 }
 
+// TestPeakEWMA pins down observe on one endpoint whose class baseline is
+// 10ms, so a sample of 10ms is a ratio of 1.
 func TestPeakEWMA(t *testing.T) {
 	ms := time.Millisecond
 	const decay = 10 * time.Second
 	tests := []struct {
 		name    string
-		start   time.Duration
-		after   time.Duration // time since the last update
+		start   float64       // score before the sample
+		rising  int32         // consecutive capped samples before
+		after   time.Duration // wall time since the last update
+		rounds  float64       // traffic since the last update
 		sample  time.Duration
 		penalty bool
-		want    time.Duration
+		want    float64
+		// wantRising is the streak of capped samples after this one.
+		wantRising int32
 	}{
-		{name: "peak replaces at once", start: 10 * ms, after: 0, sample: 50 * ms, want: 50 * ms},
-		{name: "lower sample, no time passed", start: 50 * ms, after: 0, sample: 10 * ms, want: 50 * ms},
-		// decayed 50→50e^-1 = 18.39ms, then mixed with weight 1-e^-1
-		// towards 10ms: 18.39e^-1 + 10(1-e^-1) = 13.09ms.
-		{name: "lower sample after one decay time", start: 50 * ms, after: decay, sample: 10 * ms, want: 13087 * time.Microsecond},
-		{name: "sample above decayed estimate replaces", start: 50 * ms, after: 2 * decay, sample: 10 * ms, want: 10 * ms},
-		{name: "penalty quadruples", start: 10 * ms, sample: ms, penalty: true, want: 40 * ms},
-		{name: "penalty floor", start: ms / 2, sample: ms / 10, penalty: true, want: 10 * ms},
-		{name: "penalty cap", start: 800 * ms, sample: ms, penalty: true, want: time.Second},
-		{name: "slow failure keeps its latency", start: 10 * ms, sample: 3 * time.Second, penalty: true, want: 3 * time.Second},
+		{name: "peak within the bound replaces at once", start: 1, sample: 15 * ms, want: 1.5},
+		{name: "spike lifts at most twice", start: 1, sample: 500 * ms, want: 2, wantRising: 1},
+		{name: "bound is relative to at least 1", start: 0.5, sample: 500 * ms, want: 2, wantRising: 1},
+		{name: "second capped sample in a row: four times", start: 2, rising: 1, sample: 500 * ms, want: 8, wantRising: 2},
+		{name: "third in a row: eight times", start: 8, rising: 2, sample: 500 * ms, want: 50, wantRising: 0},
+		{name: "streak ends on an uncapped sample", start: 2, rising: 1, sample: 10 * ms, want: 1.75},
+		{name: "lower sample moves a quarter of the way", start: 3, sample: 10 * ms, want: 2.5},
+		{name: "lower ratio below 1", start: 1, sample: 5 * ms, want: 0.875},
+		// 3 decays to 1+2/e = 1.7358 over one DecayTime, then a quarter of
+		// the way to 1: 1.5518.
+		{name: "decays towards 1 with time", start: 3, after: decay, sample: 10 * ms, want: 1 + 2/math.E*0.75},
+		{name: "and with traffic", start: 3, rounds: decayRounds, sample: 10 * ms, want: 1 + 2/math.E*0.75},
+		{name: "both add up", start: 3, after: decay, rounds: decayRounds, sample: 10 * ms, want: 1 + 2/math.E/math.E*0.75},
+		{name: "penalty quadruples", start: 2, sample: ms, penalty: true, want: 8},
+		{name: "penalty floor", start: 0.5, sample: ms / 10, penalty: true, want: 4},
+		{name: "penalty cap", start: 400, sample: ms, penalty: true, want: penaltyMax},
+		{name: "penalty never lowers", start: 2000, sample: ms, penalty: true, want: 2000},
+		{name: "slow failure keeps its ratio", start: 1, sample: 80 * ms, penalty: true, want: 8},
+		{name: "slow failure within the cap", start: 1, sample: time.Minute, penalty: true, want: penaltyMax},
+		{name: "penalty keeps the streak", start: 2, rising: 1, sample: ms, penalty: true, want: 8, wantRising: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := newParams(Config{DecayTime: decay}.withDefaults())
-			e := newEndpoint("a:1", p, int64(tt.start), 0, 0)
-			now := int64(tt.after)
-			e.observe(tt.sample, tt.penalty, now)
-			got := time.Duration(e.estimate(now))
-			if diff := got - tt.want; diff < -time.Microsecond || diff > time.Microsecond {
-				t.Errorf("estimate = %v, want %v", got, tt.want)
+			p.baseline[ClassGet].Store(math.Float64bits(float64(10 * ms)))
+			e := newEndpoint("a:1", p, tt.start, 0, 0)
+			e.rising.Store(tt.rising)
+			now, samples := int64(tt.after), int64(tt.rounds*roundScale)
+			e.observe(ClassGet, tt.sample, tt.penalty, now, samples)
+			if got := e.estimate(now, samples); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("score = %v, want %v", got, tt.want)
+			}
+			if got := e.rising.Load(); got != tt.wantRising {
+				t.Errorf("capped streak = %d, want %d", got, tt.wantRising)
 			}
 		})
 	}
 }
 
-func TestEstimateDecaysWhenIdle(t *testing.T) {
+func TestEstimateDecaysTowardsUsual(t *testing.T) {
 	p := newParams(Config{DecayTime: 10 * time.Second}.withDefaults())
-	e := newEndpoint("a:1", p, int64(100*time.Millisecond), 0, 0)
-	got := e.estimate(int64(10 * time.Second))
-	if want := 100e6 * 0.36787944; got < want*0.999 || got > want*1.001 {
-		t.Errorf("estimate after one decay time = %v ns, want %v", got, want)
+	tests := []struct {
+		name   string
+		start  float64
+		after  time.Duration
+		rounds float64
+		want   float64
+	}{
+		{name: "slow, one decay time", start: 5, after: 10 * time.Second, want: 1 + 4/math.E},
+		{name: "slow, ten rounds", start: 5, rounds: decayRounds, want: 1 + 4/math.E},
+		{name: "fast, one decay time", start: 0.5, after: 10 * time.Second, want: 1 - 0.5/math.E},
+		{name: "in the past", start: 5, after: -time.Second, rounds: -1, want: 5},
+		{name: "long idle", start: 16, after: time.Hour, want: 1},
 	}
-	if e.estimate(-1) != 100e6 {
-		t.Error("estimate in the past moved")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEndpoint("a:1", p, tt.start, 0, 0)
+			if got := e.estimate(int64(tt.after), int64(tt.rounds*roundScale)); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("score = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -324,7 +357,7 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"address", "state", "inflight_short", "inflight_long", "latency_estimate_seconds", "requests_total", "errors_total", "ejected_until", "consecutive_failures"}
+	keys := []string{"address", "state", "inflight_short", "inflight_long", "latency_score", "requests_total", "errors_total", "ejected_until", "consecutive_failures"}
 	for _, m := range got {
 		for _, k := range keys {
 			if _, ok := m[k]; !ok {
@@ -352,8 +385,8 @@ func TestNewEndpoint(t *testing.T) {
 	if e.Address() != "a:1" {
 		t.Errorf("Address = %q", e.Address())
 	}
-	if s := e.Status(); s.State != StateReady || s.LatencyEstimateSeconds <= 0 {
-		t.Errorf("Status = %+v, want ready with a positive estimate", s)
+	if s := e.Status(); s.State != StateReady || s.LatencyScore != 1 {
+		t.Errorf("Status = %+v, want ready with the usual latency score 1", s)
 	}
 }
 

@@ -30,9 +30,12 @@ type Config struct {
 	// Rand returns a uniform int in [0, n); nil means math/rand/v2 IntN.
 	// It is called concurrently and must be safe for that.
 	Rand func(n int) int
-	// DecayTime is the time constant of the peak-EWMA latency estimate: an
-	// estimate that is not refreshed falls to 1/e of its value after
-	// DecayTime. Zero means DefaultDecayTime.
+	// DecayTime is the wall-time constant of the peak-EWMA latency
+	// estimate: an estimate that is not refreshed fades to 1/e of its
+	// distance from the usual latency after DecayTime, and sooner while
+	// other endpoints serve traffic (see Endpoint.estimate). It is also
+	// the memory of the recent-requests count that breaks ties. Zero means
+	// DefaultDecayTime.
 	DecayTime time.Duration
 	// EjectBase is how long an endpoint is skipped after its first
 	// Unavailable result; each further consecutive Unavailable doubles it,

@@ -12,30 +12,93 @@ const (
 	StateEjected = "ejected"
 )
 
+// The latency estimate. See observe for how these shape it.
 const (
-	// defaultEstimate seeds the latency estimate when nothing is known yet:
-	// the order of a kube-apiserver GET. Every endpoint of a first snapshot
-	// starts from it, so it only sets the scale, not an order.
-	defaultEstimate = 10 * time.Millisecond
-	// minEstimate is the floor of the latency used in the cost, so that an
-	// estimate decayed towards zero still lets the in-flight count weigh.
-	minEstimate = 100 * time.Microsecond
-	// penaltyFactor, penaltyMin and penaltyMax shape the sample fed for a
-	// fast failure, see observe.
+	// upFactor bounds how far one sample lifts the estimate: to at most
+	// upFactor × max(estimate, 1). Each further consecutive sample that
+	// hits the bound doubles the allowance, up to 2^maxRise.
+	upFactor = 2
+	maxRise  = 6
+	// downWeight is the weight of a sample below the estimate.
+	downWeight = 0.25
+	// decayRounds is the traffic time constant of the estimate: it fades
+	// to 1/e of its distance from 1 after this many rounds, a round being
+	// as many finished short requests as there are endpoints. The fading
+	// by traffic and by DecayTime compound.
+	decayRounds = 10
+	// roundScale is the traffic clock's resolution: a round is roundScale
+	// ticks, so that a request of an n-endpoint set adds roundScale/n.
+	roundScale = 1 << 16
+	// baselineWeight and baselineStep shape the class baseline, see ratio.
+	baselineWeight = 1.0 / 16
+	baselineStep   = 4
+	// minScore floors the estimate in the cost, so that in-flight counts
+	// still weigh between endpoints whose estimates fell far below 1.
+	minScore = 1.0 / 16
+	// penaltyFactor and penaltyMax shape the score given for a fast
+	// failure, see observe.
 	penaltyFactor = 4
-	penaltyMin    = 10 * time.Millisecond
-	penaltyMax    = time.Second
+	penaltyMax    = 1024
 )
 
-// params are the per-Balancer settings its endpoints need in Done.
+// params are the per-Balancer settings its endpoints need in Done, and the
+// state they share: the class baselines and the traffic clock. It is only
+// used through a pointer.
 type params struct {
 	now       func() time.Time
 	decay     float64 // DecayTime in nanoseconds
 	ejectBase time.Duration
 	ejectMax  time.Duration
+
+	// baseline is, per Class (see Class.index), the usual latency of a
+	// successful short request of that class on any endpoint: nanoseconds
+	// as float64 bits, 0 until the first sample.
+	baseline [numClasses]atomic.Uint64
+	// samples is the traffic clock in ticks: each finished short request
+	// adds roundStep, roundScale divided by the number of endpoints.
+	samples   atomic.Int64
+	roundStep atomic.Int64
 }
 
 func (p *params) nowNanos() int64 { return p.now().UnixNano() }
+
+// clock returns both clocks the estimate decays with: wall time in unix
+// nanoseconds and the traffic clock.
+func (p *params) clock() (now, samples int64) { return p.nowNanos(), p.samples.Load() }
+
+// ratio returns sample relative to the baseline of class c. With learn it
+// also moves the baseline towards sample; the first sample of a class sets
+// it, and counts as exactly usual.
+//
+// The baseline is a geometric EWMA over samples of every endpoint (weight
+// baselineWeight), and a sample moves it at most as if it were baselineStep
+// times off. A 50× spike thus lifts it by 4^(1/16), about 9%, instead of
+// making every other endpoint's next answer look fast; a class whose real
+// latency shifts follows within a few dozen samples. It counts samples, not
+// seconds, so that a class seen once a minute still has a baseline made of
+// its own last samples.
+func (p *params) ratio(c Class, sample time.Duration, learn bool) float64 {
+	slot := &p.baseline[c.index()]
+	s := float64(sample)
+	for {
+		old := slot.Load()
+		if old == 0 {
+			if !learn || slot.CompareAndSwap(0, math.Float64bits(s)) {
+				return 1
+			}
+			continue
+		}
+		base := math.Float64frombits(old)
+		r := s / base
+		if !learn {
+			return r
+		}
+		next := base * math.Pow(min(max(r, 1.0/baselineStep), baselineStep), baselineWeight)
+		if next == base || slot.CompareAndSwap(old, math.Float64bits(next)) {
+			return r
+		}
+	}
+}
 
 // Endpoint is the state of one kube-apiserver, keyed by address. The
 // Balancer keeps the same *Endpoint for an address across updates, so
@@ -52,20 +115,24 @@ type Endpoint struct {
 	requests atomic.Uint64
 	errors   atomic.Uint64
 
-	// latency is the peak-EWMA estimate in nanoseconds as of latencyAt
-	// (unix nanoseconds). Readers decay it to their own "now" without
-	// writing, see estimate. The two words are not updated together; a
-	// reader that sees a new stamp with an old value only misses the decay
-	// of a few microseconds.
-	latency   atomic.Int64
-	latencyAt atomic.Int64
+	// score is the latency estimate relative to the class baselines
+	// (float64 bits): 1 is as fast as usual for the requests it served, 2
+	// twice as slow. It is as of scoreAt (unix nanoseconds) and
+	// scoreSamples (traffic clock); readers decay it to their own clocks
+	// without writing, see estimate. The words are not updated together; a
+	// reader that sees a new stamp with an old value only misses a sliver
+	// of decay. rising counts consecutive samples cut short by the
+	// upFactor bound.
+	score        atomic.Uint64
+	scoreAt      atomic.Int64
+	scoreSamples atomic.Int64
+	rising       atomic.Int32
 
-	// recent counts short requests finished, decayed with the same time
-	// constant as the latency (float64 bits, as of recentAt). It breaks
-	// ties between equally cheap endpoints; unlike requests it forgets, so
-	// an endpoint back from a long ejection or a fresh one is favoured
-	// for seconds, not until it has caught up with its peers' lifetime
-	// totals.
+	// recent counts short requests finished, decayed with DecayTime
+	// (float64 bits, as of recentAt). It breaks ties between equally
+	// cheap endpoints; unlike requests it forgets, so an endpoint back
+	// from a long ejection or a fresh one is favoured for seconds, not
+	// until it has caught up with its peers' lifetime totals.
 	recent   atomic.Uint64
 	recentAt atomic.Int64
 
@@ -81,17 +148,20 @@ type Endpoint struct {
 // other packages' tests.
 func NewEndpoint(address string) *Endpoint {
 	d := Config{}.withDefaults()
-	return newEndpoint(address, newParams(d), int64(defaultEstimate), 0, d.Now().UnixNano())
+	return newEndpoint(address, newParams(d), 1, 0, d.Now().UnixNano())
 }
 
 func newParams(c Config) *params {
-	return &params{now: c.Now, decay: float64(c.DecayTime), ejectBase: c.EjectBase, ejectMax: c.EjectMax}
+	p := &params{now: c.Now, decay: float64(c.DecayTime), ejectBase: c.EjectBase, ejectMax: c.EjectMax}
+	p.roundStep.Store(roundScale) // one endpoint until Update says otherwise
+	return p
 }
 
-func newEndpoint(address string, p *params, estimate int64, recent float64, now int64) *Endpoint {
+func newEndpoint(address string, p *params, score, recent float64, now int64) *Endpoint {
 	e := &Endpoint{address: address, p: p}
-	e.latency.Store(estimate)
-	e.latencyAt.Store(now)
+	e.score.Store(math.Float64bits(score))
+	e.scoreAt.Store(now)
+	e.scoreSamples.Store(p.samples.Load())
 	e.recent.Store(math.Float64bits(recent))
 	e.recentAt.Store(now)
 	return e
@@ -109,36 +179,42 @@ func kindIndex(k Kind) int {
 
 func (e *Endpoint) ejected(now int64) bool { return e.ejectedUntil.Load() > now }
 
-// decayWeight is how much of a value stamped at then is left at now.
-func (e *Endpoint) decayWeight(then, now int64) float64 {
-	if now <= then {
-		return 1
-	}
-	return math.Exp(-float64(now-then) / e.p.decay)
-}
-
-// claim moves stamp forward to now and returns the decay weight of the
-// interval it covered, so that concurrent updaters apply each stretch of
-// decay exactly once.
-func (e *Endpoint) claim(stamp *atomic.Int64, now int64) float64 {
+// claim moves stamp forward to v and returns how far it moved, so that
+// concurrent updaters apply each stretch of decay exactly once.
+func claim(stamp *atomic.Int64, v int64) int64 {
 	for {
 		prev := stamp.Load()
-		if now <= prev {
-			return 1
+		if v <= prev {
+			return 0
 		}
-		if stamp.CompareAndSwap(prev, now) {
-			return e.decayWeight(prev, now)
+		if stamp.CompareAndSwap(prev, v) {
+			return v - prev
 		}
 	}
+}
+
+// timeDecay is how much of a value decaying with DecayTime is left after
+// d nanoseconds.
+func (e *Endpoint) timeDecay(d int64) float64 {
+	if d <= 0 {
+		return 1
+	}
+	return math.Exp(-float64(d) / e.p.decay)
+}
+
+// scoreDecay is how much of the estimate's distance from 1 is left after d
+// nanoseconds and n ticks of the traffic clock.
+func (e *Endpoint) scoreDecay(d, n int64) float64 {
+	return math.Exp(-float64(max(d, 0))/e.p.decay - float64(max(n, 0))/(roundScale*decayRounds))
 }
 
 // served is the decayed count of recently finished short requests.
 func (e *Endpoint) served(now int64) float64 {
-	return math.Float64frombits(e.recent.Load()) * e.decayWeight(e.recentAt.Load(), now)
+	return math.Float64frombits(e.recent.Load()) * e.timeDecay(now-e.recentAt.Load())
 }
 
 func (e *Endpoint) countServed(now int64) {
-	w := e.claim(&e.recentAt, now)
+	w := e.timeDecay(claim(&e.recentAt, now))
 	for {
 		old := e.recent.Load()
 		if e.recent.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)*w+1)) {
@@ -147,45 +223,85 @@ func (e *Endpoint) countServed(now int64) {
 	}
 }
 
-// estimate is the latency estimate decayed to now. Decaying towards zero
-// while no sample arrives (as tower's peak EWMA does at load time) is what
-// brings back an endpoint that lost every comparison after a spike or a
-// penalty: it grows cheaper until it is picked and measured again.
-func (e *Endpoint) estimate(now int64) float64 {
-	return float64(e.latency.Load()) * e.decayWeight(e.latencyAt.Load(), now)
+// estimate is the latency score decayed to the given clocks.
+//
+// It fades towards 1, the class baseline, not towards zero: what an old
+// measurement leaves behind is "as fast as usual", which is the honest
+// prior. Fading to zero would instead make every endpoint that has not
+// been measured for a while look faster than all the others and draw all
+// traffic until it is measured again.
+//
+// It fades with wall time (DecayTime) and with traffic: one round of
+// requests, one per endpoint, removes 1/decayRounds of its distance from
+// 1. The traffic clock is what brings an endpoint that loses every
+// comparison back within a bounded number of requests however fast they
+// come. With wall time alone a sequential client sending a thousand
+// requests a second would pass over an endpoint for tens of thousands of
+// requests after one slow answer.
+func (e *Endpoint) estimate(now, samples int64) float64 {
+	w := e.scoreDecay(now-e.scoreAt.Load(), samples-e.scoreSamples.Load())
+	return 1 + (math.Float64frombits(e.score.Load())-1)*w
 }
 
-// observe feeds one latency sample into the peak EWMA.
+// observe feeds one latency sample of class c into the estimate. The
+// sample is first divided by the class baseline (see ratio), so that a
+// LIST is compared with LISTs and a GET with GETs; the estimate and the
+// cost are in units of "usual".
 //
-// A sample above the decayed estimate replaces it at once: a slowing
-// apiserver is avoided on its first slow answer. A lower sample pulls the
-// estimate down with weight 1-exp(-elapsed/decay), so a single fast answer
-// does not undo a peak.
+// A ratio above the estimate raises it at once, as peak EWMA does, but by
+// at most upFactor × max(estimate, 1). One outlier (GC pause, CPU
+// contention, a LIST of an unusually large collection) therefore lifts the
+// estimate to 2 at most, inside the factor-of-two band in which policies
+// call costs equal, and costs the endpoint nothing. Each further
+// consecutive sample that hits the bound doubles the allowance (×4, ×8, …),
+// so sustained slowness reaches its real level within log2(slowness)
+// samples, and an endpoint that is really 100× slower is probed ever more
+// rarely rather than every few rounds. A ratio below the estimate pulls it
+// down with weight downWeight.
 //
 // penalty marks a fast failure (429 or 5xx). kube-apiserver's priority and
 // fairness rejects with 429 in microseconds, so the raw latency would make
-// an overloaded apiserver the cheapest one. The sample is raised to
-// clamp(4×estimate, 10ms, 1s): four times puts it beyond the factor-of-two
-// band in which policies call costs equal, the floor does the same for
-// sub-millisecond backends, and the cap bounds the time (about
-// DecayTime×ln(cap/peer latency)) a recovered endpoint stays starved.
-// A slow failure keeps its own, larger latency.
-func (e *Endpoint) observe(sample time.Duration, penalty bool, now int64) {
-	w := e.claim(&e.latencyAt, now)
+// an overloaded apiserver the cheapest one. The score is raised to
+// penaltyFactor × max(estimate, 1), clear of the factor-of-two band. It
+// compounds: the endpoint is tried again only once its score has faded to
+// where it wins a comparison, and each failure then lifts it 4× above that
+// level. Under a sequential client that level is about 2; under many
+// concurrent clients it is the healthy endpoints' in-flight count, which
+// the failing one, answering at once, never builds up. penaltyMax is
+// therefore high, 1024: it only bounds the time a recovered endpoint
+// stays starved, about decayRounds × ln(penaltyMax) ≈ 70 rounds, or
+// DecayTime × ln(penaltyMax) when traffic is sparse. A slow failure keeps
+// its own, larger ratio, within the same cap. Penalised samples do not
+// feed the baseline: an instant 429 says nothing about how long a GET
+// takes.
+func (e *Endpoint) observe(c Class, sample time.Duration, penalty bool, now, samples int64) {
+	r := e.p.ratio(c, sample, !penalty)
+	w := e.scoreDecay(claim(&e.scoreAt, now), claim(&e.scoreSamples, samples))
+	rising := min(e.rising.Load(), maxRise)
 	for {
-		old := e.latency.Load()
-		cur := float64(old) * w
-		s := float64(sample)
-		if penalty {
-			s = max(s, min(max(penaltyFactor*cur, float64(penaltyMin)), float64(penaltyMax)))
+		old := e.score.Load()
+		cur := 1 + (math.Float64frombits(old)-1)*w
+		next, capped := cur, false
+		switch {
+		case penalty:
+			next = max(cur, min(max(r, penaltyFactor*max(cur, 1)), penaltyMax))
+		case r > cur:
+			limit := max(cur, 1) * float64(int(upFactor)<<rising)
+			next, capped = min(r, limit), r > limit
+		default:
+			next = cur + (r-cur)*downWeight
 		}
-		next := s
-		if s < cur {
-			next = cur*w + s*(1-w)
+		if !e.score.CompareAndSwap(old, math.Float64bits(next)) {
+			continue
 		}
-		if e.latency.CompareAndSwap(old, int64(next)) {
-			return
+		switch {
+		case penalty:
+		case capped:
+			e.rising.Add(1)
+		case rising != 0:
+			e.rising.Store(0)
 		}
+		return
 	}
 }
 
@@ -206,9 +322,9 @@ func (e *Endpoint) eject(now int64) {
 	}
 }
 
-// finish records the end of a request picked with kind k. The caller
-// guarantees it runs once per pick.
-func (e *Endpoint) finish(k Kind, di DoneInfo) {
+// finish records the end of a request picked with kind k and class c. The
+// caller guarantees it runs once per pick.
+func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	e.inflight[kindIndex(k)].Add(-1)
 	e.requests.Add(1)
 	penalty := di.StatusCode == 429 || di.StatusCode >= 500
@@ -231,22 +347,26 @@ func (e *Endpoint) finish(k Kind, di DoneInfo) {
 		return
 	}
 	now := e.p.nowNanos()
+	samples := e.p.samples.Add(e.p.roundStep.Load())
 	e.countServed(now)
 	if di.Latency > 0 {
-		e.observe(di.Latency, penalty, now)
+		e.observe(c, di.Latency, penalty, now, samples)
 	}
 }
 
 // EndpointStatus is a point-in-time view of an Endpoint, served as JSON by
 // the admin /debug/endpoints handler.
 type EndpointStatus struct {
-	Address                string  `json:"address"`
-	State                  string  `json:"state"`
-	InflightShort          int64   `json:"inflight_short"`
-	InflightLong           int64   `json:"inflight_long"`
-	LatencyEstimateSeconds float64 `json:"latency_estimate_seconds"`
-	RequestsTotal          uint64  `json:"requests_total"`
-	ErrorsTotal            uint64  `json:"errors_total"`
+	Address       string `json:"address"`
+	State         string `json:"state"`
+	InflightShort int64  `json:"inflight_short"`
+	InflightLong  int64  `json:"inflight_long"`
+	// LatencyScore is the latency estimate relative to the usual latency
+	// of the same class of request on any endpoint: 1 is usual, 2 twice
+	// as slow. It fades back to 1 while the endpoint is not measured.
+	LatencyScore  float64 `json:"latency_score"`
+	RequestsTotal uint64  `json:"requests_total"`
+	ErrorsTotal   uint64  `json:"errors_total"`
 	// EjectedUntil is RFC 3339 (UTC, with fractional seconds), empty when
 	// the endpoint is not ejected.
 	EjectedUntil        string `json:"ejected_until"`
@@ -256,19 +376,19 @@ type EndpointStatus struct {
 // Status returns a snapshot of the endpoint. The fields are read one by
 // one, so they may straddle a concurrent request.
 func (e *Endpoint) Status() EndpointStatus {
-	return e.status(e.p.nowNanos())
+	return e.status(e.p.clock())
 }
 
-func (e *Endpoint) status(now int64) EndpointStatus {
+func (e *Endpoint) status(now, samples int64) EndpointStatus {
 	s := EndpointStatus{
-		Address:                e.address,
-		State:                  StateReady,
-		InflightShort:          e.inflight[0].Load(),
-		InflightLong:           e.inflight[1].Load(),
-		LatencyEstimateSeconds: e.estimate(now) / float64(time.Second),
-		RequestsTotal:          e.requests.Load(),
-		ErrorsTotal:            e.errors.Load(),
-		ConsecutiveFailures:    e.failures.Load(),
+		Address:             e.address,
+		State:               StateReady,
+		InflightShort:       e.inflight[0].Load(),
+		InflightLong:        e.inflight[1].Load(),
+		LatencyScore:        e.estimate(now, samples),
+		RequestsTotal:       e.requests.Load(),
+		ErrorsTotal:         e.errors.Load(),
+		ConsecutiveFailures: e.failures.Load(),
 	}
 	if until := e.ejectedUntil.Load(); until > now {
 		s.State = StateEjected

@@ -64,17 +64,95 @@ type backend func(addr string) (time.Duration, int)
 // It returns the number of picks per address.
 func runSequential(t testing.TB, b *Balancer, clock *fakeClock, n int, answer backend) map[string]int {
 	t.Helper()
-	got := map[string]int{}
-	for range n {
-		p, err := b.Pick(PickInfo{Kind: Short})
+	return count(playSequential(t, b, clock, n, nil, func(_ int, addr string, _ Class) (time.Duration, int) { return answer(addr) }))
+}
+
+// scripted says how an endpoint answers the i-th request of a script, of
+// class c.
+type scripted func(i int, addr string, c Class) (time.Duration, int)
+
+// playSequential is runSequential with a class per request (ClassOther
+// when class is nil) and an answer that may depend on the request's index.
+// It returns the address picked for each request.
+func playSequential(t testing.TB, b *Balancer, clock *fakeClock, n int, class func(i int) Class, answer scripted) []string {
+	t.Helper()
+	picked := make([]string, n)
+	for i := range n {
+		c := ClassOther
+		if class != nil {
+			c = class(i)
+		}
+		p, err := b.Pick(PickInfo{Kind: Short, Class: c})
 		if err != nil {
 			t.Fatalf("Pick: %v", err)
 		}
 		addr := p.Endpoint.Address()
-		lat, code := answer(addr)
+		lat, code := answer(i, addr, c)
 		clock.Advance(lat)
 		p.Done(DoneInfo{StatusCode: code, Latency: lat})
-		got[addr]++
+		picked[i] = addr
+	}
+	return picked
+}
+
+// playConcurrent plays n requests from clients closed-loop clients: each
+// client sends its next request as soon as its previous one is done, so
+// requests overlap and in-flight counts matter. Time is simulated on the
+// fake clock, one completion at a time in time order (ties in order of
+// issue), so the run is deterministic. It returns the address picked for
+// each request, in order of issue.
+func playConcurrent(t testing.TB, b *Balancer, clock *fakeClock, clients, n int, class func(i int) Class, answer scripted) []string {
+	t.Helper()
+	type req struct {
+		p    Pick
+		lat  time.Duration
+		code int
+		end  int64
+		seq  int
+	}
+	picked := make([]string, 0, n)
+	var open []req
+	issue := func() {
+		i := len(picked)
+		c := ClassOther
+		if class != nil {
+			c = class(i)
+		}
+		p, err := b.Pick(PickInfo{Kind: Short, Class: c})
+		if err != nil {
+			t.Fatalf("Pick: %v", err)
+		}
+		addr := p.Endpoint.Address()
+		lat, code := answer(i, addr, c)
+		picked = append(picked, addr)
+		open = append(open, req{p: p, lat: lat, code: code, end: clock.ns.Load() + int64(lat), seq: i})
+	}
+	for range min(clients, n) {
+		issue()
+	}
+	for len(open) > 0 {
+		k := 0
+		for j, r := range open {
+			if r.end < open[k].end || (r.end == open[k].end && r.seq < open[k].seq) {
+				k = j
+			}
+		}
+		r := open[k]
+		open = append(open[:k], open[k+1:]...)
+		clock.ns.Store(max(clock.ns.Load(), r.end))
+		r.p.Done(DoneInfo{StatusCode: r.code, Latency: r.lat})
+		if len(picked) < n {
+			issue()
+		}
+	}
+	return picked
+}
+
+// count returns the number of picks per address.
+func count(picked []string) map[string]int {
+	got := map[string]int{}
+	for _, a := range picked {
+		got[a]++
 	}
 	return got
 }

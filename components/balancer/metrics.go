@@ -13,7 +13,8 @@ type collector struct {
 	inflight *prometheus.Desc
 	requests *prometheus.Desc
 	errors   *prometheus.Desc
-	latency  *prometheus.Desc
+	score    *prometheus.Desc
+	baseline *prometheus.Desc
 	ready    *prometheus.Desc
 	count    *prometheus.Desc
 }
@@ -32,9 +33,12 @@ func (b *Balancer) Collector() prometheus.Collector {
 		errors: prometheus.NewDesc("fanout_endpoint_errors_total",
 			"Finished requests to the endpoint that failed: transport error, 429 or 5xx.",
 			[]string{"endpoint"}, nil),
-		latency: prometheus.NewDesc("fanout_endpoint_latency_estimate_seconds",
-			"Peak-EWMA estimate of the endpoint's latency to response headers for short requests.",
+		score: prometheus.NewDesc("fanout_endpoint_latency_score",
+			"Peak-EWMA estimate of the endpoint's latency to response headers for short requests, relative to the usual latency of the same request class on any endpoint (1 = usual, 2 = twice as slow).",
 			[]string{"endpoint"}, nil),
+		baseline: prometheus.NewDesc("fanout_latency_baseline_seconds",
+			"Usual latency to response headers of a successful short request, by request class (verb); the unit of fanout_endpoint_latency_score. Absent until the class has been seen.",
+			[]string{"class"}, nil),
 		ready: prometheus.NewDesc("fanout_endpoint_ready",
 			"1 if the endpoint is eligible for picks, 0 while it is ejected.",
 			[]string{"endpoint"}, nil),
@@ -48,7 +52,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inflight
 	ch <- c.requests
 	ch <- c.errors
-	ch <- c.latency
+	ch <- c.score
+	ch <- c.baseline
 	ch <- c.ready
 	ch <- c.count
 }
@@ -67,8 +72,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(s.InflightLong), s.Address, Long.String())
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(s.RequestsTotal), s.Address)
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.ErrorsTotal), s.Address)
-		ch <- prometheus.MustNewConstMetric(c.latency, prometheus.GaugeValue, s.LatencyEstimateSeconds, s.Address)
+		ch <- prometheus.MustNewConstMetric(c.score, prometheus.GaugeValue, s.LatencyScore, s.Address)
 		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, up, s.Address)
+	}
+	for i := range numClasses {
+		if d, ok := c.b.Baseline(Class(i)); ok {
+			ch <- prometheus.MustNewConstMetric(c.baseline, prometheus.GaugeValue, d.Seconds(), Class(i).String())
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ready), StateReady)
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ejected), StateEjected)

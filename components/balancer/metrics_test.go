@@ -22,17 +22,17 @@ fanout_endpoint_inflight_requests{endpoint="a:1",kind="long"} 0
 fanout_endpoint_inflight_requests{endpoint="a:1",kind="short"} 0
 fanout_endpoint_inflight_requests{endpoint="b:1",kind="long"} 0
 fanout_endpoint_inflight_requests{endpoint="b:1",kind="short"} 0
-# HELP fanout_endpoint_latency_estimate_seconds Peak-EWMA estimate of the endpoint's latency to response headers for short requests.
-# TYPE fanout_endpoint_latency_estimate_seconds gauge
-fanout_endpoint_latency_estimate_seconds{endpoint="a:1"} 0.01
-fanout_endpoint_latency_estimate_seconds{endpoint="b:1"} 0.01
+# HELP fanout_endpoint_latency_score Peak-EWMA estimate of the endpoint's latency to response headers for short requests, relative to the usual latency of the same request class on any endpoint (1 = usual, 2 = twice as slow).
+# TYPE fanout_endpoint_latency_score gauge
+fanout_endpoint_latency_score{endpoint="a:1"} 1
+fanout_endpoint_latency_score{endpoint="b:1"} 1
 # HELP fanout_endpoints Known kube-apiserver endpoints by state (ready or ejected).
 # TYPE fanout_endpoints gauge
 fanout_endpoints{state="ejected"} 0
 fanout_endpoints{state="ready"} 2
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
-		"fanout_endpoint_inflight_requests", "fanout_endpoint_latency_estimate_seconds", "fanout_endpoints"); err != nil {
+		"fanout_endpoint_inflight_requests", "fanout_endpoint_latency_score", "fanout_latency_baseline_seconds", "fanout_endpoints"); err != nil {
 		t.Error(err)
 	}
 
@@ -84,8 +84,8 @@ fanout_endpoints{state="ready"} 1
 		if got := one("fanout_endpoint_errors_total"); got != float64(s.ErrorsTotal) {
 			t.Errorf("%s errors_total = %v, want %d", s.Address, got, s.ErrorsTotal)
 		}
-		if got := one("fanout_endpoint_latency_estimate_seconds"); got != s.LatencyEstimateSeconds {
-			t.Errorf("%s latency = %v, want %v", s.Address, got, s.LatencyEstimateSeconds)
+		if got := one("fanout_endpoint_latency_score"); got != s.LatencyScore {
+			t.Errorf("%s latency score = %v, want %v", s.Address, got, s.LatencyScore)
 		}
 	}
 	if inflight != 3 {
@@ -94,11 +94,24 @@ fanout_endpoints{state="ready"} 1
 	if got := onlySeries(t, c, "fanout_endpoint_errors_total", "a:1"); got != 1 {
 		t.Errorf("a:1 errors_total = %v, want 1 (the 500)", got)
 	}
-	if got := onlySeries(t, c, "fanout_endpoint_latency_estimate_seconds", "a:1"); got < 0.03 {
-		t.Errorf("a:1 latency estimate = %v, want at least the 30ms peak", got)
+	if got := onlySeries(t, c, "fanout_endpoint_latency_score", "a:1"); got < penaltyFactor {
+		t.Errorf("a:1 latency score = %v, want at least the %d of a penalty", got, penaltyFactor)
 	}
 	for _, p := range held {
 		p.Done(DoneInfo{StatusCode: 200})
+	}
+
+	// A successful short request of a class gives that class a baseline;
+	// failures (the 500 above) give none.
+	p, _ := b.Pick(PickInfo{Class: ClassList})
+	p.Done(DoneInfo{StatusCode: 200, Latency: 250 * time.Millisecond})
+	want = `
+# HELP fanout_latency_baseline_seconds Usual latency to response headers of a successful short request, by request class (verb); the unit of fanout_endpoint_latency_score. Absent until the class has been seen.
+# TYPE fanout_latency_baseline_seconds gauge
+fanout_latency_baseline_seconds{class="list"} 0.25
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "fanout_latency_baseline_seconds"); err != nil {
+		t.Error(err)
 	}
 
 	// A removed endpoint's series disappear.

@@ -2,7 +2,6 @@ package balancer
 
 import (
 	"sync/atomic"
-	"time"
 )
 
 // policy chooses one endpoint of a non-empty candidate set. pick runs
@@ -18,6 +17,7 @@ type policy interface {
 type candidates struct {
 	eps         []*Endpoint
 	now         int64
+	samples     int64 // the traffic clock, see Endpoint.estimate
 	avoid       string
 	skipEjected bool
 	skipAvoid   bool
@@ -93,28 +93,31 @@ func (c *candidates) at(i int) *Endpoint {
 	return last
 }
 
-// Two costs within a factor of tieFactor of each other, or closer than
-// tieAbsolute, are a tie. A peak-EWMA estimate holds an endpoint's recent
-// worst latency, so equal apiservers routinely differ by up to twice: one
-// of them just served a slow request. Ranking them strictly would starve
-// that endpoint for seconds and leave a sequential client's shares to
-// chance. A tie goes to fewer requests in flight, then to fewer requests
-// served recently, then to the first of the two random candidates.
-const (
-	tieFactor   = 2
-	tieAbsolute = float64(time.Millisecond)
-)
+// Two costs within a factor of tieFactor of each other are a tie. A
+// peak-EWMA estimate holds an endpoint's recent worst latency, so equal
+// apiservers routinely differ by up to twice: one of them just served a
+// slow request. Ranking them strictly would starve that endpoint and leave
+// a sequential client's shares to chance. A tie goes to fewer requests in
+// flight, then to fewer requests served recently, then to the first of the
+// two random candidates.
+//
+// The band is relative only: costs are latency scores (1 = usual for the
+// class), so "a millisecond apart" has no meaning any more, and sub-
+// millisecond noise is absorbed by the bound on how far one sample lifts a
+// score (see Endpoint.observe).
+const tieFactor = 2
 
 func tie(a, b float64) bool {
-	lo, hi := min(a, b), max(a, b)
-	return hi <= tieFactor*lo || hi-lo <= tieAbsolute
+	return max(a, b) <= tieFactor*min(a, b)
 }
 
 // leastRequest is power of two choices over a cost.
 //
-// Short requests cost latency estimate × (in flight + 1), the peak-EWMA
-// load of Linkerd and tower: it prefers fast apiservers and backs off from
-// busy ones before their latency shows it.
+// Short requests cost latency score × (in flight + 1), the peak-EWMA load
+// of Linkerd and tower with the latency measured against the usual latency
+// of the request's class: it prefers fast apiservers and backs off from
+// busy ones before their latency shows it. In-flight requests of every
+// class count alike.
 //
 // Long requests (watches, exec, logs -f) hold a stream for minutes and tell
 // nothing about latency, so they are spread by open count alone. They use a
@@ -138,8 +141,8 @@ func (p leastRequest) pick(c candidates, info PickInfo) *Endpoint {
 	}
 	a, b := c.at(i), c.at(j)
 	ia, ib := a.inflight[0].Load(), b.inflight[0].Load()
-	ca := max(a.estimate(c.now), float64(minEstimate)) * float64(ia+1)
-	cb := max(b.estimate(c.now), float64(minEstimate)) * float64(ib+1)
+	ca := max(a.estimate(c.now, c.samples), minScore) * float64(ia+1)
+	cb := max(b.estimate(c.now, c.samples), minScore) * float64(ib+1)
 	switch {
 	case !tie(ca, cb):
 		if cb < ca {

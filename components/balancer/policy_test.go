@@ -1,8 +1,9 @@
 package balancer
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
-	"strconv"
 	"testing"
 	"time"
 )
@@ -135,7 +136,10 @@ func TestLeastRequestSkewsToFasterBackend(t *testing.T) {
 
 // A backend that answers fast with 429 or 5xx must lose traffic, not gain
 // it; the 200 row shows the same fast answers do attract traffic when they
-// are successes, so the penalty is what makes the difference.
+// are successes, so the penalty is what makes the difference. With
+// concurrent clients the healthy endpoints carry many requests in flight
+// and the failing one none, so the penalty must outweigh the in-flight
+// count too.
 func TestFastFailuresArePenalised(t *testing.T) {
 	tests := []struct {
 		code      int
@@ -149,26 +153,34 @@ func TestFastFailuresArePenalised(t *testing.T) {
 	}
 	addrs := []string{"a:443", "b:443", "c:443"}
 	for _, tt := range tests {
-		t.Run(strconv.Itoa(tt.code), func(t *testing.T) {
-			b, clock := newTest(t, Config{}, 3, addrs...)
-			healthy := noisy(3, map[string]time.Duration{"a:443": 10 * time.Millisecond, "b:443": 10 * time.Millisecond, "c:443": 10 * time.Millisecond},
-				map[string]time.Duration{"a:443": time.Millisecond, "b:443": time.Millisecond, "c:443": time.Millisecond})
-			runSequential(t, b, clock, 300, healthy)
-			const n = 3000
-			got := runSequential(t, b, clock, n, func(addr string) (time.Duration, int) {
-				if addr == "b:443" {
-					return time.Millisecond, tt.code
+		for _, clients := range []int{1, 8, 32} {
+			t.Run(fmt.Sprintf("%d/%d clients", tt.code, clients), func(t *testing.T) {
+				b, clock := newTest(t, Config{}, 3, addrs...)
+				healthy := noisy(3, map[string]time.Duration{"a:443": 10 * time.Millisecond, "b:443": 10 * time.Millisecond, "c:443": 10 * time.Millisecond},
+					map[string]time.Duration{"a:443": time.Millisecond, "b:443": time.Millisecond, "c:443": time.Millisecond})
+				runSequential(t, b, clock, 300, healthy)
+				const n = 3000
+				failing := func(_ int, addr string, _ Class) (time.Duration, int) {
+					if addr == "b:443" {
+						return time.Millisecond, tt.code
+					}
+					return healthy(addr)
 				}
-				return healthy(addr)
+				var got map[string]int
+				if clients == 1 {
+					got = count(playSequential(t, b, clock, n, nil, failing))
+				} else {
+					got = count(playConcurrent(t, b, clock, clients, n, nil, failing))
+				}
+				share := float64(got["b:443"]) / n
+				if tt.wantBelow > 0 && share >= tt.wantBelow {
+					t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want below %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantBelow, got)
+				}
+				if tt.wantAbove > 0 && share <= tt.wantAbove {
+					t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want above %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantAbove, got)
+				}
 			})
-			share := float64(got["b:443"]) / n
-			if tt.wantBelow > 0 && share >= tt.wantBelow {
-				t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want below %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantBelow, got)
-			}
-			if tt.wantAbove > 0 && share <= tt.wantAbove {
-				t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want above %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantAbove, got)
-			}
-		})
+		}
 	}
 }
 
@@ -183,7 +195,7 @@ func TestLongRequestsBalancedByOpenCount(t *testing.T) {
 			p.Done(DoneInfo{StatusCode: 200, Latency: 500 * time.Millisecond})
 			before := map[string]float64{}
 			for _, s := range b.Endpoints() {
-				before[s.Address] = s.LatencyEstimateSeconds
+				before[s.Address] = s.LatencyScore
 			}
 
 			var picks []Pick
@@ -207,8 +219,8 @@ func TestLongRequestsBalancedByOpenCount(t *testing.T) {
 				p.Done(DoneInfo{StatusCode: 200, Latency: time.Hour})
 			}
 			for _, s := range b.Endpoints() {
-				if s.LatencyEstimateSeconds != before[s.Address] {
-					t.Errorf("%s latency estimate moved from %v to %v after long requests", s.Address, before[s.Address], s.LatencyEstimateSeconds)
+				if s.LatencyScore != before[s.Address] {
+					t.Errorf("%s latency estimate moved from %v to %v after long requests", s.Address, before[s.Address], s.LatencyScore)
 				}
 				if s.InflightLong != 0 {
 					t.Errorf("%s has %d open long requests after Done, want 0", s.Address, s.InflightLong)
@@ -234,7 +246,7 @@ func TestLongRequestsFillEmptiestEndpoint(t *testing.T) {
 	}
 	for _, p := range onC {
 		p.Done(DoneInfo{StatusCode: 200})
-		p.Endpoint.latency.Store(int64(time.Second))
+		p.Endpoint.score.Store(math.Float64bits(100))
 	}
 	// Now a and b hold 2 watches each, c none: the next two go to c.
 	for i := range 2 {
@@ -373,8 +385,8 @@ func TestTie(t *testing.T) {
 		{10 * ms, 20 * ms, true},
 		{10 * ms, 21 * ms, false},
 		{10 * ms, 50 * ms, false},
-		{0.1 * ms, 1.1 * ms, true}, // within the absolute tolerance
-		{0.1 * ms, 1.2 * ms, false},
+		// Scores are relative: no absolute tolerance any more.
+		{0.1 * ms, 1.1 * ms, false},
 	}
 	for _, tt := range tests {
 		if got := tie(tt.a, tt.b); got != tt.want {

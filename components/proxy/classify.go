@@ -29,14 +29,29 @@ var requestInfoFactory = &apirequest.RequestInfoFactory{
 // A path the apiserver cannot parse is Short: the apiserver rejects it
 // quickly.
 func Classify(r *http.Request) balancer.Kind {
+	kind, _ := ClassifyRequest(r)
+	return kind
+}
+
+// ClassifyRequest returns Classify's kind and the request's class, from one
+// parse of the path. The class is the verb of a resource request (get,
+// list, create, …; see balancer.ClassForVerb), for the balancer to compare
+// a LIST's latency with LISTs' rather than with GETs'. Non-resource
+// requests (discovery, /version, /openapi) and paths the apiserver cannot
+// parse are balancer.ClassOther.
+func ClassifyRequest(r *http.Request) (balancer.Kind, balancer.Class) {
 	info, err := requestInfoFactory.NewRequestInfo(r)
 	if err != nil {
-		return balancer.Short
+		return balancer.Short, balancer.ClassOther
+	}
+	class := balancer.ClassOther
+	if info.IsResourceRequest {
+		class = balancer.ClassForVerb(info.Verb)
 	}
 	if isLongRunning(info) {
-		return balancer.Long
+		return balancer.Long, class
 	}
-	return balancer.Short
+	return balancer.Short, class
 }
 
 // isLongRunning mirrors k8s.io/apiserver/pkg/server/filters.

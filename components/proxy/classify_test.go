@@ -65,6 +65,54 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+func TestClassifyRequest(t *testing.T) {
+	tests := []struct {
+		method, target string
+		kind           balancer.Kind
+		class          balancer.Class
+	}{
+		{"GET", "/api/v1/namespaces/ns/pods/p", balancer.Short, balancer.ClassGet},
+		{"HEAD", "/api/v1/namespaces/ns/pods/p", balancer.Short, balancer.ClassGet},
+		{"GET", "/api/v1/namespaces/ns/pods/p/status", balancer.Short, balancer.ClassGet},
+		{"GET", "/api/v1/pods", balancer.Short, balancer.ClassList},
+		{"GET", "/apis/apps/v1/namespaces/ns/deployments?limit=500", balancer.Short, balancer.ClassList},
+		{"GET", "/api/v1/pods?watch=false", balancer.Short, balancer.ClassList},
+		{"POST", "/api/v1/namespaces/ns/pods", balancer.Short, balancer.ClassCreate},
+		{"PUT", "/api/v1/namespaces/ns/pods/p", balancer.Short, balancer.ClassUpdate},
+		{"PATCH", "/apis/apps/v1/namespaces/ns/deployments/d/scale", balancer.Short, balancer.ClassPatch},
+		{"DELETE", "/api/v1/namespaces/ns/pods/p", balancer.Short, balancer.ClassDelete},
+		{"DELETE", "/apis/apps/v1/namespaces/ns/deployments", balancer.Short, balancer.ClassDeleteCollection},
+		// Non-resource requests: their verb is the HTTP method, not
+		// comparable with a resource GET.
+		{"GET", "/healthz", balancer.Short, balancer.ClassOther},
+		{"GET", "/version", balancer.Short, balancer.ClassOther},
+		{"GET", "/apis", balancer.Short, balancer.ClassOther},
+		{"GET", "/openapi/v3", balancer.Short, balancer.ClassOther},
+		{"POST", "/some/non/resource", balancer.Short, balancer.ClassOther},
+		// Unparseable: Short, and no class.
+		{"GET", "/api/v1/watch", balancer.Short, balancer.ClassOther},
+		// Long requests carry their verb's class too; the balancer
+		// ignores it for them.
+		{"GET", "/api/v1/pods?watch=true", balancer.Long, balancer.ClassOther},
+		{"GET", "/api/v1/namespaces/ns/pods/p/log", balancer.Long, balancer.ClassGet},
+	}
+	for _, tc := range tests {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			r, err := http.NewRequest(tc.method, "http://127.0.0.1:7080"+tc.target, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind, class := ClassifyRequest(r)
+			if kind != tc.kind || class != tc.class {
+				t.Errorf("ClassifyRequest = %v, %v; want %v, %v", kind, class, tc.kind, tc.class)
+			}
+			if got := Classify(r); got != kind {
+				t.Errorf("Classify = %v, want %v as ClassifyRequest", got, kind)
+			}
+		})
+	}
+}
+
 func TestAuthModeFor(t *testing.T) {
 	tests := []struct {
 		name   string

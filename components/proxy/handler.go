@@ -99,7 +99,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
-	kind := Classify(r)
+	kind, class := ClassifyRequest(r)
 	if h.stopping.Load() {
 		h.metrics.answered(kind, http.StatusServiceUnavailable, "", h.now().Sub(start))
 		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
@@ -118,7 +118,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.metrics.openLong.Inc()
 		defer h.metrics.openLong.Dec()
 	}
-	st := &reqState{kind: kind, mode: AuthModeFor(r), start: start}
+	st := &reqState{kind: kind, class: class, mode: AuthModeFor(r), start: start}
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 }
 
@@ -138,6 +138,7 @@ func (h *Handler) StopLongRunning() {
 // calls both on the ServeHTTP goroutine, so it needs no lock.
 type reqState struct {
 	kind     balancer.Kind
+	class    balancer.Class
 	mode     transport.AuthMode
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
@@ -167,7 +168,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	var avoid string
 	var first *upstreamError
 	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Avoid: avoid})
+		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid})
 		if err != nil {
 			if first != nil {
 				// The retry found nothing; the first failure is the story.

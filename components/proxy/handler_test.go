@@ -59,8 +59,8 @@ func TestForwardsRequestAndReportsDone(t *testing.T) {
 	}
 	waitDone(t, p, 1)
 	r := p.records()[0]
-	if r.info != (balancer.PickInfo{Kind: balancer.Short}) {
-		t.Errorf("PickInfo = %+v, want a Short pick with nothing to avoid", r.info)
+	if r.info != (balancer.PickInfo{Kind: balancer.Short, Class: balancer.ClassCreate}) {
+		t.Errorf("PickInfo = %+v, want a Short create pick with nothing to avoid", r.info)
 	}
 	d := r.dones[0]
 	if d.Err != nil || d.Unavailable || d.StatusCode != http.StatusCreated || d.Latency != clock.step {
