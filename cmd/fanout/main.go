@@ -28,6 +28,7 @@ func main() {
 		if err == pflag.ErrHelp {
 			os.Exit(0)
 		}
+		fmt.Fprintf(os.Stderr, "fanout: %v\nRun 'fanout --help' for the flags.\n", err)
 		os.Exit(2)
 	}
 	if err := o.Validate(); err != nil {

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fanout-dev/fanout/internal/testpki"
+)
+
+// buildFanout compiles this command once per test binary.
+func buildFanout(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fanout")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestFlags(t *testing.T) {
+	bin := buildFanout(t)
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantOut  string
+	}{
+		{"help", []string{"--help"}, 0, "--write-kubeconfig"},
+		{"no kubeconfig", nil, 2, "--kubeconfig is required"},
+		{"remote listener refused", []string{"--kubeconfig", "x", "--listen-address", "0.0.0.0:7080"}, 2, "--allow-remote"},
+		{"unknown flag", []string{"--nope"}, 2, "unknown flag"},
+		{"missing kubeconfig file", []string{"--kubeconfig", "/nonexistent/kubeconfig"}, 1, "/nonexistent/kubeconfig"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command(bin, tt.args...).CombinedOutput()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.wantCode || !strings.Contains(string(out), tt.wantOut) {
+				t.Fatalf("fanout %v: exit %d, output:\n%s\nwant exit %d and output containing %q", tt.args, code, out, tt.wantCode, tt.wantOut)
+			}
+		})
+	}
+}
+
+// TestSIGTERMEndsWatchCleanly runs the real binary, opens a watch through
+// it, and sends SIGTERM: the watch must end with a complete response (so
+// client-go re-watches instead of reporting an error) and the process must
+// exit 0.
+func TestSIGTERMEndsWatchCleanly(t *testing.T) {
+	bin := buildFanout(t)
+	ca := testpki.NewCA(t)
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintln(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}}`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	upstream.EnableHTTP2 = true
+	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
+	upstream.StartTLS()
+	defer upstream.Close()
+
+	dir := t.TempDir()
+	client := ca.Client("e2e")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %s, certificate-authority: %s}}]
+users: [{name: u, user: {client-certificate: %s, client-key: %s}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, upstream.URL, testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM),
+		testpki.WriteFile(t, dir, "c.crt", client.CertPEM), testpki.WriteFile(t, dir, "c.key", client.KeyPEM))
+	written := filepath.Join(dir, "client.kubeconfig")
+	cmd := exec.Command(bin, "--kubeconfig", testpki.WriteFile(t, dir, "kubeconfig", []byte(kc)),
+		"--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0",
+		"--write-kubeconfig", written, "--shutdown-grace", "5s")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+
+	var server string
+	for deadline := time.Now().Add(30 * time.Second); server == ""; {
+		if raw, err := os.ReadFile(written); err == nil {
+			for _, line := range strings.Split(string(raw), "\n") {
+				if s, ok := strings.CutPrefix(strings.TrimSpace(line), "server: "); ok {
+					server = s
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fanout did not write its kubeconfig within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	resp, err := http.Get(server + "/api/v1/namespaces/default/configmaps?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || !strings.Contains(first, `"ADDED"`) {
+		t.Fatalf("first watch event = %q, %v", first, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("watch ended with %v after SIGTERM, want a clean end of stream", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("fanout exited with %v after SIGTERM, want 0", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("fanout did not exit within 20s of SIGTERM")
+	}
+}
