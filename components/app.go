@@ -76,12 +76,13 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		proxy.Module,
 		fx.Invoke(RunResolver),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {
-			if o.WriteKubeconfig == "" {
-				return
-			}
 			lc.Append(fx.StartHook(func() error {
 				// The proxy module's start hook has run: the listener is bound.
 				addr := s.Addr().String()
+				log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c")
+				if o.WriteKubeconfig == "" {
+					return nil
+				}
 				if err := certs.WriteKubeconfig(o.WriteKubeconfig, addr); err != nil {
 					return fmt.Errorf("--write-kubeconfig: %w", err)
 				}

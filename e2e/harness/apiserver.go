@@ -41,8 +41,10 @@ type APIServer struct {
 	argv  []string
 	admin *rest.Config
 
-	mu   sync.Mutex
-	proc *process
+	mu      sync.Mutex
+	proc    *process
+	started time.Time // when proc was started
+	readyAt time.Time // when WaitReady last saw /readyz pass
 }
 
 func newAPIServer(cp *ControlPlane, h *Host, extraArgs []string) (*APIServer, error) {
@@ -126,8 +128,28 @@ func (a *APIServer) Start(ctx context.Context) error {
 		return err
 	}
 	a.proc = proc
+	a.started = time.Now()
+	a.readyAt = time.Time{}
 	a.mu.Unlock()
 	return a.WaitReady(ctx)
+}
+
+// StartedAt returns when the current process was started. Between StartedAt
+// and ReadyAt the apiserver may already answer, but wrongly (an RBAC cache
+// that has not synced denies everything): a load balancer must send it
+// nothing then.
+func (a *APIServer) StartedAt() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.started
+}
+
+// ReadyAt returns when WaitReady first saw the current process ready, or
+// zero before that.
+func (a *APIServer) ReadyAt() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.readyAt
 }
 
 // Running reports whether the apiserver process is alive.
@@ -160,6 +182,11 @@ func (a *APIServer) WaitReady(ctx context.Context) error {
 		}
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err == nil && strings.TrimSpace(string(body)) == "ok" {
+			a.mu.Lock()
+			if a.proc == proc && a.readyAt.IsZero() {
+				a.readyAt = time.Now()
+			}
+			a.mu.Unlock()
 			return nil
 		}
 		last = err

@@ -21,6 +21,8 @@ type AuditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+	// StageTimestamp is when the apiserver reached Stage.
+	StageTimestamp time.Time `json:"stageTimestamp"`
 }
 
 // Served reports whether e marks one request served, counting each request
@@ -89,27 +91,49 @@ func ControllerManagerUsers(u string) bool {
 }
 
 // ServedPerAPIServer counts, for each apiserver in order, the requests it
-// served for users matching match. It rereads the logs until two reads a
-// second apart agree, because an apiserver writes a request's final audit
-// event just after sending the response.
+// served for users matching match. It rereads the logs until two reads half
+// a second apart agree (for at most five seconds), because an apiserver
+// writes a request's final audit event just after sending the response.
 func (cp *ControlPlane) ServedPerAPIServer(match func(username string) bool) ([]int, error) {
+	return cp.ServedPerAPIServerWhere(func(e *AuditEvent) bool { return match(e.User.Username) })
+}
+
+// ServedPerAPIServerWhere is ServedPerAPIServer for any condition on the
+// audit event, such as a user and a time window.
+func (cp *ControlPlane) ServedPerAPIServerWhere(match func(*AuditEvent) bool) ([]int, error) {
 	var prev []int
 	for try := 0; try < 10; try++ {
-		cur := make([]int, len(cp.APIServers))
-		for i, a := range cp.APIServers {
-			n, err := CountServed(a.AuditLog, match)
-			if err != nil {
-				return nil, fmt.Errorf("reading the audit log of apiserver %d: %w", i+1, err)
-			}
-			cur[i] = n
+		cur, err := cp.ServedPerAPIServerNow(match)
+		if err != nil {
+			return nil, err
 		}
 		if prev != nil && equalInts(prev, cur) {
 			return cur, nil
 		}
 		prev = cur
-		time.Sleep(time.Second)
+		time.Sleep(500 * time.Millisecond)
 	}
+	// Still moving: the client is busy. What we have is as good as any.
 	return prev, nil
+}
+
+// ServedPerAPIServerNow counts in one pass over the audit logs, without
+// waiting for them to settle: for live views while a workload runs, where
+// ServedPerAPIServer would wait in vain.
+func (cp *ControlPlane) ServedPerAPIServerNow(match func(*AuditEvent) bool) ([]int, error) {
+	cur := make([]int, len(cp.APIServers))
+	for i, a := range cp.APIServers {
+		events, err := ReadAuditLog(a.AuditLog)
+		if err != nil {
+			return nil, fmt.Errorf("reading the audit log of apiserver %d: %w", i+1, err)
+		}
+		for j := range events {
+			if events[j].Served() && match(&events[j]) {
+				cur[i]++
+			}
+		}
+	}
+	return cur, nil
 }
 
 // Shares turns counts into fractions of their sum (all zero for no counts).

@@ -58,10 +58,8 @@ var networks atomic.Int32
 // netnsWanted reports whether the run should use network namespaces, and
 // whether their absence is an error.
 func netnsWanted() (want, required bool) {
-	if os.Getenv("FANOUT_E2E_NETNS") == "0" {
-		return false, false
-	}
-	return true, os.Getenv("CI") == "true"
+	required = os.Getenv("CI") == "true"
+	return os.Getenv("FANOUT_E2E_NETNS") != "0", required
 }
 
 // newNetwork builds the test network for n hosts. It uses network namespaces
