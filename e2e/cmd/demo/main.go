@@ -199,8 +199,8 @@ func controller(ctx context.Context, cfg *rest.Config, ns string, rate, watches 
 // draw prints the table: per apiserver, each client's share of requests
 // (from the apiservers' own audit logs) and fanout's open watches.
 func draw(w io.Writer, cp *harness.ControlPlane, admin, viaFanout, viaL4 string, elapsed time.Duration) {
-	fan, err1 := cp.ServedPerAPIServer(harness.UserIs(viaFanout))
-	l4, err2 := cp.ServedPerAPIServer(harness.UserIs(viaL4))
+	fan, err1 := cp.ServedPerAPIServerNow(userIs(viaFanout))
+	l4, err2 := cp.ServedPerAPIServerNow(userIs(viaL4))
 	longs := openWatches(admin)
 	if err := errors.Join(err1, err2); err != nil {
 		fmt.Fprintf(w, "reading audit logs: %v\n", err)
@@ -271,4 +271,9 @@ func (e *errorsOnce) get() error {
 		return *p
 	}
 	return nil
+}
+
+func userIs(name string) func(*harness.AuditEvent) bool {
+	match := harness.UserIs(name)
+	return func(e *harness.AuditEvent) bool { return e.Served() && match(e.User.Username) }
 }

@@ -1,0 +1,137 @@
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
+)
+
+// TestGracefulRestartUnderLoad restarts one apiserver the way a rolling
+// upgrade does (SIGTERM, then start again) while a client keeps sending
+// requests through fanout. An apiserver that is shutting down says so before
+// processing anything, so fanout can move every request elsewhere: the
+// client must see no error at all, and the restarted apiserver must get
+// traffic again once it is back.
+func TestGracefulRestartUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane of its own")
+	}
+	if os.Getenv("FANOUT_E2E_PENDING") != "1" {
+		t.Skip("pending the resilience issue: fanout does not probe each endpoint's /readyz yet, so a restarted " +
+			"apiserver gets requests before it is ready (403s while its RBAC cache syncs). " +
+			"FANOUT_E2E_PENDING=1 runs it, and it fails today")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// Its own control plane, as the restarted apiserver would skew the
+	// spread tests' shares on the shared one.
+	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const user = "e2e-restart-client"
+	kubeconfig, err := cp.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userNamespace(ctx, t, cp, "e2e-restart", user)
+	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 40))
+		}
+	})
+	cfg := rest.CopyConfig(sidecar.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := client.CoreV1().ConfigMaps("e2e-restart")
+
+	// Load until told to stop; every failed cycle is an error the client saw.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var sent, failed atomic.Int64
+	var firstErrs sync.Map
+	var workers sync.WaitGroup
+	for wk := 0; wk < 4; wk++ {
+		workers.Go(func() {
+			for i := 0; loadCtx.Err() == nil; i++ {
+				var n int64
+				err := cycle(loadCtx, cms, fmt.Sprintf("r%d-%d", wk, i), &n)
+				sent.Add(n)
+				if err != nil && loadCtx.Err() == nil {
+					if failed.Add(1) <= 5 {
+						firstErrs.Store(fmt.Sprintf("worker %d cycle %d", wk, i), err)
+					}
+				}
+			}
+		})
+	}
+	victim := cp.APIServers[len(cp.APIServers)-1]
+	// servedBetween counts the client's requests the victim served in a
+	// time window, by the audit log's timestamps.
+	servedBetween := func(from, to time.Time) int {
+		counts, err := cp.ServedPerAPIServerWhere(func(e *harness.AuditEvent) bool {
+			return e.User.Username == user && e.StageTimestamp.After(from) && e.StageTimestamp.Before(to)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counts[victim.Index]
+	}
+
+	time.Sleep(5 * time.Second)
+	stopStart := time.Now()
+	if err := victim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver %d stopped gracefully in %s", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	if err := victim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver %d ready again %s after the stop began (%s after its start)",
+		victim.Index+1, time.Since(stopStart).Round(time.Millisecond), victim.ReadyAt().Sub(victim.StartedAt()).Round(time.Millisecond))
+	// fanout probes readiness on its own schedule; give it time to notice
+	// and to let traffic back in.
+	time.Sleep(15 * time.Second)
+	stopLoad()
+	workers.Wait()
+	started, ready := victim.StartedAt(), victim.ReadyAt()
+	// Before /readyz passes an apiserver may answer wrongly (RBAC not yet
+	// synced gives 403s), so nothing may reach it then; a second of slack
+	// covers the harness's polling.
+	early := servedBetween(started, ready.Add(-time.Second))
+	late := servedBetween(ready, time.Now())
+
+	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d requests sent, %d cycles failed; served overall: %s; after its restart apiserver %d served %d before ready and %d after",
+		sent.Load(), failed.Load(), harness.FormatShares(counts), victim.Index+1, early, late)
+	firstErrs.Range(func(k, v any) bool {
+		t.Errorf("%s: %v", k, v)
+		return true
+	})
+	if early > 0 {
+		t.Errorf("apiserver %d served %d of %s's requests after its restart but before its /readyz passed (%s later): fanout must send only to ready apiservers",
+			victim.Index+1, early, user, ready.Sub(started).Round(time.Millisecond))
+	}
+	if late == 0 {
+		t.Errorf("apiserver %d served nothing in the 15 s after it was ready again: fanout did not take it back", victim.Index+1)
+	}
+}
