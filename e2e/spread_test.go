@@ -2,7 +2,10 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"testing"
 	"time"
@@ -32,7 +35,9 @@ func TestOneClientThroughFanout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res := mixed.run(ctx, t, sidecar.Config, "e2e-fanout")
+	w := mixed
+	w.whileWatching = func() { checkOpenWatches(t, sidecar.AdminAddress, w.watches) }
+	res := w.run(ctx, t, sidecar.Config, "e2e-fanout")
 	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
 	if err != nil {
 		t.Fatal(err)
@@ -114,5 +119,37 @@ func checkServedAll(t *testing.T, counts []int, sent int64) {
 	}
 	if int64(total) < sent {
 		t.Errorf("audit logs show %d requests served, but the client sent %d", total, sent)
+	}
+}
+
+// checkOpenWatches reads fanout's /debug/endpoints while the client holds
+// want watches open: fanout must count every one of them, and spread them
+// by open count, at most one apart.
+func checkOpenWatches(t *testing.T, admin string, want int) {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/debug/endpoints")
+	if err != nil {
+		t.Fatalf("GET /debug/endpoints: %v", err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Endpoints []struct {
+			Address      string `json:"address"`
+			InflightLong int    `json:"inflight_long"`
+		} `json:"endpoints"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("decoding /debug/endpoints: %v", err)
+	}
+	total, lo, hi := 0, want, 0
+	var per []string
+	for _, e := range body.Endpoints {
+		total += e.InflightLong
+		lo, hi = min(lo, e.InflightLong), max(hi, e.InflightLong)
+		per = append(per, fmt.Sprintf("%s: %d", e.Address, e.InflightLong))
+	}
+	t.Logf("open watches per apiserver in fanout's /debug/endpoints: %v", per)
+	if total != want || hi-lo > 1 || len(body.Endpoints) != 3 {
+		t.Errorf("fanout reports open watches %v, want %d over 3 apiservers, at most 1 apart", per, want)
 	}
 }

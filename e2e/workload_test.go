@@ -61,6 +61,9 @@ type workload struct {
 	requests int // at least this many short requests
 	workers  int
 	watches  int
+	// whileWatching, when set, runs once every watch is open and before
+	// the workers start.
+	whileWatching func()
 }
 
 type workloadResult struct {
@@ -140,6 +143,9 @@ func (w workload) run(ctx context.Context, t *testing.T, cfg *rest.Config, ns st
 		})
 	}
 
+	if w.whileWatching != nil {
+		w.whileWatching()
+	}
 	iterations := w.iterations()
 	errs := make(chan error, w.workers)
 	var workers sync.WaitGroup
