@@ -38,7 +38,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
 demo:
-	cd e2e && $(GO) run ./cmd/demo
+	cd e2e && $(GO) run ./cmd/demo $(ARGS)
 
 clean:
 	rm -rf $(BIN)
