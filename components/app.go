@@ -20,6 +20,7 @@ import (
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/resolver"
@@ -74,6 +75,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		// /metrics keep answering while the proxy drains.
 		admin.Module,
 		proxy.Module,
+		probing(o.ProbeInterval),
 		fx.Invoke(RunResolver),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {
 			lc.Append(fx.StartHook(func() error {
@@ -110,9 +112,47 @@ var Metrics = fx.Module("metrics",
 	),
 )
 
+// probing adds the readiness prober unless --probe-interval is 0. Without
+// it RunResolver gets a nil *health.Prober and feeds the balancer alone.
+func probing(interval time.Duration) fx.Option {
+	if interval == 0 {
+		return fx.Options()
+	}
+	return fx.Options(
+		fx.Supply(health.Config{Interval: interval}),
+		fx.Provide(
+			func(t *transport.Transports) health.Upstream { return t },
+			func(b *balancer.Balancer) health.Sink { return b },
+		),
+		health.Module,
+	)
+}
+
 // endpointSink receives resolver snapshots.
 type endpointSink interface {
 	Update([]resolver.Endpoint)
+}
+
+// sinks feeds one snapshot to each sink in order.
+type sinks []endpointSink
+
+func (s sinks) Update(eps []resolver.Endpoint) {
+	for _, x := range s {
+		x.Update(eps)
+	}
+}
+
+// ResolverParams are RunResolver's dependencies. Prober is absent when
+// probing is off.
+type ResolverParams struct {
+	fx.In
+
+	Lifecycle  fx.Lifecycle
+	Resolver   resolver.Resolver
+	Balancer   *balancer.Balancer
+	Transports *transport.Transports
+	Prober     *health.Prober `optional:"true"`
+	Log        *slog.Logger
 }
 
 // poolRetainer drops connection pools of endpoints that went away.
@@ -121,9 +161,17 @@ type poolRetainer interface {
 }
 
 // RunResolver runs the resolver for the app's lifetime and feeds its
-// snapshots to the balancer and the transport.
-func RunResolver(lc fx.Lifecycle, r resolver.Resolver, b *balancer.Balancer, t *transport.Transports, log *slog.Logger) {
-	runResolver(lc, r, b, t, log)
+// snapshots to the balancer, then the prober, then the transport. The
+// balancer goes first so that it knows a new endpoint before the prober's
+// first report about it; the transport last, as the prober's Update returns
+// only once probes of removed endpoints have ended, so none of them can
+// recreate a pool that Retain just dropped.
+func RunResolver(p ResolverParams) {
+	sink := sinks{p.Balancer}
+	if p.Prober != nil {
+		sink = append(sink, p.Prober)
+	}
+	runResolver(p.Lifecycle, p.Resolver, sink, p.Transports, p.Log)
 }
 
 func runResolver(lc fx.Lifecycle, r resolver.Resolver, sink endpointSink, pools poolRetainer, log *slog.Logger) {
@@ -165,5 +213,8 @@ var (
 	_ admin.State           = (*balancer.Balancer)(nil)
 	_ transport.Credentials = (*certs.Credentials)(nil)
 	_ endpointSink          = (*balancer.Balancer)(nil)
+	_ endpointSink          = (*health.Prober)(nil)
+	_ health.Upstream       = (*transport.Transports)(nil)
+	_ health.Sink           = (*balancer.Balancer)(nil)
 	_ poolRetainer          = (*transport.Transports)(nil)
 )

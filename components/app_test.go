@@ -33,8 +33,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type apiserver struct {
 	srv      *httptest.Server
 	requests atomic.Int64
-	mu       sync.Mutex
-	seen     []seenRequest
+	// probes counts fanout's own GET /readyz, kept apart from the
+	// client's requests.
+	probes atomic.Int64
+	mu     sync.Mutex
+	seen   []seenRequest
 }
 
 type seenRequest struct {
@@ -45,6 +48,11 @@ func newAPIServer(t *testing.T, ca *testpki.CA, serving testpki.KeyPair) *apiser
 	t.Helper()
 	a := &apiserver{}
 	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			a.probes.Add(1)
+			fmt.Fprint(w, "ok")
+			return
+		}
 		a.requests.Add(1)
 		s := seenRequest{proto: r.Proto, authz: r.Header.Get("Authorization"), path: r.URL.Path}
 		if len(r.TLS.PeerCertificates) > 0 {
@@ -172,6 +180,11 @@ func TestEvenDistribution(t *testing.T) {
 			for i, s := range shares {
 				if s < 100.0/3-5 || s > 100.0/3+5 {
 					t.Errorf("apiserver %d got %.1f%% of requests, want 33.3%% ± 5", i, s)
+				}
+			}
+			for i, s := range f.servers {
+				if s.probes.Load() == 0 {
+					t.Errorf("apiserver %d: /readyz never probed", i)
 				}
 			}
 			last := f.servers[0].last()

@@ -24,6 +24,7 @@ type Options struct {
 	WriteKubeconfig string
 	Balancer        string
 	ShutdownGrace   time.Duration
+	ProbeInterval   time.Duration
 	LogFormat       string
 	Verbosity       int
 }
@@ -35,6 +36,7 @@ func NewOptions() *Options {
 		AdminAddress:  ":7081",
 		Balancer:      "least-request",
 		ShutdownGrace: 30 * time.Second,
+		ProbeInterval: 2 * time.Second,
 		LogFormat:     "text",
 	}
 }
@@ -59,6 +61,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Balancing policy: least-request (power of two choices over in-flight requests weighted by peak-EWMA latency) or round-robin.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace,
 		"On SIGTERM: how long short requests may take to finish. Watches are ended cleanly at once so clients re-watch.")
+	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval,
+		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials. An endpoint whose probe fails gets no requests until a probe passes; 0 disables probing.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: text or json.")
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
 }
@@ -80,6 +84,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
+	}
+	if o.ProbeInterval < 0 {
+		errs = append(errs, fmt.Errorf("--probe-interval must not be negative, got %s; use 0 to disable probing", o.ProbeInterval))
 	}
 	switch o.LogFormat {
 	case "text", "json":

@@ -27,6 +27,8 @@ func TestValidate(t *testing.T) {
 		{"unknown balancer", func(o *Options) { o.Balancer = "random" }, "--balancer"},
 		{"negative grace", func(o *Options) { o.ShutdownGrace = -time.Second }, "--shutdown-grace"},
 		{"bad log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
+		{"probing off", func(o *Options) { o.ProbeInterval = 0 }, ""},
+		{"negative probe interval", func(o *Options) { o.ProbeInterval = -time.Second }, "--probe-interval must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

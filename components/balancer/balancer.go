@@ -11,7 +11,7 @@ import (
 )
 
 // Balancer is the Picker the proxy uses. Update is called from one
-// goroutine (the resolver's); Pick, Endpoints, Ready and the collector may
+// goroutine (the resolver's); Pick, Endpoints, Ready, SetReady and the collector may
 // be called concurrently with it and with each other. None of them takes a
 // lock: Update publishes an immutable snapshot through an atomic pointer
 // and all per-request state lives in the endpoints' atomics.
@@ -127,17 +127,36 @@ func (b *Balancer) Endpoints() []EndpointStatus {
 	return out
 }
 
-// Ready reports whether at least one endpoint is known and not ejected.
-// The admin /readyz uses it: with none, every request would go to an
-// apiserver that just failed.
+// Ready reports whether at least one endpoint is known, not ejected and
+// not failing its readiness probe. The admin /readyz uses it: with none,
+// every request would go to an apiserver that just failed or is not ready.
 func (b *Balancer) Ready() bool {
 	now := b.p.nowNanos()
 	for _, e := range b.current.Load().eps {
-		if !e.ejected(now) {
+		if e.usable(now) {
 			return true
 		}
 	}
 	return false
+}
+
+// SetReady records the result of an active readiness probe of the endpoint
+// at address. A not-ready endpoint is skipped by picks like an ejected one
+// (and like one, used again in panic mode) until SetReady(address, true).
+// The flag lives in the *Endpoint, so it survives updates that keep the
+// address; an address added anew starts ready. Unknown addresses are
+// ignored: the prober may report just after an update removed one.
+//
+// SetReady may be called concurrently with everything, Update included; a
+// report that races with an Update re-adding the address may land on the
+// old *Endpoint, and the prober's next report fixes that.
+func (b *Balancer) SetReady(address string, ready bool) {
+	for _, e := range b.current.Load().eps {
+		if e.address == address {
+			e.notReady.Store(!ready)
+			return
+		}
+	}
 }
 
 // Baseline returns the usual latency of a successful short request of

@@ -10,6 +10,10 @@ import (
 const (
 	StateReady   = "ready"
 	StateEjected = "ejected"
+	// StateNotReady is an endpoint whose last readiness probe failed (see
+	// SetReady). It wins over StateEjected: it lasts until a probe passes,
+	// whatever the ejection's deadline.
+	StateNotReady = "not_ready"
 )
 
 // The latency estimate. See observe for how these shape it.
@@ -141,6 +145,12 @@ type Endpoint struct {
 	// and sets the length of the next ejection.
 	ejectedUntil atomic.Int64
 	failures     atomic.Int64
+
+	// notReady is set while the active readiness probe says the apiserver
+	// must not get traffic (see Balancer.SetReady). The zero value is
+	// ready, so that an endpoint nobody probes, or one not probed yet,
+	// takes traffic at once.
+	notReady atomic.Bool
 }
 
 // NewEndpoint returns a standalone endpoint with default settings and the
@@ -178,6 +188,10 @@ func kindIndex(k Kind) int {
 }
 
 func (e *Endpoint) ejected(now int64) bool { return e.ejectedUntil.Load() > now }
+
+// usable reports whether picks should consider the endpoint: neither
+// ejected after a failure nor failing its readiness probe.
+func (e *Endpoint) usable(now int64) bool { return !e.notReady.Load() && !e.ejected(now) }
 
 // claim moves stamp forward to v and returns how far it moved, so that
 // concurrent updaters apply each stretch of decay exactly once.
@@ -371,6 +385,9 @@ type EndpointStatus struct {
 	// the endpoint is not ejected.
 	EjectedUntil        string `json:"ejected_until"`
 	ConsecutiveFailures int64  `json:"consecutive_failures"`
+	// ProbeReady is false while the last readiness probe failed; true for
+	// an endpoint not probed (yet).
+	ProbeReady bool `json:"probe_ready"`
 }
 
 // Status returns a snapshot of the endpoint. The fields are read one by
@@ -389,10 +406,14 @@ func (e *Endpoint) status(now, samples int64) EndpointStatus {
 		RequestsTotal:       e.requests.Load(),
 		ErrorsTotal:         e.errors.Load(),
 		ConsecutiveFailures: e.failures.Load(),
+		ProbeReady:          !e.notReady.Load(),
 	}
 	if until := e.ejectedUntil.Load(); until > now {
 		s.State = StateEjected
 		s.EjectedUntil = time.Unix(0, until).UTC().Format(time.RFC3339Nano)
+	}
+	if !s.ProbeReady {
+		s.State = StateNotReady
 	}
 	return s
 }

@@ -40,10 +40,10 @@ func (b *Balancer) Collector() prometheus.Collector {
 			"Usual latency to response headers of a successful short request, by request class (verb); the unit of fanout_endpoint_latency_score. Absent until the class has been seen.",
 			[]string{"class"}, nil),
 		ready: prometheus.NewDesc("fanout_endpoint_ready",
-			"1 if the endpoint is eligible for picks, 0 while it is ejected.",
+			"1 if the endpoint is eligible for picks, 0 while it is ejected or failing its readiness probe.",
 			[]string{"endpoint"}, nil),
 		count: prometheus.NewDesc("fanout_endpoints",
-			"Known kube-apiserver endpoints by state (ready or ejected).",
+			"Known kube-apiserver endpoints by state (ready, ejected or not_ready: failing its readiness probe).",
 			[]string{"state"}, nil),
 	}
 }
@@ -59,13 +59,16 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	var ready, ejected int
+	var ready, ejected, notReady int
 	for _, s := range c.b.Endpoints() {
 		up := 0.0
-		if s.State == StateReady {
+		switch s.State {
+		case StateReady:
 			up = 1
 			ready++
-		} else {
+		case StateNotReady:
+			notReady++
+		default:
 			ejected++
 		}
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(s.InflightShort), s.Address, Short.String())
@@ -82,4 +85,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ready), StateReady)
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ejected), StateEjected)
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(notReady), StateNotReady)
 }

@@ -26,9 +26,10 @@ fanout_endpoint_inflight_requests{endpoint="b:1",kind="short"} 0
 # TYPE fanout_endpoint_latency_score gauge
 fanout_endpoint_latency_score{endpoint="a:1"} 1
 fanout_endpoint_latency_score{endpoint="b:1"} 1
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready or ejected).
+# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected or not_ready: failing its readiness probe).
 # TYPE fanout_endpoints gauge
 fanout_endpoints{state="ejected"} 0
+fanout_endpoints{state="not_ready"} 0
 fanout_endpoints{state="ready"} 2
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
@@ -54,13 +55,14 @@ fanout_endpoints{state="ready"} 2
 	}
 
 	want = `
-# HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected.
+# HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected or failing its readiness probe.
 # TYPE fanout_endpoint_ready gauge
 fanout_endpoint_ready{endpoint="a:1"} 1
 fanout_endpoint_ready{endpoint="b:1"} 0
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready or ejected).
+# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected or not_ready: failing its readiness probe).
 # TYPE fanout_endpoints gauge
 fanout_endpoints{state="ejected"} 1
+fanout_endpoints{state="not_ready"} 0
 fanout_endpoints{state="ready"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "fanout_endpoint_ready", "fanout_endpoints"); err != nil {
@@ -68,8 +70,8 @@ fanout_endpoints{state="ready"} 1
 	}
 
 	// The other series must match Status, which the tests above pin down.
-	if n := testutil.CollectAndCount(c); n != 2*6+2 {
-		t.Errorf("collected %d series, want %d", n, 2*6+2)
+	if n := testutil.CollectAndCount(c); n != 2*6+3 {
+		t.Errorf("collected %d series, want %d", n, 2*6+3)
 	}
 	var inflight float64
 	for _, s := range b.Endpoints() {

@@ -19,7 +19,7 @@ type candidates struct {
 	now         int64
 	samples     int64 // the traffic clock, see Endpoint.estimate
 	avoid       string
-	skipEjected bool
+	skipEjected bool // skip endpoints that are not usable
 	skipAvoid   bool
 	n           int // how many of eps pass the filters; at least 1
 }
@@ -27,18 +27,22 @@ type candidates struct {
 // newCandidates filters eps, relaxing the filters in this order until some
 // endpoint passes:
 //
-//  1. not ejected and not avoided;
-//  2. not ejected (the avoided endpoint is healthy: retry it rather than
-//     send the request to one known to be down);
-//  3. not avoided, ejected or not (panic mode);
+//  1. usable and not avoided;
+//  2. usable (the avoided endpoint is healthy: retry it rather than send
+//     the request to one known to be down);
+//  3. not avoided, usable or not (panic mode);
 //  4. all.
 //
-// Ejection is ignored outright when more than maxEjected of the endpoints
-// are ejected. eps must not be empty.
+// An endpoint failing its readiness probe counts as ejected here: both say
+// "do not send it requests now", and both give way in panic mode, since a
+// probe that fails everywhere more likely says something about fanout's
+// own network or credentials than about every apiserver. Ejection is
+// ignored outright when more than maxEjected of the endpoints are
+// unusable. eps must not be empty.
 func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64) candidates {
 	ejected, avoided, avoidedUp := 0, 0, 0
 	for _, e := range eps {
-		ej := e.ejected(now)
+		ej := !e.usable(now)
 		if ej {
 			ejected++
 		}
@@ -69,7 +73,7 @@ func (c *candidates) usable(e *Endpoint) bool {
 	if c.skipAvoid && e.address == c.avoid {
 		return false
 	}
-	return !c.skipEjected || !e.ejected(c.now)
+	return !c.skipEjected || e.usable(c.now)
 }
 
 // at returns the i-th usable endpoint. An endpoint ejected by a concurrent

@@ -91,7 +91,7 @@ func ControllerManagerUsers(u string) bool {
 }
 
 // ServedPerAPIServer counts, for each apiserver in order, the requests it
-// served for users matching match. It rereads the logs until two reads half
+// served for users matching match, health probes excluded. It rereads the logs until two reads half
 // a second apart agree (for at most five seconds), because an apiserver
 // writes a request's final audit event just after sending the response.
 func (cp *ControlPlane) ServedPerAPIServer(match func(username string) bool) ([]int, error) {
@@ -117,6 +117,20 @@ func (cp *ControlPlane) ServedPerAPIServerWhere(match func(*AuditEvent) bool) ([
 	return prev, nil
 }
 
+// IsHealthProbe reports whether e is a /readyz, /livez or /healthz request:
+// fanout probes every endpoint's /readyz with its client's identity, and
+// those probes are spread evenly by design, so counting them as the
+// client's requests would flatter the shares.
+func (e *AuditEvent) IsHealthProbe() bool {
+	path, _, _ := strings.Cut(e.RequestURI, "?")
+	for _, p := range []string{"/readyz", "/livez", "/healthz"} {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // ServedPerAPIServerNow counts in one pass over the audit logs, without
 // waiting for them to settle: for live views while a workload runs, where
 // ServedPerAPIServer would wait in vain.
@@ -128,7 +142,7 @@ func (cp *ControlPlane) ServedPerAPIServerNow(match func(*AuditEvent) bool) ([]i
 			return nil, fmt.Errorf("reading the audit log of apiserver %d: %w", i+1, err)
 		}
 		for j := range events {
-			if events[j].Served() && match(&events[j]) {
+			if events[j].Served() && !events[j].IsHealthProbe() && match(&events[j]) {
 				cur[i]++
 			}
 		}

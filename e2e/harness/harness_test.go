@@ -242,3 +242,22 @@ func TestL4Proxy(t *testing.T) {
 		t.Fatalf("reading after Close: %v", err)
 	}
 }
+
+func TestIsHealthProbe(t *testing.T) {
+	for uri, want := range map[string]bool{
+		"/readyz":                             true,
+		"/readyz?verbose":                     true,
+		"/readyz/etcd":                        true,
+		"/livez":                              true,
+		"/healthz":                            true,
+		"/readyzz":                            false,
+		"/api/v1/namespaces/readyz":           false,
+		"/api/v1/namespaces?watch=true":       false,
+		"/apis/apps/v1/deployments?x=/readyz": false,
+	} {
+		e := &AuditEvent{RequestURI: uri}
+		if got := e.IsHealthProbe(); got != want {
+			t.Errorf("IsHealthProbe(%q) = %v, want %v", uri, got, want)
+		}
+	}
+}

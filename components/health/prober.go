@@ -1,0 +1,294 @@
+package health
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/resolver"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultInterval = 2 * time.Second
+	DefaultTimeout  = time.Second
+)
+
+// Upstream returns the connection pool for an endpoint. The prober uses the
+// proxy's own pools, so a probe exercises the very connection (and client
+// certificate) requests take. *transport.Transports implements it; For is
+// called concurrently from every probe goroutine.
+type Upstream interface {
+	For(address string, mode transport.AuthMode) http.RoundTripper
+}
+
+// Sink receives probe results. *balancer.Balancer implements it. SetReady
+// is called concurrently from every probe goroutine, after each probe (not
+// only on a change, so that a report lost to a concurrent endpoint update
+// is repeated); it must not block and must ignore unknown addresses.
+type Sink interface {
+	SetReady(address string, ready bool)
+}
+
+// Ticker is the part of *time.Ticker a probe loop uses; tests inject their
+// own.
+type Ticker interface {
+	C() <-chan time.Time
+	Stop()
+}
+
+// Config configures a Prober.
+type Config struct {
+	// Interval between probes of one endpoint. Zero means DefaultInterval.
+	Interval time.Duration
+	// Timeout of one probe. Zero means DefaultTimeout; it is capped at
+	// Interval, so that probes of an endpoint never overlap.
+	Timeout time.Duration
+	// NewTicker returns a ticker firing every d; nil means time.NewTicker.
+	NewTicker func(d time.Duration) Ticker
+}
+
+// Validate reports an invalid field in terms of the flag that sets it.
+func (c Config) Validate() error {
+	if c.Interval < 0 {
+		return fmt.Errorf("--probe-interval must not be negative, got %s", c.Interval)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("probe timeout must not be negative, got %s", c.Timeout)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	c.Timeout = min(c.Timeout, c.Interval)
+	if c.NewTicker == nil {
+		c.NewTicker = func(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
+	}
+	return c
+}
+
+type realTicker struct{ t *time.Ticker }
+
+func (r realTicker) C() <-chan time.Time { return r.t.C }
+func (r realTicker) Stop()               { r.t.Stop() }
+
+// Prober runs one probe goroutine per endpoint of the latest snapshot.
+//
+// Update is called from one goroutine (the resolver's); Start and Stop from
+// the app's lifecycle. All three serialise on mu, which the probe
+// goroutines never take, so Update and Stop may wait for them under it.
+type Prober struct {
+	cfg     Config
+	up      Upstream
+	sink    Sink
+	log     *slog.Logger
+	total   *prometheus.CounterVec
+	readyGV *prometheus.GaugeVec
+
+	mu      sync.Mutex
+	running bool
+	want    []string          // addresses of the latest snapshot
+	probes  map[string]*probe // running goroutines, by address
+}
+
+type probe struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New validates cfg and returns a stopped Prober. Nothing is probed until
+// Start.
+func New(cfg Config, up Upstream, sink Sink, log *slog.Logger) (*Prober, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if up == nil || sink == nil {
+		return nil, errors.New("health: New needs an Upstream and a Sink")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Prober{
+		cfg:  cfg.withDefaults(),
+		up:   up,
+		sink: sink,
+		log:  log,
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_endpoint_probe_total",
+			Help: "Readiness probes (GET /readyz) of the kube-apiserver endpoint, by result: ready (200) or not_ready (anything else, including dial errors and timeouts).",
+		}, []string{"endpoint", "result"}),
+		readyGV: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fanout_endpoint_probe_ready",
+			Help: "1 if the endpoint's last readiness probe passed (or it has not been probed yet), 0 if it failed.",
+		}, []string{"endpoint"}),
+		probes: map[string]*probe{},
+	}, nil
+}
+
+// Collectors returns the prober's metrics. Register them once.
+func (p *Prober) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{p.total, p.readyGV}
+}
+
+// Update replaces the endpoint set with a full snapshot: endpoints that
+// went away stop being probed (Update returns once their goroutines have
+// ended, so a caller may then drop their connection pools), new ones are
+// probed at once. It does not retain eps.
+func (p *Prober) Update(eps []resolver.Endpoint) {
+	addrs := make([]string, len(eps))
+	for i, e := range eps {
+		addrs[i] = e.Address
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.want = addrs
+	if p.running {
+		p.syncLocked()
+	}
+}
+
+// Start begins probing the latest snapshot's endpoints. It does not block.
+func (p *Prober) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.running = true
+	p.syncLocked()
+	return nil
+}
+
+// Stop ends every probe and waits for the goroutines. A later Update
+// starts nothing.
+func (p *Prober) Stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.running = false
+	p.syncLocked()
+	return nil
+}
+
+// syncLocked makes the running goroutines match want (none unless
+// running). p.mu must be held.
+func (p *Prober) syncLocked() {
+	keep := map[string]bool{}
+	if p.running {
+		for _, a := range p.want {
+			keep[a] = true
+		}
+	}
+	var stopped []string
+	for a, pr := range p.probes {
+		if !keep[a] {
+			pr.cancel()
+			stopped = append(stopped, a)
+		}
+	}
+	for _, a := range stopped {
+		<-p.probes[a].done
+		delete(p.probes, a)
+		// The balancer drops removed endpoints from its scrape; do the same.
+		p.total.DeletePartialMatch(prometheus.Labels{"endpoint": a})
+		p.readyGV.DeleteLabelValues(a)
+	}
+	for a := range keep {
+		if _, ok := p.probes[a]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		pr := &probe{cancel: cancel, done: make(chan struct{})}
+		p.probes[a] = pr
+		// A new endpoint counts as ready until a probe says otherwise, so
+		// that startup waits for nothing.
+		p.readyGV.WithLabelValues(a).Set(1)
+		go p.run(ctx, a, pr.done)
+	}
+}
+
+// run probes addr at once and then every Interval until ctx ends.
+func (p *Prober) run(ctx context.Context, addr string, done chan<- struct{}) {
+	defer close(done)
+	t := p.cfg.NewTicker(p.cfg.Interval)
+	defer t.Stop()
+	ready := true
+	for {
+		err := p.probe(ctx, addr)
+		if ctx.Err() != nil {
+			// Cancelled mid-probe: the endpoint went away or we are
+			// stopping, and the failure says nothing about it.
+			return
+		}
+		now := err == nil
+		result := "ready"
+		if !now {
+			result = "not_ready"
+		}
+		p.total.WithLabelValues(addr, result).Inc()
+		switch {
+		case ready && !now:
+			p.log.Info("endpoint not ready: no requests go to it until its /readyz passes", "endpoint", addr, "reason", err.Error())
+			p.readyGV.WithLabelValues(addr).Set(0)
+		case !ready && now:
+			p.log.Info("endpoint ready again", "endpoint", addr)
+			p.readyGV.WithLabelValues(addr).Set(1)
+		}
+		ready = now
+		p.sink.SetReady(addr, ready)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// probe returns nil if GET /readyz answers 200, else why not.
+func (p *Prober) probe(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	// The pool connects to addr whatever the URL's host; the host only
+	// sets :authority. The TLS server name comes from the pool's config.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := p.up.For(addr, transport.AuthSidecar).RoundTrip(req)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("GET /readyz: no answer within %s", p.cfg.Timeout)
+		}
+		return fmt.Errorf("GET /readyz: %w", err)
+	}
+	defer resp.Body.Close()
+	// Read the body in full (it is small) so the stream ends cleanly, and
+	// keep the failed checks ("[-]etcd failed: ...") for the log.
+	const maxBody = 16 << 10
+	var failed []string
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, maxBody))
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "[-]") {
+			failed = append(failed, line)
+		}
+	}
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("GET /readyz: %s: %s", resp.Status, strings.Join(failed, "; "))
+	}
+	return fmt.Errorf("GET /readyz: %s", resp.Status)
+}

@@ -1,0 +1,439 @@
+package health
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/resolver"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// apiserver is a TLS HTTP/2 test server whose /readyz answers ready or not
+// as told, and that requires the sidecar's client certificate as
+// system:public-info-viewer effectively does.
+type apiserver struct {
+	srv      *httptest.Server
+	ready    atomic.Bool
+	status   atomic.Int32 // the not-ready status code; 0 means 500
+	delay    atomic.Int64 // nanoseconds before answering
+	requests atomic.Int64
+	badProto atomic.Value // a protocol other than HTTP/2 seen, if any
+}
+
+func (a *apiserver) addr() string { return a.srv.Listener.Addr().String() }
+
+type pki struct {
+	ca      *testpki.CA
+	serving testpki.KeyPair
+	client  testpki.KeyPair
+}
+
+func newPKI(t *testing.T) *pki {
+	ca := testpki.NewCA(t)
+	return &pki{ca: ca, serving: ca.Serving("kubernetes"), client: ca.Client("probe-user")}
+}
+
+func newAPIServer(t *testing.T, k *pki) *apiserver {
+	t.Helper()
+	a := &apiserver{}
+	a.ready.Store(true)
+	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.requests.Add(1)
+		if r.ProtoMajor != 2 {
+			a.badProto.Store(r.Proto)
+		}
+		if d := time.Duration(a.delay.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if r.URL.Path != "/readyz" || r.Method != http.MethodGet {
+			http.NotFound(w, r)
+			return
+		}
+		if a.ready.Load() {
+			fmt.Fprint(w, "ok")
+			return
+		}
+		code := int(a.status.Load())
+		if code == 0 {
+			code = http.StatusInternalServerError
+		}
+		w.WriteHeader(code)
+		fmt.Fprint(w, "[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n")
+	}))
+	a.srv.EnableHTTP2 = true
+	a.srv.TLS = k.ca.ServerTLSConfig(k.serving, tls.RequireAndVerifyClientCert)
+	a.srv.StartTLS()
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+type creds struct{ k *pki }
+
+func (c creds) RootCAs() *x509.CertPool                      { return c.k.ca.Pool }
+func (c creds) ClientCertificate() (*tls.Certificate, error) { return &c.k.client.TLS, nil }
+func (c creds) Token() (string, error)                       { return "", nil }
+
+func newTransports(t *testing.T, k *pki) *transport.Transports {
+	t.Helper()
+	tr, err := transport.New(transport.Config{ServerName: "kubernetes"}, creds{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.Close)
+	return tr
+}
+
+// sink records every report and hands them to the test in order, per
+// address.
+type sink struct {
+	mu    sync.Mutex
+	calls map[string]chan bool
+}
+
+func newSink() *sink { return &sink{calls: map[string]chan bool{}} }
+
+func (s *sink) queue(addr string) chan bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.calls[addr]
+	if !ok {
+		q = make(chan bool, 1000)
+		s.calls[addr] = q
+	}
+	return q
+}
+
+func (s *sink) SetReady(addr string, ready bool) { s.queue(addr) <- ready }
+
+// next waits for the next report about addr.
+func (s *sink) next(t *testing.T, addr string) bool {
+	t.Helper()
+	select {
+	case r := <-s.queue(addr):
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no probe report for %s within 10s", addr)
+		return false
+	}
+}
+
+// tickers is a NewTicker whose tickers fire only when the test says so.
+type tickers struct {
+	mu   sync.Mutex
+	live map[*fakeTicker]bool
+}
+
+type fakeTicker struct {
+	owner *tickers
+	c     chan time.Time
+}
+
+func (f *fakeTicker) C() <-chan time.Time { return f.c }
+func (f *fakeTicker) Stop() {
+	f.owner.mu.Lock()
+	delete(f.owner.live, f)
+	f.owner.mu.Unlock()
+}
+
+func newTickers() *tickers { return &tickers{live: map[*fakeTicker]bool{}} }
+
+func (ts *tickers) New(time.Duration) Ticker {
+	f := &fakeTicker{owner: ts, c: make(chan time.Time, 1)}
+	ts.mu.Lock()
+	ts.live[f] = true
+	ts.mu.Unlock()
+	return f
+}
+
+// tick fires every live ticker; like time.Ticker, a tick nobody took yet
+// is not doubled.
+func (ts *tickers) tick() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for f := range ts.live {
+		select {
+		case f.c <- time.Now():
+		default:
+		}
+	}
+}
+
+func (ts *tickers) count() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.live)
+}
+
+func eps(addrs ...string) []resolver.Endpoint {
+	out := make([]resolver.Endpoint, len(addrs))
+	for i, a := range addrs {
+		out[i] = resolver.Endpoint{Address: a}
+	}
+	return out
+}
+
+// logBuffer collects log lines for assertions.
+type logBuffer struct {
+	mu sync.Mutex
+	sb strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sb.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sb.String()
+}
+
+func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *logBuffer) (*Prober, *tickers) {
+	t.Helper()
+	ts := newTickers()
+	cfg.NewTicker = ts.New
+	var w = &logBuffer{}
+	if logs != nil {
+		w = logs
+	}
+	p, err := New(cfg, up, s, slog.New(slog.NewTextHandler(w, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	return p, ts
+}
+
+func TestTransitions(t *testing.T) {
+	k := newPKI(t)
+	srv := newAPIServer(t, k)
+	s := newSink()
+	var logs logBuffer
+	p, ts := newProber(t, Config{}, newTransports(t, k), s, &logs)
+	addr := srv.addr()
+	p.Update(eps(addr))
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		serverReady bool
+		status      int32 // not-ready status code
+		want        bool
+		wantLog     string // a transition logged by this probe
+	}{
+		{serverReady: true, want: true},
+		{serverReady: false, want: false, wantLog: "endpoint not ready"},
+		{serverReady: false, status: http.StatusForbidden, want: false},
+		{serverReady: true, want: true, wantLog: "endpoint ready again"},
+		{serverReady: true, want: true},
+		{serverReady: false, status: http.StatusServiceUnavailable, want: false, wantLog: "endpoint not ready"},
+	}
+	notReady := 0
+	for i, st := range steps {
+		srv.ready.Store(st.serverReady)
+		srv.status.Store(st.status)
+		before := strings.Count(logs.String(), "\n")
+		if i > 0 {
+			ts.tick()
+		}
+		if got := s.next(t, addr); got != st.want {
+			t.Fatalf("step %d: reported ready=%v, want %v", i, got, st.want)
+		}
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")[before:]
+		if st.wantLog == "" && len(lines) > 0 && lines[0] != "" {
+			t.Errorf("step %d: logged %q without a transition", i, lines)
+		}
+		if st.wantLog != "" && (len(lines) != 1 || !strings.Contains(lines[0], st.wantLog) || !strings.Contains(lines[0], "endpoint="+addr)) {
+			t.Errorf("step %d: logged %q, want one line with %q and the endpoint", i, lines, st.wantLog)
+		}
+		if !st.want {
+			notReady++
+		}
+		if got := testutil.ToFloat64(p.total.WithLabelValues(addr, "not_ready")); got != float64(notReady) {
+			t.Errorf("step %d: not_ready probes = %v, want %d", i, got, notReady)
+		}
+		if got := testutil.ToFloat64(p.total.WithLabelValues(addr, "ready")); got != float64(i+1-notReady) {
+			t.Errorf("step %d: ready probes = %v, want %d", i, got, i+1-notReady)
+		}
+		gauge := 0.0
+		if st.want {
+			gauge = 1
+		}
+		if got := testutil.ToFloat64(p.readyGV.WithLabelValues(addr)); got != gauge {
+			t.Errorf("step %d: probe_ready gauge = %v, want %v", i, got, gauge)
+		}
+	}
+	if !strings.Contains(logs.String(), "[-]shutdown failed") {
+		t.Errorf("the failed /readyz checks are not in the log:\n%s", logs.String())
+	}
+	if proto := srv.badProto.Load(); proto != nil {
+		t.Errorf("probe used %v, want HTTP/2 through the transport pool", proto)
+	}
+}
+
+func TestFailures(t *testing.T) {
+	k := newPKI(t)
+	tests := []struct {
+		name       string
+		setup      func(*apiserver) string // returns the address to probe
+		wantReason string
+	}{
+		{
+			name:       "non-200",
+			setup:      func(a *apiserver) string { a.ready.Store(false); return a.addr() },
+			wantReason: "500 Internal Server Error",
+		},
+		{
+			name:       "timeout",
+			setup:      func(a *apiserver) string { a.delay.Store(int64(time.Minute)); return a.addr() },
+			wantReason: "no answer within 50ms",
+		},
+		{
+			name: "dial error",
+			setup: func(a *apiserver) string {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				addr := l.Addr().String()
+				l.Close()
+				return addr
+			},
+			wantReason: "GET /readyz",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := tt.setup(newAPIServer(t, k))
+			s := newSink()
+			var logs logBuffer
+			p, _ := newProber(t, Config{Timeout: 50 * time.Millisecond}, newTransports(t, k), s, &logs)
+			p.Update(eps(addr))
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if s.next(t, addr) {
+				t.Fatal("reported ready, want not ready")
+			}
+			if l := logs.String(); !strings.Contains(l, tt.wantReason) {
+				t.Errorf("log %q lacks the reason %q", l, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestUpdate(t *testing.T) {
+	k := newPKI(t)
+	a, b, c := newAPIServer(t, k), newAPIServer(t, k), newAPIServer(t, k)
+	s := newSink()
+	reg := prometheus.NewPedanticRegistry()
+	p, ts := newProber(t, Config{}, newTransports(t, k), s, nil)
+	for _, col := range p.Collectors() {
+		reg.MustRegister(col)
+	}
+	// Before Start an update only records the set.
+	p.Update(eps(a.addr(), b.addr()))
+	time.Sleep(20 * time.Millisecond)
+	if n := a.requests.Load() + b.requests.Load(); n != 0 {
+		t.Fatalf("%d probes before Start, want none", n)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b.ready.Store(false)
+	s.next(t, a.addr())
+	if s.next(t, b.addr()) {
+		t.Fatal("b reported ready")
+	}
+
+	// b goes, c comes: c is probed at once, without waiting for a tick.
+	p.Update(eps(a.addr(), c.addr()))
+	if !s.next(t, c.addr()) {
+		t.Fatal("c reported not ready")
+	}
+	if n := ts.count(); n != 2 {
+		t.Errorf("%d probe loops, want 2", n)
+	}
+	bProbes := b.requests.Load()
+	for range 3 {
+		ts.tick()
+		s.next(t, a.addr())
+		s.next(t, c.addr())
+	}
+	if n := b.requests.Load(); n != bProbes {
+		t.Errorf("removed endpoint probed %d more times", n-bProbes)
+	}
+	if n, err := testutil.GatherAndCount(reg, "fanout_endpoint_probe_ready"); err != nil || n != 2 {
+		t.Errorf("probe_ready series = %d (%v), want 2: the removed endpoint's must go", n, err)
+	}
+	want := fmt.Sprintf(`
+# HELP fanout_endpoint_probe_ready 1 if the endpoint's last readiness probe passed (or it has not been probed yet), 0 if it failed.
+# TYPE fanout_endpoint_probe_ready gauge
+fanout_endpoint_probe_ready{endpoint=%q} 1
+fanout_endpoint_probe_ready{endpoint=%q} 1
+`, min(a.addr(), c.addr()), max(a.addr(), c.addr()))
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fanout_endpoint_probe_ready"); err != nil {
+		t.Error(err)
+	}
+
+	// After Stop nothing runs, and an update starts nothing.
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	p.Update(eps(a.addr(), b.addr(), c.addr()))
+	if n := ts.count(); n != 0 {
+		t.Errorf("%d probe loops after Stop, want none", n)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{name: "zero", cfg: Config{}},
+		{name: "set", cfg: Config{Interval: time.Second, Timeout: time.Second}},
+		{name: "negative interval", cfg: Config{Interval: -time.Second}, wantErr: "--probe-interval must not be negative"},
+		{name: "negative timeout", cfg: Config{Timeout: -time.Second}, wantErr: "timeout must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("Validate() = %v, want %q", err, tt.wantErr)
+			}
+		})
+	}
+	if d := (Config{Interval: 300 * time.Millisecond}).withDefaults(); d.Timeout != 300*time.Millisecond {
+		t.Errorf("timeout = %s, want it capped at the interval", d.Timeout)
+	}
+	if d := (Config{}).withDefaults(); d.Interval != DefaultInterval || d.Timeout != DefaultTimeout {
+		t.Errorf("defaults = %s/%s, want %s/%s", d.Interval, d.Timeout, DefaultInterval, DefaultTimeout)
+	}
+}
