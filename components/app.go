@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/admin"
@@ -34,7 +36,13 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 	if err != nil {
 		return fx.Error(fmt.Errorf("--kubeconfig %s: %w", o.Kubeconfig, err))
 	}
-	res, err := resolver.Parse(o.Endpoints, up.Server)
+	resolverMetrics := resolver.NewMetrics()
+	res, err := resolver.Parse(o.Endpoints, resolver.Config{
+		Fallback:  up.Server,
+		Discovery: func() (*rest.Config, error) { return discoveryConfig(o) },
+		Log:       log,
+		Metrics:   resolverMetrics,
+	})
 	if err != nil {
 		return fx.Error(err)
 	}
@@ -56,12 +64,14 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			log,
 			up,
 			fx.Annotate(res, fx.As(new(resolver.Resolver))),
+			resolverMetrics,
 			balancer.Config{Policy: o.Balancer},
 			transport.Config{ServerName: serverName},
 			proxy.Config{ListenAddress: o.ListenAddress, ShutdownGrace: o.ShutdownGrace},
 			admin.Config{ListenAddress: o.AdminAddress},
 		),
 		Metrics,
+		fx.Invoke(func(reg prometheus.Registerer) error { return reg.Register(resolverMetrics) }),
 		certs.Module,
 		fx.Provide(func(c *certs.Credentials) transport.Credentials { return c }),
 		balancer.Module,
@@ -93,6 +103,31 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			}))
 		}),
 	)
+}
+
+// discoveryConfig returns the credentials of the endpointslice resolver
+// (--discovery-kubeconfig): by default the client's own kubeconfig, which
+// talks to its server directly rather than through fanout.
+func discoveryConfig(o Options) (*rest.Config, error) {
+	switch o.DiscoveryKubeconfig {
+	case DiscoveryInCluster:
+		c, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--discovery-kubeconfig %s: %w", DiscoveryInCluster, err)
+		}
+		return c, nil
+	case "":
+		c, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig %s for discovery: %w; pass --discovery-kubeconfig", o.Kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.BuildConfigFromFlags("", o.DiscoveryKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--discovery-kubeconfig %s: %w", o.DiscoveryKubeconfig, err)
+	}
+	return c, nil
 }
 
 // Metrics provides one Prometheus registry as both Registerer and Gatherer,
@@ -152,7 +187,9 @@ type ResolverParams struct {
 	Balancer   *balancer.Balancer
 	Transports *transport.Transports
 	Prober     *health.Prober `optional:"true"`
-	Log        *slog.Logger
+	// Metrics counts published endpoints by state; absent in tests.
+	Metrics *resolver.Metrics `optional:"true"`
+	Log     *slog.Logger
 }
 
 // poolRetainer drops connection pools of endpoints that went away.
@@ -161,15 +198,18 @@ type poolRetainer interface {
 }
 
 // RunResolver runs the resolver for the app's lifetime and feeds its
-// snapshots to the balancer, then the prober, then the transport. The
-// balancer goes first so that it knows a new endpoint before the prober's
-// first report about it; the transport last, as the prober's Update returns
-// only once probes of removed endpoints have ended, so none of them can
-// recreate a pool that Retain just dropped.
+// snapshots to the balancer, then the prober, then the resolver metrics,
+// then the transport. The balancer goes first so that it knows a new
+// endpoint before the prober's first report about it; the transport last,
+// as the prober's Update returns only once probes of removed endpoints have
+// ended, so none of them can recreate a pool that Retain just dropped.
 func RunResolver(p ResolverParams) {
 	sink := sinks{p.Balancer}
 	if p.Prober != nil {
 		sink = append(sink, p.Prober)
+	}
+	if p.Metrics != nil {
+		sink = append(sink, p.Metrics)
 	}
 	runResolver(p.Lifecycle, p.Resolver, sink, p.Transports, p.Log)
 }
@@ -184,10 +224,18 @@ func runResolver(lc fx.Lifecycle, r resolver.Resolver, sink endpointSink, pools 
 				defer wg.Done()
 				err := r.Run(ctx, func(eps []resolver.Endpoint) {
 					addrs := make([]string, len(eps))
+					var draining []string
 					for i, ep := range eps {
 						addrs[i] = ep.Address
+						if ep.Draining {
+							draining = append(draining, ep.Address)
+						}
 					}
-					log.Info("endpoints updated", "endpoints", addrs)
+					if len(draining) > 0 {
+						log.Info("endpoints updated", "endpoints", addrs, "draining", draining)
+					} else {
+						log.Info("endpoints updated", "endpoints", addrs)
+					}
 					sink.Update(eps)
 					pools.Retain(addrs)
 				})
@@ -214,6 +262,7 @@ var (
 	_ transport.Credentials = (*certs.Credentials)(nil)
 	_ endpointSink          = (*balancer.Balancer)(nil)
 	_ endpointSink          = (*health.Prober)(nil)
+	_ endpointSink          = (*resolver.Metrics)(nil)
 	_ health.Upstream       = (*transport.Transports)(nil)
 	_ health.Sink           = (*balancer.Balancer)(nil)
 	_ poolRetainer          = (*transport.Transports)(nil)

@@ -38,6 +38,9 @@ type apiserver struct {
 	probes atomic.Int64
 	mu     sync.Mutex
 	seen   []seenRequest
+	// slices, when set, is the EndpointSliceList JSON served for
+	// default/kubernetes; see TestEndpointSliceDiscovery.
+	slices atomic.Pointer[string]
 }
 
 type seenRequest struct {
@@ -51,6 +54,10 @@ func newAPIServer(t *testing.T, ca *testpki.CA, serving testpki.KeyPair) *apiser
 		if r.URL.Path == "/readyz" {
 			a.probes.Add(1)
 			fmt.Fprint(w, "ok")
+			return
+		}
+		if list := a.slices.Load(); list != nil && r.URL.Path == "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices" {
+			serveSlices(w, r, *list)
 			return
 		}
 		a.requests.Add(1)

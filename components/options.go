@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -15,19 +16,25 @@ import (
 // Options are the sidecar's command-line flags. The flag names are fanout's
 // public interface: keep them.
 type Options struct {
-	Kubeconfig      string
-	Endpoints       string
-	TLSServerName   string
-	ListenAddress   string
-	AllowRemote     bool
-	AdminAddress    string
-	WriteKubeconfig string
-	Balancer        string
-	ShutdownGrace   time.Duration
-	ProbeInterval   time.Duration
-	LogFormat       string
-	Verbosity       int
+	Kubeconfig string
+	Endpoints  string
+	// DiscoveryKubeconfig is "", a path, or DiscoveryInCluster.
+	DiscoveryKubeconfig string
+	TLSServerName       string
+	ListenAddress       string
+	AllowRemote         bool
+	AdminAddress        string
+	WriteKubeconfig     string
+	Balancer            string
+	ShutdownGrace       time.Duration
+	ProbeInterval       time.Duration
+	LogFormat           string
+	Verbosity           int
 }
+
+// DiscoveryInCluster is the --discovery-kubeconfig value that selects the
+// pod's service account.
+const DiscoveryInCluster = "in-cluster"
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
@@ -46,7 +53,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
 		"The client's original kubeconfig (required). fanout uses its current context's server, CA, client certificate/key and token or tokenFile. Exec and auth-provider plugins are not supported.")
 	fs.StringVar(&o.Endpoints, "endpoints", o.Endpoints,
-		"kube-apiserver endpoints as a comma-separated list of https://host:port. Default: the kubeconfig's server alone.")
+		"kube-apiserver endpoints: a comma-separated list of https://host:port; dns:///name:port (A/AAAA records, looked up every 5s); "+
+			"or endpointslice:///namespace/service[:port-name] (the Service's EndpointSlices, watched; e.g. endpointslice:///default/kubernetes; "+
+			"terminating endpoints get no new requests). Discovery failures keep the last known endpoints, and until discovery first succeeds fanout uses the kubeconfig's server. "+
+			"Default: the kubeconfig's server alone.")
+	fs.StringVar(&o.DiscoveryKubeconfig, "discovery-kubeconfig", o.DiscoveryKubeconfig,
+		"Credentials for --endpoints endpointslice:///...: empty uses --kubeconfig (its server, directly); a path uses that kubeconfig; "+
+			"\"in-cluster\" uses the pod's service account. They need get, list and watch on discovery.k8s.io endpointslices in the namespace (see manifests/rbac).")
 	fs.StringVar(&o.TLSServerName, "tls-server-name", o.TLSServerName,
 		"Server name verified on every endpoint's certificate. Default: the kubeconfig's tls-server-name, else the host of its server URL.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress,
@@ -81,6 +94,9 @@ func (o *Options) Validate() error {
 	}
 	if err := (balancer.Config{Policy: o.Balancer}).Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.DiscoveryKubeconfig != "" && !strings.HasPrefix(strings.TrimSpace(o.Endpoints), "endpointslice://") {
+		errs = append(errs, fmt.Errorf("--discovery-kubeconfig %q is only used by --endpoints endpointslice:///namespace/service; drop it or use that resolver", o.DiscoveryKubeconfig))
 	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))

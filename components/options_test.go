@@ -28,6 +28,10 @@ func TestValidate(t *testing.T) {
 		{"negative grace", func(o *Options) { o.ShutdownGrace = -time.Second }, "--shutdown-grace"},
 		{"bad log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
 		{"probing off", func(o *Options) { o.ProbeInterval = 0 }, ""},
+		{"discovery kubeconfig with endpointslice", func(o *Options) {
+			o.Endpoints, o.DiscoveryKubeconfig = "endpointslice:///default/kubernetes", DiscoveryInCluster
+		}, ""},
+		{"discovery kubeconfig without endpointslice", func(o *Options) { o.DiscoveryKubeconfig = DiscoveryInCluster }, "only used by --endpoints endpointslice"},
 		{"negative probe interval", func(o *Options) { o.ProbeInterval = -time.Second }, "--probe-interval must not be negative"},
 	}
 	for _, tt := range tests {

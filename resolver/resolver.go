@@ -3,21 +3,42 @@
 //
 // A Resolver never sends deltas: every update carries the complete, current
 // set of endpoints, so a consumer can rebuild its state from one update alone.
+//
+// Three resolvers exist: Static (a fixed list), DNS (A/AAAA records looked
+// up periodically) and EndpointSlices (a Service's EndpointSlices through
+// an informer). The dynamic ones never publish an empty set: a failed or
+// empty resolution keeps the last good one, and until the first success
+// they publish the kubeconfig's server so that fanout works meanwhile.
 package resolver
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // Endpoint is one kube-apiserver instance, addressed as host:port.
 type Endpoint struct {
 	// Address is the dial address, "host:port" (IPv6 hosts in brackets).
 	Address string
+	// Draining marks an endpoint that is still serving but should take no
+	// new requests, so that those in flight (watches above all) finish
+	// where they are: an EndpointSlice endpoint that is terminating, or
+	// serving but not ready. Consumers keep it known; only the
+	// endpointslice resolver sets it.
+	Draining bool
+	// Zone is the endpoint's topology zone when discovery knows it, for
+	// information; empty otherwise.
+	Zone string
 }
 
 // Resolver discovers endpoints.
@@ -44,33 +65,52 @@ func (s Static) Run(ctx context.Context, update func([]Endpoint)) error {
 	return nil
 }
 
+// Config is what Parse needs besides the spec.
+type Config struct {
+	// Fallback is the kubeconfig's server. It is the endpoint of an empty
+	// spec, and what the dynamic resolvers publish until they first
+	// resolve something.
+	Fallback *url.URL
+	// Discovery returns the credentials the endpointslice resolver lists
+	// and watches EndpointSlices with. Only called for that scheme.
+	Discovery func() (*rest.Config, error)
+	Log       *slog.Logger // slog.Default() if nil
+	Metrics   *Metrics     // nil records nothing
+}
+
 // Parse turns an --endpoints value into a Resolver.
 //
 // Grammar:
 //
 //	https://host:port[,https://host:port...]   a static list
-//	dns:///name:port                           DNS A/AAAA records (reserved)
-//	endpointslice:///namespace/name            EndpointSlices of a Service (reserved)
+//	dns:///name[:port]                         A/AAAA records of name, every 5s (port 443 by default)
+//	endpointslice:///namespace/service[:port]  EndpointSlices of a Service; port is a port name
 //
-// An empty spec means the kubeconfig server alone (defaultServer).
-func Parse(spec string, defaultServer *url.URL) (Resolver, error) {
+// An empty spec means the kubeconfig server alone (c.Fallback).
+func Parse(spec string, c Config) (Resolver, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
-		if defaultServer == nil {
+		if c.Fallback == nil {
 			return nil, fmt.Errorf("no --endpoints given and the kubeconfig has no server URL")
 		}
-		ep, err := endpointFromURL(defaultServer.String())
+		ep, err := endpointFromURL(c.Fallback.String())
 		if err != nil {
 			return nil, fmt.Errorf("kubeconfig server: %w", err)
 		}
 		return Static{Endpoints: []Endpoint{ep}}, nil
 	}
-	if scheme, _, ok := strings.Cut(spec, "://"); ok {
+	if scheme, after, ok := strings.Cut(spec, "://"); ok {
 		switch scheme {
-		case "dns", "endpointslice":
-			return nil, fmt.Errorf("--endpoints %q: the %s resolver is not available in this build; use a static list of https://host:port", spec, scheme)
+		case "dns":
+			return parseDNS(spec, after, c)
+		case "endpointslice":
+			return parseEndpointSlice(spec, after, c)
 		}
 	}
+	return parseStatic(spec)
+}
+
+func parseStatic(spec string) (Resolver, error) {
 	seen := map[string]bool{}
 	var eps []Endpoint
 	for _, part := range strings.Split(spec, ",") {
@@ -93,6 +133,79 @@ func Parse(spec string, defaultServer *url.URL) (Resolver, error) {
 	}
 	sort.Slice(eps, func(i, j int) bool { return eps[i].Address < eps[j].Address })
 	return Static{Endpoints: eps}, nil
+}
+
+// fallback is the kubeconfig server as an endpoint list, empty if unusable:
+// the dynamic resolvers then publish nothing until they resolve.
+func (c Config) fallback() []Endpoint {
+	if c.Fallback == nil {
+		return nil
+	}
+	ep, err := endpointFromURL(c.Fallback.String())
+	if err != nil {
+		return nil
+	}
+	return []Endpoint{ep}
+}
+
+// parseDNS accepts dns:///name[:port]. after is what follows "dns://".
+func parseDNS(spec, after string, c Config) (Resolver, error) {
+	hostport, ok := strings.CutPrefix(after, "/")
+	if !ok || strings.Contains(hostport, "/") {
+		return nil, fmt.Errorf("--endpoints %q: expected dns:///name:port (three slashes; a DNS server cannot be chosen)", spec)
+	}
+	host, port := hostport, "443"
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		host, port = h, p
+	} else if strings.HasPrefix(hostport, "[") || strings.Count(hostport, ":") == 1 {
+		return nil, fmt.Errorf("--endpoints %q: %v; expected dns:///name:port", spec, err)
+	}
+	if host == "" {
+		return nil, fmt.Errorf("--endpoints %q has no name; expected dns:///name:port", spec)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nil, fmt.Errorf("--endpoints %q: port %q is not a number in 1-65535; expected dns:///name:port", spec, port)
+	}
+	return &DNS{Host: host, Port: port, Fallback: c.fallback(), Log: c.Log, Metrics: c.Metrics}, nil
+}
+
+// parseEndpointSlice accepts endpointslice:///namespace/service[:port-name].
+func parseEndpointSlice(spec, after string, c Config) (Resolver, error) {
+	const want = "expected endpointslice:///namespace/service[:port-name]"
+	path, ok := strings.CutPrefix(after, "/")
+	ns, svc, ok2 := strings.Cut(path, "/")
+	if !ok || !ok2 || strings.Contains(svc, "/") {
+		return nil, fmt.Errorf("--endpoints %q: %s", spec, want)
+	}
+	svc, port, hasPort := strings.Cut(svc, ":")
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return nil, fmt.Errorf("--endpoints %q: namespace %q: %s; %s", spec, ns, strings.Join(errs, ", "), want)
+	}
+	if errs := validation.IsDNS1035Label(svc); len(errs) > 0 {
+		return nil, fmt.Errorf("--endpoints %q: service %q: %s; %s", spec, svc, strings.Join(errs, ", "), want)
+	}
+	if hasPort {
+		if errs := validation.IsValidPortName(port); len(errs) > 0 {
+			return nil, fmt.Errorf("--endpoints %q: port name %q: %s; %s", spec, port, strings.Join(errs, ", "), want)
+		}
+	}
+	if c.Discovery == nil {
+		return nil, fmt.Errorf("--endpoints %q: no credentials for discovery", spec)
+	}
+	cfg, err := c.Discovery()
+	if err != nil {
+		return nil, fmt.Errorf("--endpoints %q: discovery credentials: %w", spec, err)
+	}
+	cfg = rest.CopyConfig(cfg)
+	rest.AddUserAgent(cfg, "fanout-discovery")
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--endpoints %q: discovery client: %w", spec, err)
+	}
+	return &EndpointSlices{
+		Client: client, Namespace: ns, Service: svc, PortName: port,
+		Fallback: c.fallback(), Log: c.Log, Metrics: c.Metrics,
+	}, nil
 }
 
 // endpointFromURL accepts https://host[:port] (port defaults to 443).

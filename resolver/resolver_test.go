@@ -33,12 +33,10 @@ func TestParse(t *testing.T) {
 		{"bare host refused", "10.0.0.11:6443", def, nil, "expected https://host:port"},
 		{"path refused", "https://10.0.0.11:6443/api", def, nil, "without path"},
 		{"only commas", ",,", def, nil, "lists no endpoint"},
-		{"dns reserved", "dns:///kubernetes.default.svc:443", def, nil, "not available in this build"},
-		{"endpointslice reserved", "endpointslice:///default/kubernetes", def, nil, "not available in this build"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse(tt.spec, tt.def)
+			r, err := Parse(tt.spec, Config{Fallback: tt.def})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Parse(%q) error = %v, want one containing %q", tt.spec, err, tt.wantErr)

@@ -52,7 +52,9 @@ func New(cfg Config) (*Balancer, error) {
 // keep their *Endpoint, with counters and latency estimate; new ones start
 // from the median latency estimate and recent request count of the current
 // endpoints so that they neither draw nor shun traffic. Requests in flight
-// on a removed endpoint finish normally. Update must not be called concurrently with itself; it does not
+// on a removed endpoint finish normally. An endpoint marked Draining stays
+// known, with its counters and its requests in flight, but picks skip it
+// as they skip ejected ones (and, like those, use it in panic mode). Update must not be called concurrently with itself; it does not
 // retain eps.
 func (b *Balancer) Update(eps []resolver.Endpoint) {
 	now, samples := b.p.clock()
@@ -83,6 +85,9 @@ func (b *Balancer) Update(eps []resolver.Endpoint) {
 		if e == nil {
 			e = newEndpoint(re.Address, b.p, seed, served, now)
 		}
+		// Set before publishing, so no pick sees a fresh draining
+		// endpoint as usable.
+		e.draining.Store(re.Draining)
 		next = append(next, e)
 	}
 	slices.SortFunc(next, func(x, y *Endpoint) int { return strings.Compare(x.address, y.address) })

@@ -14,6 +14,12 @@ const (
 	// SetReady). It wins over StateEjected: it lasts until a probe passes,
 	// whatever the ejection's deadline.
 	StateNotReady = "not_ready"
+	// StateDraining is an endpoint the resolver marked as draining (an
+	// EndpointSlice endpoint that is terminating, or serving but not
+	// ready): it gets no new requests while those in flight finish. It
+	// wins over the other states, as it lasts until the resolver says
+	// otherwise or removes the endpoint.
+	StateDraining = "draining"
 )
 
 // The latency estimate. See observe for how these shape it.
@@ -151,6 +157,11 @@ type Endpoint struct {
 	// ready, so that an endpoint nobody probes, or one not probed yet,
 	// takes traffic at once.
 	notReady atomic.Bool
+
+	// draining is set from the resolver's snapshot (see Balancer.Update).
+	// It is a flag of its own, not notReady, so that a passing probe does
+	// not undo what discovery said, nor the next snapshot a failed probe.
+	draining atomic.Bool
 }
 
 // NewEndpoint returns a standalone endpoint with default settings and the
@@ -190,8 +201,10 @@ func kindIndex(k Kind) int {
 func (e *Endpoint) ejected(now int64) bool { return e.ejectedUntil.Load() > now }
 
 // usable reports whether picks should consider the endpoint: neither
-// ejected after a failure nor failing its readiness probe.
-func (e *Endpoint) usable(now int64) bool { return !e.notReady.Load() && !e.ejected(now) }
+// ejected after a failure, failing its readiness probe nor draining.
+func (e *Endpoint) usable(now int64) bool {
+	return !e.notReady.Load() && !e.draining.Load() && !e.ejected(now)
+}
 
 // claim moves stamp forward to v and returns how far it moved, so that
 // concurrent updaters apply each stretch of decay exactly once.
@@ -388,6 +401,9 @@ type EndpointStatus struct {
 	// ProbeReady is false while the last readiness probe failed; true for
 	// an endpoint not probed (yet).
 	ProbeReady bool `json:"probe_ready"`
+	// Draining is true while the resolver reports the endpoint as
+	// terminating or not ready: it takes no new requests.
+	Draining bool `json:"draining"`
 }
 
 // Status returns a snapshot of the endpoint. The fields are read one by
@@ -407,6 +423,7 @@ func (e *Endpoint) status(now, samples int64) EndpointStatus {
 		ErrorsTotal:         e.errors.Load(),
 		ConsecutiveFailures: e.failures.Load(),
 		ProbeReady:          !e.notReady.Load(),
+		Draining:            e.draining.Load(),
 	}
 	if until := e.ejectedUntil.Load(); until > now {
 		s.State = StateEjected
@@ -414,6 +431,9 @@ func (e *Endpoint) status(now, samples int64) EndpointStatus {
 	}
 	if !s.ProbeReady {
 		s.State = StateNotReady
+	}
+	if s.Draining {
+		s.State = StateDraining
 	}
 	return s
 }

@@ -26,8 +26,8 @@ func TestModule(t *testing.T) {
 		t.Fatalf("module provided balancer %p and picker %v, want the same instance", b, picker)
 	}
 	b.Update(endpoints("a:1"))
-	if n, err := testutil.GatherAndCount(reg, "fanout_endpoints"); err != nil || n != 3 {
-		t.Errorf("registered collector: %d fanout_endpoints series (err %v), want 3 (one per state)", n, err)
+	if n, err := testutil.GatherAndCount(reg, "fanout_endpoints"); err != nil || n != 4 {
+		t.Errorf("registered collector: %d fanout_endpoints series (err %v), want 4 (one per state)", n, err)
 	}
 }
 

@@ -40,10 +40,10 @@ func (b *Balancer) Collector() prometheus.Collector {
 			"Usual latency to response headers of a successful short request, by request class (verb); the unit of fanout_endpoint_latency_score. Absent until the class has been seen.",
 			[]string{"class"}, nil),
 		ready: prometheus.NewDesc("fanout_endpoint_ready",
-			"1 if the endpoint is eligible for picks, 0 while it is ejected or failing its readiness probe.",
+			"1 if the endpoint is eligible for picks, 0 while it is ejected, failing its readiness probe or draining.",
 			[]string{"endpoint"}, nil),
 		count: prometheus.NewDesc("fanout_endpoints",
-			"Known kube-apiserver endpoints by state (ready, ejected or not_ready: failing its readiness probe).",
+			"Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).",
 			[]string{"state"}, nil),
 	}
 }
@@ -59,7 +59,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	var ready, ejected, notReady int
+	var ready, ejected, notReady, draining int
 	for _, s := range c.b.Endpoints() {
 		up := 0.0
 		switch s.State {
@@ -68,6 +68,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ready++
 		case StateNotReady:
 			notReady++
+		case StateDraining:
+			draining++
 		default:
 			ejected++
 		}
@@ -86,4 +88,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ready), StateReady)
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ejected), StateEjected)
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(notReady), StateNotReady)
+	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(draining), StateDraining)
 }

@@ -26,8 +26,9 @@ fanout_endpoint_inflight_requests{endpoint="b:1",kind="short"} 0
 # TYPE fanout_endpoint_latency_score gauge
 fanout_endpoint_latency_score{endpoint="a:1"} 1
 fanout_endpoint_latency_score{endpoint="b:1"} 1
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected or not_ready: failing its readiness probe).
+# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).
 # TYPE fanout_endpoints gauge
+fanout_endpoints{state="draining"} 0
 fanout_endpoints{state="ejected"} 0
 fanout_endpoints{state="not_ready"} 0
 fanout_endpoints{state="ready"} 2
@@ -55,12 +56,13 @@ fanout_endpoints{state="ready"} 2
 	}
 
 	want = `
-# HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected or failing its readiness probe.
+# HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected, failing its readiness probe or draining.
 # TYPE fanout_endpoint_ready gauge
 fanout_endpoint_ready{endpoint="a:1"} 1
 fanout_endpoint_ready{endpoint="b:1"} 0
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected or not_ready: failing its readiness probe).
+# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).
 # TYPE fanout_endpoints gauge
+fanout_endpoints{state="draining"} 0
 fanout_endpoints{state="ejected"} 1
 fanout_endpoints{state="not_ready"} 0
 fanout_endpoints{state="ready"} 1
@@ -70,8 +72,8 @@ fanout_endpoints{state="ready"} 1
 	}
 
 	// The other series must match Status, which the tests above pin down.
-	if n := testutil.CollectAndCount(c); n != 2*6+3 {
-		t.Errorf("collected %d series, want %d", n, 2*6+3)
+	if n := testutil.CollectAndCount(c); n != 2*6+4 {
+		t.Errorf("collected %d series, want %d", n, 2*6+4)
 	}
 	var inflight float64
 	for _, s := range b.Endpoints() {

@@ -155,12 +155,13 @@ func TestSetReadyMetrics(t *testing.T) {
 	b, _ := newTest(t, Config{}, 1, "a:1", "b:1")
 	b.SetReady("a:1", false)
 	want := `
-# HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected or failing its readiness probe.
+# HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected, failing its readiness probe or draining.
 # TYPE fanout_endpoint_ready gauge
 fanout_endpoint_ready{endpoint="a:1"} 0
 fanout_endpoint_ready{endpoint="b:1"} 1
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected or not_ready: failing its readiness probe).
+# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).
 # TYPE fanout_endpoints gauge
+fanout_endpoints{state="draining"} 0
 fanout_endpoints{state="ejected"} 0
 fanout_endpoints{state="not_ready"} 1
 fanout_endpoints{state="ready"} 1

@@ -1,0 +1,211 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
+)
+
+// TestDiscovery runs fanout with --endpoints endpointslice:///default/kubernetes
+// and the user's own credentials for discovery: it must find every
+// apiserver from the lease reconciler's EndpointSlice, see one that stops
+// gracefully leave (or turn draining), and see it come back when it starts
+// again.
+func TestDiscovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane of its own")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	// Its own control plane: this test stops an apiserver.
+	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const user = "e2e-discovery-client"
+	kubeconfig, err := cp.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grantDiscovery(ctx, t, cp, user)
+
+	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig, "--endpoints", "endpointslice:///default/kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 40))
+		}
+	})
+	var all []string
+	for _, u := range cp.Endpoints() {
+		all = append(all, strings.TrimPrefix(u, "https://"))
+	}
+	slices.Sort(all)
+
+	waitEndpoints(t, sidecar.AdminAddress, 10*time.Second, "all apiservers discovered", func(usable, _ []string) bool {
+		return slices.Equal(usable, all)
+	})
+	client, err := kubernetes.NewForConfig(rest.CopyConfig(sidecar.Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Discovery().ServerVersion(); err != nil {
+		t.Fatalf("GET /version through fanout: %v", err)
+	}
+
+	victim := cp.APIServers[len(cp.APIServers)-1]
+	gone := strings.TrimPrefix(victim.URL, "https://")
+	stopStart := time.Now()
+	if err := victim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver %d (%s) stopped gracefully in %s", victim.Index+1, gone, time.Since(stopStart).Round(time.Millisecond))
+	// Its failing readiness probe takes it out of rotation too; what is
+	// checked here is that discovery dropped it: no longer known, or
+	// known as draining.
+	waitEndpoints(t, sidecar.AdminAddress, 15*time.Second, gone+" left or draining", func(usable, draining []string) bool {
+		return len(usable) == len(all)-1 && !slices.Contains(usable, gone)
+	}, func(known []string, draining []string) bool {
+		return !slices.Contains(known, gone) || slices.Contains(draining, gone)
+	})
+	t.Logf("discovery dropped %s %s after its stop began", gone, time.Since(stopStart).Round(time.Millisecond))
+	if _, err := client.Discovery().ServerVersion(); err != nil {
+		t.Fatalf("GET /version through fanout with one apiserver down: %v", err)
+	}
+
+	if err := victim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	waitEndpoints(t, sidecar.AdminAddress, 30*time.Second, gone+" back", func(usable, _ []string) bool {
+		return slices.Equal(usable, all)
+	})
+	t.Logf("fanout uses %s again %s after it was ready", gone, time.Since(back).Round(time.Millisecond))
+}
+
+// grantDiscovery binds the role of manifests/rbac to user in default and
+// waits until every apiserver honours it.
+func grantDiscovery(ctx context.Context, t *testing.T, cp *harness.ControlPlane, user string) {
+	t.Helper()
+	admin := cp.AdminClient
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "fanout-endpointslice-discovery"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"},
+			Verbs: []string{"get", "list", "watch"},
+		}},
+	}
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the discovery ClusterRole: %v", err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fanout-endpointslice-discovery", Namespace: metav1.NamespaceDefault},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if _, err := admin.RbacV1().RoleBindings(metav1.NamespaceDefault).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("binding %s to the discovery ClusterRole: %v", user, err)
+	}
+	// harness.WaitAuthorized checks the core group only.
+	for _, a := range cp.APIServers {
+		cfg := rest.CopyConfig(cp.Admin)
+		cfg.Host = a.URL
+		c, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, verb := range []string{"list", "watch"} {
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: metav1.NamespaceDefault, Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices",
+				},
+			}}
+			deadline := time.Now().Add(time.Minute)
+			for {
+				res, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+				if err == nil && res.Status.Allowed {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("apiserver %s does not let %s %s endpointslices in default after a minute (last error %v)", a.URL, user, verb, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// waitEndpoints polls fanout's /debug/endpoints until ok accepts the
+// addresses that take new requests (state ready) and those draining.
+// Further conditions, if given, see every known address instead of the
+// ready ones.
+func waitEndpoints(t *testing.T, admin string, within time.Duration, what string, ok func(usable, draining []string) bool, known ...func(known, draining []string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		usable, draining, all, err := debugEndpoints(admin)
+		if err == nil && ok(usable, draining) && allOK(known, all, draining) {
+			return
+		}
+		last = fmt.Sprintf("known %v, ready %v, draining %v, error %v", all, usable, draining, err)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; /debug/endpoints: %s", what, within, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func allOK(conds []func(known, draining []string) bool, known, draining []string) bool {
+	for _, c := range conds {
+		if !c(known, draining) {
+			return false
+		}
+	}
+	return true
+}
+
+func debugEndpoints(admin string) (usable, draining, known []string, err error) {
+	resp, err := http.Get("http://" + admin + "/debug/endpoints")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Endpoints []struct {
+			Address  string `json:"address"`
+			State    string `json:"state"`
+			Draining bool   `json:"draining"`
+		} `json:"endpoints"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, nil, nil, err
+	}
+	for _, e := range body.Endpoints {
+		known = append(known, e.Address)
+		switch {
+		case e.Draining:
+			draining = append(draining, e.Address)
+		case e.State == "ready":
+			usable = append(usable, e.Address)
+		}
+	}
+	slices.Sort(usable)
+	return usable, draining, known, nil
+}

@@ -1,0 +1,153 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"net"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type lookupResult struct {
+	ips []string
+	err error
+}
+
+func TestDNS(t *testing.T) {
+	fallback := []Endpoint{{Address: "kube.example:6443"}}
+	ok := func(ips ...string) lookupResult { return lookupResult{ips: ips} }
+	fail := lookupResult{err: errors.New("i/o timeout")}
+	tests := []struct {
+		name    string
+		lookups []lookupResult
+		// want holds, per lookup, the snapshot published after it, nil
+		// for none.
+		want       [][]string
+		wantErrors float64
+	}{
+		{
+			name:    "success, change, unchanged",
+			lookups: []lookupResult{ok("10.0.0.2", "10.0.0.1"), ok("10.0.0.1", "10.0.0.3"), ok("10.0.0.3", "10.0.0.1")},
+			want:    [][]string{{"10.0.0.1:6443", "10.0.0.2:6443"}, {"10.0.0.1:6443", "10.0.0.3:6443"}, nil},
+		},
+		{
+			name:       "error keeps the last set",
+			lookups:    []lookupResult{ok("10.0.0.1"), fail, ok("10.0.0.2")},
+			want:       [][]string{{"10.0.0.1:6443"}, nil, {"10.0.0.2:6443"}},
+			wantErrors: 1,
+		},
+		{
+			name:       "empty keeps the last set",
+			lookups:    []lookupResult{ok("10.0.0.1"), ok(), ok("10.0.0.1")},
+			want:       [][]string{{"10.0.0.1:6443"}, nil, nil},
+			wantErrors: 1,
+		},
+		{
+			name:       "fallback until the first success",
+			lookups:    []lookupResult{fail, ok(), ok("10.0.0.1")},
+			want:       [][]string{{"kube.example:6443"}, nil, {"10.0.0.1:6443"}},
+			wantErrors: 2,
+		},
+		{
+			name:    "ipv6",
+			lookups: []lookupResult{ok("fd00::1", "10.0.0.1")},
+			want:    [][]string{{"10.0.0.1:6443", "[fd00::1]:6443"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			results := make(chan lookupResult)
+			m := NewMetrics()
+			d := &DNS{
+				Host: "kube.example", Port: "6443", Interval: time.Second, Clock: clk,
+				Fallback: fallback, Metrics: m,
+				Lookup: func(ctx context.Context, host string) ([]net.IPAddr, error) {
+					if host != "kube.example" {
+						t.Errorf("looked up %q, want kube.example", host)
+					}
+					select {
+					case r := <-results:
+						var out []net.IPAddr
+						for _, ip := range r.ips {
+							out = append(out, net.IPAddr{IP: net.ParseIP(ip)})
+						}
+						return out, r.err
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				},
+			}
+			updates, stop := runResolver(t, d)
+			defer stop()
+			for i, r := range tt.lookups {
+				if i > 0 {
+					clk.Step(time.Second)
+				}
+				results <- r
+				// The fake ticker buffers its tick, so the next Step
+				// triggers the next lookup whenever Run gets to it.
+				got := nextUpdate(t, updates, tt.want[i] != nil)
+				if !reflect.DeepEqual(addresses(got), orNil(tt.want[i])) {
+					t.Fatalf("after lookup %d: published %v, want %v", i, addresses(got), tt.want[i])
+				}
+			}
+			if got := testutil.ToFloat64(m.errors.WithLabelValues("dns")); got != tt.wantErrors {
+				t.Errorf("fanout_resolver_errors_total = %v, want %v", got, tt.wantErrors)
+			}
+		})
+	}
+}
+
+func orNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// runResolver runs r until stop, which waits for Run to return. Updates
+// are buffered.
+func runResolver(t *testing.T, r Resolver) (<-chan []Endpoint, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	updates := make(chan []Endpoint, 16)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx, func(eps []Endpoint) { updates <- eps }) }()
+	return updates, func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return after its context was cancelled")
+		}
+	}
+}
+
+// nextUpdate returns the next snapshot if one is expected, else checks
+// that none comes within a short while.
+func nextUpdate(t *testing.T, updates <-chan []Endpoint, expect bool) []Endpoint {
+	t.Helper()
+	if !expect {
+		select {
+		case u := <-updates:
+			t.Fatalf("unexpected update %v", addresses(u))
+		case <-time.After(50 * time.Millisecond):
+		}
+		return nil
+	}
+	select {
+	case u := <-updates:
+		return u
+	case <-time.After(10 * time.Second):
+		t.Fatal("no update within 10s")
+	}
+	return nil
+}

@@ -1,0 +1,310 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// ep is an endpoint of a test slice. cond is "" (conditions unset),
+// "ready", "terminating" (serving and terminating), "unready" (serving,
+// not ready) or "gone" (neither).
+type ep struct {
+	addr, cond, zone string
+}
+
+type port struct {
+	name string
+	port int32
+}
+
+func slice(name, service string, ports []port, eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "default", Name: name,
+			Labels: map[string]string{discoveryv1.LabelServiceName: service},
+		},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	for _, p := range ports {
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr(p.name), Port: ptr(p.port)})
+	}
+	for _, e := range eps {
+		var c discoveryv1.EndpointConditions
+		switch e.cond {
+		case "ready":
+			c = discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}
+		case "terminating":
+			c = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+		case "unready":
+			c = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(false)}
+		case "gone":
+			c = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(true)}
+		}
+		d := discoveryv1.Endpoint{Addresses: []string{e.addr}, Conditions: c}
+		if e.zone != "" {
+			d.Zone = ptr(e.zone)
+		}
+		s.Endpoints = append(s.Endpoints, d)
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+var https = []port{{"https", 6443}}
+
+// show renders a snapshot as "addr" or "-addr" for draining, "@zone"
+// appended when set.
+func show(eps []Endpoint) []string {
+	out := []string{}
+	for _, e := range eps {
+		s := e.Address
+		if e.Draining {
+			s = "-" + s
+		}
+		if e.Zone != "" {
+			s += "@" + e.Zone
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestEndpointSlices(t *testing.T) {
+	type step struct {
+		do   func(ctx context.Context, c *fake.Clientset) error
+		want []string // nil: no update expected
+	}
+	create := func(s *discoveryv1.EndpointSlice) func(context.Context, *fake.Clientset) error {
+		return func(ctx context.Context, c *fake.Clientset) error {
+			_, err := c.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
+			return err
+		}
+	}
+	update := func(s *discoveryv1.EndpointSlice) func(context.Context, *fake.Clientset) error {
+		return func(ctx context.Context, c *fake.Clientset) error {
+			_, err := c.DiscoveryV1().EndpointSlices("default").Update(ctx, s, metav1.UpdateOptions{})
+			return err
+		}
+	}
+	remove := func(name string) func(context.Context, *fake.Clientset) error {
+		return func(ctx context.Context, c *fake.Clientset) error {
+			return c.DiscoveryV1().EndpointSlices("default").Delete(ctx, name, metav1.DeleteOptions{})
+		}
+	}
+	tests := []struct {
+		name       string
+		objects    []runtime.Object
+		portName   string
+		failLists  int // the first lists fail
+		first      []string
+		steps      []step
+		wantErrors float64
+	}{
+		{
+			name: "slices merged, conditions mapped, other services ignored",
+			objects: []runtime.Object{
+				slice("k-1", "kubernetes", https, ep{"10.0.0.2", "ready", "z2"}, ep{"10.0.0.1", "", ""}),
+				slice("k-2", "kubernetes", https, ep{"10.0.0.3", "terminating", ""}, ep{"10.0.0.4", "unready", ""}, ep{"10.0.0.5", "gone", ""}),
+				slice("o-1", "other", https, ep{"10.9.9.9", "ready", ""}),
+			},
+			first: []string{"10.0.0.1:6443", "10.0.0.2:6443@z2", "-10.0.0.3:6443", "-10.0.0.4:6443"},
+		},
+		{
+			name:    "add, update and remove slices",
+			objects: []runtime.Object{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
+			first:   []string{"10.0.0.1:6443"},
+			steps: []step{
+				{create(slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""})), []string{"10.0.0.1:6443", "10.0.0.2:6443"}},
+				{update(slice("k-1", "kubernetes", https, ep{"10.0.0.1", "terminating", ""})), []string{"-10.0.0.1:6443", "10.0.0.2:6443"}},
+				{update(slice("k-1", "kubernetes", https)), []string{"10.0.0.2:6443"}},
+				{create(slice("o-1", "other", https, ep{"10.9.9.9", "ready", ""})), nil},
+				{remove("k-2"), nil}, // nothing left: keep the last set
+				{create(slice("k-3", "kubernetes", https, ep{"10.0.0.3", "ready", ""})), []string{"10.0.0.3:6443"}},
+			},
+			wantErrors: 1,
+		},
+		{
+			name:     "port by name",
+			objects:  []runtime.Object{slice("k-1", "kubernetes", []port{{"metrics", 9090}, {"https", 6443}}, ep{"10.0.0.1", "ready", ""})},
+			portName: "https",
+			first:    []string{"10.0.0.1:6443"},
+		},
+		{
+			name:    "first port without a name",
+			objects: []runtime.Object{slice("k-1", "kubernetes", []port{{"metrics", 9090}, {"https", 6443}}, ep{"10.0.0.1", "ready", ""})},
+			first:   []string{"10.0.0.1:9090"},
+		},
+		{
+			name:       "missing port name: fallback",
+			objects:    []runtime.Object{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
+			portName:   "web",
+			first:      []string{"kube.example:6443"},
+			wantErrors: 1,
+		},
+		{
+			name:  "nothing resolved: fallback, then the slices",
+			first: []string{"kube.example:6443"},
+			steps: []step{
+				{create(slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})), []string{"10.0.0.1:6443"}},
+			},
+			wantErrors: 1,
+		},
+		{
+			name:       "list errors: fallback, then the slices",
+			objects:    []runtime.Object{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
+			failLists:  1,
+			first:      []string{"kube.example:6443"},
+			steps:      []step{{nil, []string{"10.0.0.1:6443"}}},
+			wantErrors: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			c := fake.NewClientset(tt.objects...)
+			var lists atomic.Int32
+			c.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+				if int(lists.Add(1)) <= tt.failLists {
+					return true, nil, errors.New("connection refused")
+				}
+				return false, nil, nil
+			})
+			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			m := NewMetrics()
+			r := &EndpointSlices{
+				Client: c, Namespace: "default", Service: "kubernetes", PortName: tt.portName,
+				Fallback: []Endpoint{{Address: "kube.example:6443"}},
+				Clock:    clk, Metrics: m,
+			}
+			updates, stop := runResolver(t, r)
+			defer stop()
+			if got := show(waitUpdate(t, clk, updates)); !reflect.DeepEqual(got, tt.first) {
+				t.Fatalf("first snapshot %v, want %v", got, tt.first)
+			}
+			for i, s := range tt.steps {
+				if s.do != nil {
+					if err := s.do(ctx, c); err != nil {
+						t.Fatalf("step %d: %v", i, err)
+					}
+				}
+				if s.want == nil {
+					expectNone(t, clk, updates)
+					continue
+				}
+				if got := show(waitUpdate(t, clk, updates)); !reflect.DeepEqual(got, s.want) {
+					t.Fatalf("after step %d: %v, want %v", i, got, s.want)
+				}
+			}
+			if got := testutil.ToFloat64(m.errors.WithLabelValues("endpointslice")); got != tt.wantErrors {
+				t.Errorf("fanout_resolver_errors_total = %v, want %v", got, tt.wantErrors)
+			}
+		})
+	}
+}
+
+// TestEndpointSlicesDebounce checks that a change is published only once
+// the debounce delay has passed, and a burst once.
+func TestEndpointSlicesDebounce(t *testing.T) {
+	ctx := context.Background()
+	c := fake.NewClientset(slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	var events atomic.Int32
+	r := &EndpointSlices{Client: c, Namespace: "default", Service: "kubernetes", Clock: clk, Debounce: time.Second,
+		onEvent: func() { events.Add(1) }}
+	updates, stop := runResolver(t, r)
+	defer stop()
+	waitUpdate(t, clk, updates)
+	base := events.Load()
+
+	slices := c.DiscoveryV1().EndpointSlices("default")
+	if _, err := slices.Create(ctx, slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, clk.HasWaiters)
+	clk.Step(500 * time.Millisecond)
+	if _, err := slices.Create(ctx, slice("k-3", "kubernetes", https, ep{"10.0.0.3", "ready", ""}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Let the informer deliver the second event before the delay ends.
+	waitFor(t, func() bool { return events.Load() == base+2 })
+	clk.Step(499 * time.Millisecond)
+	select {
+	case u := <-updates:
+		t.Fatalf("published %v before the debounce delay", show(u))
+	case <-time.After(50 * time.Millisecond):
+	}
+	clk.Step(time.Millisecond)
+	want := []string{"10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"}
+	select {
+	case u := <-updates:
+		if !reflect.DeepEqual(show(u), want) {
+			t.Fatalf("published %v, want %v", show(u), want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing published after the debounce delay")
+	}
+	select {
+	case u := <-updates:
+		t.Fatalf("burst published twice: %v", show(u))
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// waitUpdate steps the fake clock past any pending debounce until an
+// update arrives.
+func waitUpdate(t *testing.T, clk *clocktesting.FakeClock, updates <-chan []Endpoint) []Endpoint {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case u := <-updates:
+			return u
+		case <-deadline:
+			t.Fatal("no update within 10s")
+		case <-time.After(5 * time.Millisecond):
+			if clk.HasWaiters() {
+				clk.Step(DefaultDebounce)
+			}
+		}
+	}
+}
+
+// expectNone steps the fake clock for a while and fails on any update.
+func expectNone(t *testing.T, clk *clocktesting.FakeClock, updates <-chan []Endpoint) {
+	t.Helper()
+	end := time.After(300 * time.Millisecond)
+	for {
+		select {
+		case u := <-updates:
+			t.Fatalf("unexpected update %v", show(u))
+		case <-end:
+			return
+		case <-time.After(5 * time.Millisecond):
+			if clk.HasWaiters() {
+				clk.Step(DefaultDebounce)
+			}
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("condition not met within 10s")
+		}
+	}
+}

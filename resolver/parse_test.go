@@ -1,0 +1,91 @@
+package resolver
+
+import (
+	"errors"
+	"net/url"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+)
+
+func TestParseDynamic(t *testing.T) {
+	def, _ := url.Parse("https://kube.example:6443")
+	fallback := []Endpoint{{Address: "kube.example:6443"}}
+	discovery := func() (*rest.Config, error) { return &rest.Config{Host: "https://kube.example:6443"}, nil }
+	tests := []struct {
+		name      string
+		spec      string
+		discovery func() (*rest.Config, error)
+		want      Resolver // compared without Client
+		wantErr   string
+	}{
+		{"dns", "dns:///kube.example:6443", nil,
+			&DNS{Host: "kube.example", Port: "6443", Fallback: fallback}, ""},
+		{"dns default port", "dns:///kube.example", nil,
+			&DNS{Host: "kube.example", Port: "443", Fallback: fallback}, ""},
+		{"dns ipv6 literal", "dns:///[fd00::1]:6443", nil,
+			&DNS{Host: "fd00::1", Port: "6443", Fallback: fallback}, ""},
+		{"dns with server refused", "dns://8.8.8.8/kube.example:443", nil, nil, "three slashes"},
+		{"dns without name", "dns:///:443", nil, nil, "has no name"},
+		{"dns bad port", "dns:///kube.example:https", nil, nil, "not a number"},
+		{"dns port out of range", "dns:///kube.example:70000", nil, nil, "not a number"},
+		{"endpointslice", "endpointslice:///default/kubernetes", discovery,
+			&EndpointSlices{Namespace: "default", Service: "kubernetes", Fallback: fallback}, ""},
+		{"endpointslice port name", "endpointslice:///kube-system/apiserver:https", discovery,
+			&EndpointSlices{Namespace: "kube-system", Service: "apiserver", PortName: "https", Fallback: fallback}, ""},
+		{"endpointslice without namespace", "endpointslice:///kubernetes", discovery, nil, "expected endpointslice:///namespace/service"},
+		{"endpointslice two slashes", "endpointslice://default/kubernetes", discovery, nil, "expected endpointslice:///namespace/service"},
+		{"endpointslice extra path", "endpointslice:///default/kubernetes/x", discovery, nil, "expected endpointslice:///namespace/service"},
+		{"endpointslice bad namespace", "endpointslice:///Default/kubernetes", discovery, nil, "namespace \"Default\""},
+		{"endpointslice bad service", "endpointslice:///default/", discovery, nil, "service \"\""},
+		{"endpointslice bad port name", "endpointslice:///default/kubernetes:", discovery, nil, "port name"},
+		{"endpointslice no credentials", "endpointslice:///default/kubernetes", nil, nil, "no credentials"},
+		{"endpointslice credentials fail", "endpointslice:///default/kubernetes",
+			func() (*rest.Config, error) { return nil, errors.New("no such file") }, nil, "discovery credentials: no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := Parse(tt.spec, Config{Fallback: def, Discovery: tt.discovery})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse(%q) error = %v, want one containing %q", tt.spec, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%q) = %v", tt.spec, err)
+			}
+			if es, ok := r.(*EndpointSlices); ok {
+				if es.Client == nil {
+					t.Fatal("endpointslice resolver has no client")
+				}
+				es.Client = nil
+			}
+			if !reflect.DeepEqual(r, tt.want) {
+				t.Fatalf("Parse(%q) = %+v, want %+v", tt.spec, r, tt.want)
+			}
+		})
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []Endpoint
+		want []Endpoint
+	}{
+		{"sorted", []Endpoint{{Address: "b:1"}, {Address: "a:1"}}, []Endpoint{{Address: "a:1"}, {Address: "b:1"}}},
+		{"duplicate draining only if all copies are",
+			[]Endpoint{{Address: "a:1", Draining: true}, {Address: "a:1", Zone: "z1"}, {Address: "b:1", Draining: true}, {Address: "b:1", Draining: true}},
+			[]Endpoint{{Address: "a:1", Zone: "z1"}, {Address: "b:1", Draining: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := normalize(tt.in); !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("normalize = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,126 @@
+package resolver
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestPublisher(t *testing.T) {
+	type result struct {
+		addrs []string
+		err   error
+	}
+	ok := func(a ...string) result { return result{addrs: a} }
+	fail := result{err: errors.New("boom")}
+	tests := []struct {
+		name     string
+		fallback []string
+		results  []result
+		// want is one entry per result: what was published, nil for nothing.
+		want       [][]string
+		wantWarns  int
+		wantInfos  int
+		wantErrors float64
+	}{
+		{
+			name:       "errors after a success keep the last set, logged once",
+			fallback:   []string{"f:1"},
+			results:    []result{ok("a:1"), fail, fail, ok(), ok("a:1"), fail, ok("b:1")},
+			want:       [][]string{{"a:1"}, nil, nil, nil, nil, nil, {"b:1"}},
+			wantWarns:  2, // two failure streaks
+			wantInfos:  2, // two recoveries
+			wantErrors: 4,
+		},
+		{
+			name:       "fallback once until the first success",
+			fallback:   []string{"f:1"},
+			results:    []result{fail, fail, ok("a:1")},
+			want:       [][]string{{"f:1"}, nil, {"a:1"}},
+			wantWarns:  1,
+			wantInfos:  1,
+			wantErrors: 2,
+		},
+		{
+			name:       "no fallback publishes nothing",
+			results:    []result{fail, ok("a:1")},
+			want:       [][]string{nil, {"a:1"}},
+			wantWarns:  1,
+			wantInfos:  1,
+			wantErrors: 1,
+		},
+		{
+			name:     "an unchanged set is not published again",
+			fallback: []string{"f:1"},
+			results:  []result{ok("f:1"), ok("f:1")},
+			want:     [][]string{{"f:1"}, nil},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			var got [][]string
+			m := NewMetrics()
+			p := &publisher{
+				name: "dns", metrics: m, now: func() time.Time { return time.Unix(1000, 0) },
+				log:    slog.New(slog.NewTextHandler(&logs, nil)),
+				update: func(eps []Endpoint) { got = append(got, addresses(eps)) },
+			}
+			for _, a := range tt.fallback {
+				p.fallback = append(p.fallback, Endpoint{Address: a})
+			}
+			for i, r := range tt.results {
+				got = nil
+				var eps []Endpoint
+				for _, a := range r.addrs {
+					eps = append(eps, Endpoint{Address: a})
+				}
+				p.result(eps, r.err)
+				var want [][]string
+				if tt.want[i] != nil {
+					want = [][]string{tt.want[i]}
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("result %d: published %v, want %v", i, got, want)
+				}
+			}
+			if n := strings.Count(logs.String(), "level=WARN"); n != tt.wantWarns {
+				t.Errorf("%d warnings, want %d:\n%s", n, tt.wantWarns, logs.String())
+			}
+			if n := strings.Count(logs.String(), "level=INFO"); n != tt.wantInfos {
+				t.Errorf("%d infos, want %d:\n%s", n, tt.wantInfos, logs.String())
+			}
+			if got := testutil.ToFloat64(m.errors.WithLabelValues("dns")); got != tt.wantErrors {
+				t.Errorf("errors = %v, want %v", got, tt.wantErrors)
+			}
+		})
+	}
+}
+
+func TestMetricsUpdate(t *testing.T) {
+	m := NewMetrics()
+	m.Update([]Endpoint{{Address: "a:1"}, {Address: "b:1", Draining: true}, {Address: "c:1"}})
+	m.succeeded("endpointslice", time.Unix(1500, 0))
+	want := `
+# HELP fanout_resolver_endpoints Endpoints in the last published snapshot by state (ready, or draining: terminating or not ready, taking no new requests).
+# TYPE fanout_resolver_endpoints gauge
+fanout_resolver_endpoints{state="draining"} 1
+fanout_resolver_endpoints{state="ready"} 2
+# HELP fanout_resolver_last_success_timestamp_seconds Unix time of the last resolution that found endpoints, by resolver; alert when it falls far behind.
+# TYPE fanout_resolver_last_success_timestamp_seconds gauge
+fanout_resolver_last_success_timestamp_seconds{resolver="endpointslice"} 1500
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+	var nilMetrics *Metrics // resolvers built without metrics
+	nilMetrics.Update(nil)
+	nilMetrics.failed("dns")
+	nilMetrics.succeeded("dns", time.Now())
+}
