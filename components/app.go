@@ -80,6 +80,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			func(b *balancer.Balancer) proxy.Picker { return b },
 			func(t *transport.Transports) proxy.Upstream { return t },
 			func(b *balancer.Balancer) admin.State { return b },
+			func(m *resolver.Metrics) admin.ResolverStatus { return m },
 		),
 		// admin before proxy: fx stops in reverse order, so /readyz and
 		// /metrics keep answering while the proxy drains.
@@ -259,6 +260,7 @@ var (
 	_ proxy.Picker          = (*balancer.Balancer)(nil)
 	_ proxy.Upstream        = (*transport.Transports)(nil)
 	_ admin.State           = (*balancer.Balancer)(nil)
+	_ admin.ResolverStatus  = (*resolver.Metrics)(nil)
 	_ transport.Credentials = (*certs.Credentials)(nil)
 	_ endpointSink          = (*balancer.Balancer)(nil)
 	_ endpointSink          = (*health.Prober)(nil)

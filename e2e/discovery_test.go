@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +25,9 @@ import (
 // and the user's own credentials for discovery: it must find every
 // apiserver from the lease reconciler's EndpointSlice, see one that stops
 // gracefully leave (or turn draining), and see it come back when it starts
-// again.
+// again. A client workload runs through fanout all along: it must see no
+// failed request, the stopped apiserver must get none of its requests once
+// discovery dropped it, and must get them again once it is back.
 func TestDiscovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane of its own")
@@ -41,6 +45,8 @@ func TestDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	grantDiscovery(ctx, t, cp, user)
+	const namespace = "e2e-discovery"
+	userNamespace(ctx, t, cp, namespace, user)
 
 	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig, "--endpoints", "endpointslice:///default/kubernetes")
 	if err != nil {
@@ -68,13 +74,60 @@ func TestDiscovery(t *testing.T) {
 		t.Fatalf("GET /version through fanout: %v", err)
 	}
 
-	victim := cp.APIServers[len(cp.APIServers)-1]
-	gone := strings.TrimPrefix(victim.URL, "https://")
-	stopStart := time.Now()
-	if err := victim.Stop(); err != nil {
+	// A client keeps working through fanout for the whole stop and
+	// restart; every failed cycle is an error it saw.
+	cfg := rest.CopyConfig(sidecar.Config)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	loadClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("apiserver %d (%s) stopped gracefully in %s", victim.Index+1, gone, time.Since(stopStart).Round(time.Millisecond))
+	cms := loadClient.CoreV1().ConfigMaps(namespace)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var sent, failed atomic.Int64
+	var firstErrs sync.Map
+	var workers sync.WaitGroup
+	for wk := 0; wk < 4; wk++ {
+		workers.Go(func() {
+			for i := 0; loadCtx.Err() == nil; i++ {
+				var n int64
+				err := cycle(loadCtx, cms, fmt.Sprintf("d%d-%d", wk, i), &n)
+				sent.Add(n)
+				if err != nil && loadCtx.Err() == nil {
+					if failed.Add(1) <= 5 {
+						firstErrs.Store(fmt.Sprintf("worker %d cycle %d", wk, i), err)
+					}
+				}
+			}
+		})
+	}
+
+	victim := cp.APIServers[len(cp.APIServers)-1]
+	gone := strings.TrimPrefix(victim.URL, "https://")
+	// servedBetween counts the client's requests the victim served in a
+	// time window, by the audit log's timestamps; fanout's readiness
+	// probes carry the same identity and are not the client's requests.
+	servedBetween := func(from, to time.Time) int {
+		counts, err := cp.ServedPerAPIServerWhere(func(e *harness.AuditEvent) bool {
+			return e.User.Username == user && e.RequestURI != "/readyz" &&
+				e.StageTimestamp.After(from) && e.StageTimestamp.Before(to)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return counts[victim.Index]
+	}
+	time.Sleep(3 * time.Second)
+	if n := servedBetween(time.Now().Add(-3*time.Second), time.Now()); n == 0 {
+		t.Fatalf("apiserver %d served none of the workload's requests before its stop: the test would prove nothing", victim.Index+1)
+	}
+
+	// Stop blocks until the process has exited, and what matters is what
+	// the apiserver receives while it shuts down: watch discovery meanwhile.
+	stopStart := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- victim.Stop() }()
 	// Its failing readiness probe takes it out of rotation too; what is
 	// checked here is that discovery dropped it: no longer known, or
 	// known as draining.
@@ -83,10 +136,17 @@ func TestDiscovery(t *testing.T) {
 	}, func(known []string, draining []string) bool {
 		return !slices.Contains(known, gone) || slices.Contains(draining, gone)
 	})
-	t.Logf("discovery dropped %s %s after its stop began", gone, time.Since(stopStart).Round(time.Millisecond))
+	dropped := time.Now()
+	t.Logf("discovery dropped %s %s after its stop began", gone, dropped.Sub(stopStart).Round(time.Millisecond))
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	stopDone := time.Now()
+	t.Logf("apiserver %d (%s) stopped gracefully in %s", victim.Index+1, gone, stopDone.Sub(stopStart).Round(time.Millisecond))
 	if _, err := client.Discovery().ServerVersion(); err != nil {
 		t.Fatalf("GET /version through fanout with one apiserver down: %v", err)
 	}
+	time.Sleep(3 * time.Second)
 
 	if err := victim.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -96,6 +156,37 @@ func TestDiscovery(t *testing.T) {
 		return slices.Equal(usable, all)
 	})
 	t.Logf("fanout uses %s again %s after it was ready", gone, time.Since(back).Round(time.Millisecond))
+	// Let traffic flow back to it before the load stops.
+	time.Sleep(10 * time.Second)
+	stopLoad()
+	workers.Wait()
+
+	// dropped is when the poll above saw the drop, at or after the real
+	// one; requests already on their way then complete within
+	// milliseconds, which 100 ms of slack covers. The window ends when the
+	// process had exited: a stopped apiserver serves nothing anyway.
+	afterDrop := servedBetween(dropped.Add(100*time.Millisecond), stopDone)
+	late := servedBetween(victim.ReadyAt(), time.Now())
+	// For the record only: whether it still served between SIGTERM and the
+	// drop, i.e. whether the zero above is fanout's doing.
+	beforeDrop := servedBetween(stopStart, dropped)
+	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d requests sent, %d cycles failed; served overall: %s; apiserver %d served %d between its SIGTERM and the drop, %d in the %s it still ran after discovery dropped it, and %d after it was ready again",
+		sent.Load(), failed.Load(), harness.FormatShares(counts), victim.Index+1, beforeDrop, afterDrop, stopDone.Sub(dropped).Round(time.Millisecond), late)
+	firstErrs.Range(func(k, v any) bool {
+		t.Errorf("%s: %v", k, v)
+		return true
+	})
+	if afterDrop > 0 {
+		t.Errorf("apiserver %d served %d of %s's requests after discovery dropped it: fanout must send nothing new to an apiserver that left the EndpointSlice or is draining",
+			victim.Index+1, afterDrop, user)
+	}
+	if late == 0 {
+		t.Errorf("apiserver %d served nothing in the 10 s after fanout used it again: fanout did not take it back", victim.Index+1)
+	}
 }
 
 // grantDiscovery binds the role of manifests/rbac to user in default and

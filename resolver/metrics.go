@@ -1,6 +1,8 @@
 package resolver
 
 import (
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +18,23 @@ type Metrics struct {
 	errors      *prometheus.CounterVec
 	lastSuccess *prometheus.GaugeVec
 	endpoints   *prometheus.GaugeVec
+
+	// now is the clock Status measures "ago" with; tests replace it.
+	now func() time.Time
+
+	mu     sync.Mutex // guards status
+	status status
+}
+
+// status is the resolver's state as the last resolution left it.
+type status struct {
+	resolver string
+	failing  bool
+	err      error
+	errAt    time.Time
+	// serving says what fanout uses meanwhile, e.g. "the last known 3
+	// endpoints".
+	serving string
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -38,6 +57,7 @@ func NewMetrics() *Metrics {
 	}
 	m.endpoints.WithLabelValues("ready")
 	m.endpoints.WithLabelValues("draining")
+	m.now = time.Now
 	return m
 }
 
@@ -70,14 +90,40 @@ func (m *Metrics) Update(eps []Endpoint) {
 	m.endpoints.WithLabelValues("draining").Set(float64(draining))
 }
 
-func (m *Metrics) failed(resolver string) {
-	if m != nil {
-		m.errors.WithLabelValues(resolver).Inc()
+// Status reports whether the last resolution succeeded and, when it did
+// not, a one-line detail for /readyz: which resolver, how long ago and why
+// it failed, and what fanout serves meanwhile. It is safe for concurrent
+// use; a nil *Metrics is always healthy.
+func (m *Metrics) Status() (healthy bool, detail string) {
+	if m == nil {
+		return true, ""
 	}
+	m.mu.Lock()
+	st := m.status
+	m.mu.Unlock()
+	if !st.failing {
+		return true, ""
+	}
+	ago := m.now().Sub(st.errAt).Round(time.Second)
+	return false, fmt.Sprintf("resolver %s: last error %s ago: %v; serving %s", st.resolver, ago, st.err, st.serving)
+}
+
+func (m *Metrics) failed(resolver string, err error, at time.Time, serving string) {
+	if m == nil {
+		return
+	}
+	m.errors.WithLabelValues(resolver).Inc()
+	m.mu.Lock()
+	m.status = status{resolver: resolver, failing: true, err: err, errAt: at, serving: serving}
+	m.mu.Unlock()
 }
 
 func (m *Metrics) succeeded(resolver string, now time.Time) {
-	if m != nil {
-		m.lastSuccess.WithLabelValues(resolver).Set(float64(now.UnixNano()) / 1e9)
+	if m == nil {
+		return
 	}
+	m.lastSuccess.WithLabelValues(resolver).Set(float64(now.UnixNano()) / 1e9)
+	m.mu.Lock()
+	m.status = status{resolver: resolver}
+	m.mu.Unlock()
 }

@@ -2,6 +2,7 @@ package resolver
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -53,7 +54,16 @@ func (p *publisher) result(eps []Endpoint, err error) {
 }
 
 func (p *publisher) fail(err error) {
-	p.metrics.failed(p.name)
+	var serving string
+	switch {
+	case p.resolved:
+		serving = fmt.Sprintf("the last known %d endpoints", len(p.last))
+	case len(p.fallback) > 0:
+		serving = "the kubeconfig's server, as nothing resolved yet"
+	default:
+		serving = "no endpoints, as nothing resolved yet"
+	}
+	p.metrics.failed(p.name, err, p.now(), serving)
 	if !p.failing {
 		p.failing = true
 		switch {

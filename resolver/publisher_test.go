@@ -121,6 +121,53 @@ fanout_resolver_last_success_timestamp_seconds{resolver="endpointslice"} 1500
 	}
 	var nilMetrics *Metrics // resolvers built without metrics
 	nilMetrics.Update(nil)
-	nilMetrics.failed("dns")
+	nilMetrics.failed("dns", errors.New("boom"), time.Now(), "nothing")
 	nilMetrics.succeeded("dns", time.Now())
+	if healthy, detail := nilMetrics.Status(); !healthy || detail != "" {
+		t.Errorf("nil Metrics Status() = %v, %q; want healthy and no detail", healthy, detail)
+	}
+}
+
+// TestStatus follows a resolver through the publisher as it succeeds,
+// fails for a while, and recovers: /readyz shows the detail meanwhile.
+func TestStatus(t *testing.T) {
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	m := NewMetrics()
+	m.now = clock
+	p := &publisher{
+		name: "endpointslice", metrics: m, now: clock,
+		fallback: []Endpoint{{Address: "f:1"}},
+		log:      slog.New(slog.DiscardHandler),
+		update:   func([]Endpoint) {},
+	}
+	eps := []Endpoint{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}
+	steps := []struct {
+		name        string
+		eps         []Endpoint
+		err         error
+		advance     time.Duration // before Status is asked
+		wantHealthy bool
+		wantDetail  string
+	}{
+		{name: "before any resolution", wantHealthy: true},
+		{name: "first attempt fails", err: errors.New("forbidden"), advance: 2 * time.Second,
+			wantDetail: "resolver endpointslice: last error 2s ago: forbidden; serving the kubeconfig's server, as nothing resolved yet"},
+		{name: "resolved", eps: eps, wantHealthy: true},
+		{name: "watch fails", err: errors.New("connection refused"), advance: 12 * time.Second,
+			wantDetail: "resolver endpointslice: last error 12s ago: connection refused; serving the last known 3 endpoints"},
+		{name: "empty result", eps: []Endpoint{}, advance: time.Second,
+			wantDetail: "resolver endpointslice: last error 1s ago: resolved no endpoints; serving the last known 3 endpoints"},
+		{name: "recovered", eps: eps[:2], wantHealthy: true},
+	}
+	for i, st := range steps {
+		if i > 0 {
+			p.result(st.eps, st.err)
+		}
+		now = now.Add(st.advance)
+		healthy, detail := m.Status()
+		if healthy != st.wantHealthy || detail != st.wantDetail {
+			t.Errorf("%s: Status() = %v, %q; want %v, %q", st.name, healthy, detail, st.wantHealthy, st.wantDetail)
+		}
+	}
 }

@@ -29,6 +29,15 @@ type State interface {
 	Endpoints() []balancer.EndpointStatus
 }
 
+// ResolverStatus reports on endpoint discovery for /readyz. *resolver.Metrics
+// satisfies it. Status is safe for concurrent use.
+type ResolverStatus interface {
+	// Status reports whether the last resolution succeeded and, if not,
+	// a one-line detail: how long ago and why it failed, and what fanout
+	// serves meanwhile.
+	Status() (healthy bool, detail string)
+}
+
 // Config configures the admin server.
 type Config struct {
 	// ListenAddress is host:port; ":7081" listens on every interface.
@@ -44,8 +53,9 @@ type Server struct {
 	served chan struct{}
 }
 
-// NewHandler returns the admin mux. gatherer serves /metrics.
-func NewHandler(state State, gatherer prometheus.Gatherer) http.Handler {
+// NewHandler returns the admin mux. gatherer serves /metrics. resolver may
+// be nil, as for a static endpoint list.
+func NewHandler(state State, gatherer prometheus.Gatherer, resolver ResolverStatus) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -55,10 +65,14 @@ func NewHandler(state State, gatherer prometheus.Gatherer) http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !state.Ready() {
-			writeText(w, http.StatusServiceUnavailable, "no usable kube-apiserver endpoint")
+			writeText(w, http.StatusServiceUnavailable, "no usable kube-apiserver endpoint"+resolverDetail(resolver))
 			return
 		}
-		writeText(w, http.StatusOK, "ok")
+		// A failing resolver leaves readiness alone: the last good
+		// endpoints stay in use by design, and failing every sidecar's
+		// probe at once because discovery broke would take the pods out
+		// of their Services. The detail is for whoever looks.
+		writeText(w, http.StatusOK, "ok"+resolverDetail(resolver))
 	})
 	mux.Handle("GET /debug/endpoints", WithLoopbackOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -70,6 +84,18 @@ func NewHandler(state State, gatherer prometheus.Gatherer) http.Handler {
 		}{state.Ready(), state.Endpoints()})
 	})))
 	return mux
+}
+
+// resolverDetail is the resolver's status line, preceded by a newline, or
+// nothing while the resolver is healthy.
+func resolverDetail(r ResolverStatus) string {
+	if r == nil {
+		return ""
+	}
+	if healthy, detail := r.Status(); !healthy && detail != "" {
+		return "\n" + detail
+	}
+	return ""
 }
 
 // WithLoopbackOnly answers 403 to clients that are not on a loopback

@@ -39,7 +39,46 @@ func newTestHandler(t *testing.T) (*fakeState, http.Handler) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "fanout_test_total", Help: "test"})
 	c.Add(3)
 	reg.MustRegister(c)
-	return st, NewHandler(st, reg)
+	return st, NewHandler(st, reg, nil)
+}
+
+type fakeResolver struct {
+	healthy bool
+	detail  string
+}
+
+func (f fakeResolver) Status() (bool, string) { return f.healthy, f.detail }
+
+// TestReadyzResolverDetail: a failing resolver shows in the /readyz body
+// but never changes the status code, since the last good endpoints stay in
+// use.
+func TestReadyzResolverDetail(t *testing.T) {
+	const detail = "resolver endpointslice: last error 12s ago: connection refused; serving the last known 3 endpoints"
+	tests := []struct {
+		name     string
+		ready    bool
+		resolver ResolverStatus
+		wantCode int
+		wantBody string
+	}{
+		{"no resolver status", true, nil, 200, "ok\n"},
+		{"healthy resolver", true, fakeResolver{healthy: true}, 200, "ok\n"},
+		{"failing resolver, still ready", true, fakeResolver{detail: detail}, 200, "ok\n" + detail + "\n"},
+		{"failing resolver, not ready", false, fakeResolver{detail: detail}, 503, "no usable kube-apiserver endpoint\n" + detail + "\n"},
+		{"healthy resolver, not ready", false, fakeResolver{healthy: true}, 503, "no usable kube-apiserver endpoint\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &fakeState{}
+			st.ready.Store(tt.ready)
+			h := NewHandler(st, prometheus.NewRegistry(), tt.resolver)
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			if rec.Code != tt.wantCode || rec.Body.String() != tt.wantBody {
+				t.Fatalf("GET /readyz = %d %q, want %d %q", rec.Code, rec.Body.String(), tt.wantCode, tt.wantBody)
+			}
+		})
+	}
 }
 
 func TestHandler(t *testing.T) {
@@ -123,7 +162,7 @@ func TestModuleServes(t *testing.T) {
 func TestServerLifecycle(t *testing.T) {
 	st := &fakeState{}
 	st.ready.Store(true)
-	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, NewHandler(st, prometheus.NewRegistry()), nil)
+	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, NewHandler(st, prometheus.NewRegistry(), nil), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

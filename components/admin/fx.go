@@ -8,14 +8,25 @@ import (
 )
 
 // Module serves the admin endpoints. The app supplies Config, a State, a
-// prometheus.Gatherer and a *slog.Logger.
+// prometheus.Gatherer and a *slog.Logger, and optionally a ResolverStatus.
 var Module = fx.Module("admin",
 	fx.Provide(
-		func(state State, g prometheus.Gatherer, cfg Config, log *slog.Logger) *Server {
-			return NewServer(cfg, NewHandler(state, g), log)
+		func(p Params) *Server {
+			return NewServer(p.Config, NewHandler(p.State, p.Gatherer, p.Resolver), p.Log)
 		},
 	),
 	fx.Invoke(func(lc fx.Lifecycle, s *Server) {
 		lc.Append(fx.StartStopHook(s.Start, s.Stop))
 	}),
 )
+
+// Params are the admin server's dependencies.
+type Params struct {
+	fx.In
+
+	Config   Config
+	State    State
+	Gatherer prometheus.Gatherer
+	Log      *slog.Logger
+	Resolver ResolverStatus `optional:"true"`
+}
