@@ -7,12 +7,9 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -76,50 +73,11 @@ func TestDiscovery(t *testing.T) {
 
 	// A client keeps working through fanout for the whole stop and
 	// restart; every failed cycle is an error it saw.
-	cfg := rest.CopyConfig(sidecar.Config)
-	cfg.QPS, cfg.Burst = 1000, 2000
-	loadClient, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cms := loadClient.CoreV1().ConfigMaps(namespace)
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	var sent, failed atomic.Int64
-	var firstErrs sync.Map
-	var workers sync.WaitGroup
-	for wk := 0; wk < 4; wk++ {
-		workers.Go(func() {
-			for i := 0; loadCtx.Err() == nil; i++ {
-				var n int64
-				err := cycle(loadCtx, cms, fmt.Sprintf("d%d-%d", wk, i), &n)
-				sent.Add(n)
-				if err != nil && loadCtx.Err() == nil {
-					if failed.Add(1) <= 5 {
-						firstErrs.Store(fmt.Sprintf("worker %d cycle %d", wk, i), err)
-					}
-				}
-			}
-		})
-	}
-
+	load := startLoad(ctx, t, sidecar.Config, namespace, "d")
 	victim := cp.APIServers[len(cp.APIServers)-1]
 	gone := strings.TrimPrefix(victim.URL, "https://")
-	// servedBetween counts the client's requests the victim served in a
-	// time window, by the audit log's timestamps; fanout's readiness
-	// probes carry the same identity and are not the client's requests.
-	servedBetween := func(from, to time.Time) int {
-		counts, err := cp.ServedPerAPIServerWhere(func(e *harness.AuditEvent) bool {
-			return e.User.Username == user && e.RequestURI != "/readyz" &&
-				e.StageTimestamp.After(from) && e.StageTimestamp.Before(to)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return counts[victim.Index]
-	}
 	time.Sleep(3 * time.Second)
-	if n := servedBetween(time.Now().Add(-3*time.Second), time.Now()); n == 0 {
+	if n := servedBetween(t, cp, victim, user, time.Now().Add(-3*time.Second), time.Now()); n == 0 {
 		t.Fatalf("apiserver %d served none of the workload's requests before its stop: the test would prove nothing", victim.Index+1)
 	}
 
@@ -158,28 +116,24 @@ func TestDiscovery(t *testing.T) {
 	t.Logf("fanout uses %s again %s after it was ready", gone, time.Since(back).Round(time.Millisecond))
 	// Let traffic flow back to it before the load stops.
 	time.Sleep(10 * time.Second)
-	stopLoad()
-	workers.Wait()
+	load.Stop()
 
 	// dropped is when the poll above saw the drop, at or after the real
 	// one; requests already on their way then complete within
 	// milliseconds, which 100 ms of slack covers. The window ends when the
 	// process had exited: a stopped apiserver serves nothing anyway.
-	afterDrop := servedBetween(dropped.Add(100*time.Millisecond), stopDone)
-	late := servedBetween(victim.ReadyAt(), time.Now())
+	afterDrop := servedBetween(t, cp, victim, user, dropped.Add(100*time.Millisecond), stopDone)
+	late := servedBetween(t, cp, victim, user, victim.ReadyAt(), time.Now())
 	// For the record only: whether it still served between SIGTERM and the
 	// drop, i.e. whether the zero above is fanout's doing.
-	beforeDrop := servedBetween(stopStart, dropped)
+	beforeDrop := servedBetween(t, cp, victim, user, stopStart, dropped)
 	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d requests sent, %d cycles failed; served overall: %s; apiserver %d served %d between its SIGTERM and the drop, %d in the %s it still ran after discovery dropped it, and %d after it was ready again",
-		sent.Load(), failed.Load(), harness.FormatShares(counts), victim.Index+1, beforeDrop, afterDrop, stopDone.Sub(dropped).Round(time.Millisecond), late)
-	firstErrs.Range(func(k, v any) bool {
-		t.Errorf("%s: %v", k, v)
-		return true
-	})
+		load.sent.Load(), load.failed.Load(), harness.FormatShares(counts), victim.Index+1, beforeDrop, afterDrop, stopDone.Sub(dropped).Round(time.Millisecond), late)
+	load.reportErrors(t)
 	if afterDrop > 0 {
 		t.Errorf("apiserver %d served %d of %s's requests after discovery dropped it: fanout must send nothing new to an apiserver that left the EndpointSlice or is draining",
 			victim.Index+1, afterDrop, user)
@@ -212,32 +166,9 @@ func grantDiscovery(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 	if _, err := admin.RbacV1().RoleBindings(metav1.NamespaceDefault).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("binding %s to the discovery ClusterRole: %v", user, err)
 	}
-	// harness.WaitAuthorized checks the core group only.
-	for _, a := range cp.APIServers {
-		cfg := rest.CopyConfig(cp.Admin)
-		cfg.Host = a.URL
-		c, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
+	for _, verb := range []string{"list", "watch"} {
+		if err := cp.WaitAuthorized(ctx, user, verb, "endpointslices.discovery.k8s.io", metav1.NamespaceDefault); err != nil {
 			t.Fatal(err)
-		}
-		for _, verb := range []string{"list", "watch"} {
-			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-				User: user,
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: metav1.NamespaceDefault, Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices",
-				},
-			}}
-			deadline := time.Now().Add(time.Minute)
-			for {
-				res, err := c.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-				if err == nil && res.Status.Allowed {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("apiserver %s does not let %s %s endpointslices in default after a minute (last error %v)", a.URL, user, verb, err)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
 		}
 	}
 }

@@ -2,14 +2,8 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
@@ -47,48 +41,8 @@ func TestGracefulRestartUnderLoad(t *testing.T) {
 			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 40))
 		}
 	})
-	cfg := rest.CopyConfig(sidecar.Config)
-	cfg.QPS, cfg.Burst = 1000, 2000
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cms := client.CoreV1().ConfigMaps("e2e-restart")
-
-	// Load until told to stop; every failed cycle is an error the client saw.
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var sent, failed atomic.Int64
-	var firstErrs sync.Map
-	var workers sync.WaitGroup
-	for wk := 0; wk < 4; wk++ {
-		workers.Go(func() {
-			for i := 0; loadCtx.Err() == nil; i++ {
-				var n int64
-				err := cycle(loadCtx, cms, fmt.Sprintf("r%d-%d", wk, i), &n)
-				sent.Add(n)
-				if err != nil && loadCtx.Err() == nil {
-					if failed.Add(1) <= 5 {
-						firstErrs.Store(fmt.Sprintf("worker %d cycle %d", wk, i), err)
-					}
-				}
-			}
-		})
-	}
+	load := startLoad(ctx, t, sidecar.Config, "e2e-restart", "r")
 	victim := cp.APIServers[len(cp.APIServers)-1]
-	// servedBetween counts the client's requests the victim served in a
-	// time window, by the audit log's timestamps. fanout's own readiness
-	// probes carry the same identity and must reach an apiserver that is
-	// not ready yet: they are not the client's requests.
-	servedBetween := func(from, to time.Time) int {
-		counts, err := cp.ServedPerAPIServerWhere(func(e *harness.AuditEvent) bool {
-			return e.User.Username == user && e.RequestURI != "/readyz" &&
-				e.StageTimestamp.After(from) && e.StageTimestamp.Before(to)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return counts[victim.Index]
-	}
 
 	time.Sleep(5 * time.Second)
 	stopStart := time.Now()
@@ -105,25 +59,21 @@ func TestGracefulRestartUnderLoad(t *testing.T) {
 	// fanout probes readiness on its own schedule; give it time to notice
 	// and to let traffic back in.
 	time.Sleep(15 * time.Second)
-	stopLoad()
-	workers.Wait()
+	load.Stop()
 	started, ready := victim.StartedAt(), victim.ReadyAt()
 	// Before /readyz passes an apiserver may answer wrongly (RBAC not yet
 	// synced gives 403s), so nothing may reach it then; a second of slack
 	// covers the harness's polling.
-	early := servedBetween(started, ready.Add(-time.Second))
-	late := servedBetween(ready, time.Now())
+	early := servedBetween(t, cp, victim, user, started, ready.Add(-time.Second))
+	late := servedBetween(t, cp, victim, user, ready, time.Now())
 
 	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d requests sent, %d cycles failed; served overall: %s; after its restart apiserver %d served %d before ready and %d after",
-		sent.Load(), failed.Load(), harness.FormatShares(counts), victim.Index+1, early, late)
-	firstErrs.Range(func(k, v any) bool {
-		t.Errorf("%s: %v", k, v)
-		return true
-	})
+		load.sent.Load(), load.failed.Load(), harness.FormatShares(counts), victim.Index+1, early, late)
+	load.reportErrors(t)
 	if early > 0 {
 		t.Errorf("apiserver %d served %d of %s's requests after its restart but before its /readyz passed (%s later): fanout must send only to ready apiservers",
 			victim.Index+1, early, user, ready.Sub(started).Round(time.Millisecond))

@@ -211,3 +211,68 @@ func cycle(ctx context.Context, cms interface {
 	}
 	return nil
 }
+
+// backgroundLoad is a client that keeps cycling ConfigMaps from 4 workers
+// until Stop: the steady traffic of the fault tests. Every failed cycle is
+// an error the client saw.
+type backgroundLoad struct {
+	sent, failed atomic.Int64
+	firstErrs    sync.Map // up to 5 of them, by worker and cycle
+	stop         context.CancelFunc
+	workers      sync.WaitGroup
+}
+
+func startLoad(ctx context.Context, t *testing.T, cfg *rest.Config, ns, prefix string) *backgroundLoad {
+	t.Helper()
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms := client.CoreV1().ConfigMaps(ns)
+	l := &backgroundLoad{}
+	ctx, l.stop = context.WithCancel(ctx)
+	t.Cleanup(l.Stop)
+	for wk := 0; wk < 4; wk++ {
+		l.workers.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				var n int64
+				err := cycle(ctx, cms, fmt.Sprintf("%s%d-%d", prefix, wk, i), &n)
+				l.sent.Add(n)
+				if err != nil && ctx.Err() == nil && l.failed.Add(1) <= 5 {
+					l.firstErrs.Store(fmt.Sprintf("worker %d cycle %d", wk, i), err)
+				}
+			}
+		})
+	}
+	return l
+}
+
+// Stop ends the load and waits for the workers; it is idempotent.
+func (l *backgroundLoad) Stop() {
+	l.stop()
+	l.workers.Wait()
+}
+
+// reportErrors fails t with the first errors the client saw.
+func (l *backgroundLoad) reportErrors(t *testing.T) {
+	t.Helper()
+	l.firstErrs.Range(func(k, v any) bool {
+		t.Errorf("%s: %v", k, v)
+		return true
+	})
+}
+
+// servedBetween counts the requests of user that apiserver a served in a
+// time window, by the audit log's timestamps (health probes excluded).
+func servedBetween(t *testing.T, cp *harness.ControlPlane, a *harness.APIServer, user string, from, to time.Time) int {
+	t.Helper()
+	counts, err := cp.ServedPerAPIServerWhere(func(e *harness.AuditEvent) bool {
+		return e.User.Username == user && e.StageTimestamp.After(from) && e.StageTimestamp.Before(to)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counts[a.Index]
+}

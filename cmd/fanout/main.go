@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/pflag"
@@ -36,6 +37,9 @@ func main() {
 		os.Exit(2)
 	}
 	log := components.NewLogger(o, os.Stderr)
+	// Libraries that log through slog's default (the reverse proxy's error
+	// log among them) get the same format and level.
+	slog.SetDefault(log)
 	app := fx.New(components.Sidecar(*o, log))
 	if err := app.Err(); err != nil {
 		log.Error("fanout cannot start", "error", err)

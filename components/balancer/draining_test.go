@@ -3,7 +3,6 @@ package balancer
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -89,25 +88,7 @@ func TestDraining(t *testing.T) {
 				if got := b.Ready(); got != tt.wantReady {
 					t.Errorf("Ready() = %v, want %v", got, tt.wantReady)
 				}
-				seen := map[string]bool{}
-				for _, kind := range []Kind{Short, Long} {
-					for range 200 {
-						p, err := b.Pick(PickInfo{Kind: kind})
-						if err != nil {
-							t.Fatalf("Pick: %v", err)
-						}
-						seen[p.Endpoint.Address()] = true
-						clock.Advance(time.Millisecond)
-						p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
-					}
-				}
-				var got []string
-				for _, s := range b.Endpoints() {
-					if seen[s.Address] {
-						got = append(got, s.Address)
-					}
-				}
-				if g := strings.Join(got, ","); g != tt.wantPicked {
+				if g := pickedAddresses(t, b, clock); g != tt.wantPicked {
 					t.Errorf("picked %s, want %s", g, tt.wantPicked)
 				}
 			})

@@ -2,6 +2,7 @@ package balancer
 
 import (
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,4 +167,30 @@ func status(t testing.TB, b *Balancer, addr string) EndpointStatus {
 	}
 	t.Fatalf("endpoint %s not found in %+v", addr, b.Endpoints())
 	return EndpointStatus{}
+}
+
+// pickedAddresses picks 200 short and 200 long requests, finishing each,
+// and returns the addresses that were chosen at least once, in address
+// order, comma-separated.
+func pickedAddresses(t *testing.T, b *Balancer, clock *fakeClock) string {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, kind := range []Kind{Short, Long} {
+		for range 200 {
+			p, err := b.Pick(PickInfo{Kind: kind})
+			if err != nil {
+				t.Fatalf("Pick: %v", err)
+			}
+			seen[p.Endpoint.Address()] = true
+			clock.Advance(time.Millisecond)
+			p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
+		}
+	}
+	var got []string
+	for _, s := range b.Endpoints() {
+		if seen[s.Address] {
+			got = append(got, s.Address)
+		}
+	}
+	return strings.Join(got, ",")
 }

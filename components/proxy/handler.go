@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -91,7 +92,11 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		// Watches and chunked lists must reach the client event by event.
 		FlushInterval: -1,
 		ErrorHandler:  h.handleError,
-		BufferPool:    copyBuffers,
+		// The reverse proxy logs a stream that breaks mid-body. That is
+		// one line per failed request, and fanout_upstream_errors_total
+		// already counts it, so it goes to the debug level (-v 1).
+		ErrorLog:   slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
+		BufferPool: copyBuffers,
 	}
 	return h
 }

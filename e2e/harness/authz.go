@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -12,16 +13,20 @@ import (
 )
 
 // WaitAuthorized waits until every apiserver allows user to do verb on
-// resource in namespace. Each apiserver authorizes from its own RBAC
+// resource (e.g. "configmaps", or "endpointslices.discovery.k8s.io" for a
+// resource of a group) in namespace. Each apiserver authorizes from its own RBAC
 // informer, so a fresh RoleBinding is honoured by one apiserver before
 // another; a client that is spread over all of them sees the laggard.
 func (cp *ControlPlane) WaitAuthorized(ctx context.Context, user, verb, resource, namespace string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	// "endpointslices.discovery.k8s.io" names a resource of a group, as
+	// kubectl spells it; core resources have no dot.
+	res, group, _ := strings.Cut(resource, ".")
 	review := &authorizationv1.SubjectAccessReview{
 		Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:               user,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Resource: resource},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: group, Resource: res},
 		},
 	}
 	for _, a := range cp.APIServers {
