@@ -88,6 +88,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		proxy.Module,
 		probing(o.ProbeInterval),
 		fx.Invoke(RunResolver),
+		fx.Invoke(logEndpointStates),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {
 			lc.Append(fx.StartHook(func() error {
 				// The proxy module's start hook has run: the listener is bound.
@@ -139,6 +140,7 @@ var Metrics = fx.Module("metrics",
 		reg.MustRegister(
 			collectors.NewGoCollector(),
 			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			buildInfo(),
 		)
 		return reg
 	}),

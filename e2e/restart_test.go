@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,6 +44,8 @@ func TestGracefulRestartUnderLoad(t *testing.T) {
 	})
 	load := startLoad(ctx, t, sidecar.Config, "e2e-restart", "r")
 	victim := cp.APIServers[len(cp.APIServers)-1]
+	// An operator watching the sidecar sees the share move.
+	status := startStatusWatch(ctx, t, cp, sidecar)
 
 	time.Sleep(5 * time.Second)
 	stopStart := time.Now()
@@ -60,6 +63,7 @@ func TestGracefulRestartUnderLoad(t *testing.T) {
 	// and to let traffic back in.
 	time.Sleep(15 * time.Second)
 	load.Stop()
+	checkStatusFollowsRestart(t, status, strings.TrimPrefix(victim.URL, "https://"), stopStart, victim.ReadyAt(), time.Now())
 	started, ready := victim.StartedAt(), victim.ReadyAt()
 	// Before /readyz passes an apiserver may answer wrongly (RBAC not yet
 	// synced gives 403s), so nothing may reach it then; a second of slack

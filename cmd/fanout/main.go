@@ -4,9 +4,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
@@ -15,10 +18,16 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "status" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := runStatus(ctx, os.Args[2:], os.Stdout, os.Stderr, stdoutIsTerminal())
+		stop()
+		os.Exit(code)
+	}
 	o := components.NewOptions()
 	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: fanout --kubeconfig PATH [flags]\n\n"+
+		fmt.Fprintf(os.Stderr, "Usage: fanout --kubeconfig PATH [flags]\n       fanout status [--admin-address ADDR] [--watch]   (see fanout status --help)\n\n"+
 			"fanout listens on a loopback address for a Kubernetes client (point its kubeconfig at\n"+
 			"http://127.0.0.1:7080) and spreads each request over mTLS HTTP/2 connections to every\n"+
 			"kube-apiserver endpoint, with the client's own certificate or token.\n\nFlags:\n")
