@@ -5,7 +5,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
 E2E_TIMEOUT ?= 75m
 
-.PHONY: all build test unit e2e lint bench demo clean tools
+.PHONY: all build test unit e2e lint bench demo clean tools fuzz
 
 all: build
 
@@ -33,6 +33,18 @@ lint: $(STATICCHECK)
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 	$(STATICCHECK) ./...
+
+## fuzz: runs every go test -fuzz target of the main module for FUZZTIME
+## each (the seed corpora in testdata/fuzz also run in `make unit`).
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./e2e/' | sort | while read -r f; do \
+	  dir=$$(dirname "$$f"); \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
+	    echo "fuzzing $$t in $$dir for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "./$$dir" || exit 1; \
+	  done; \
+	done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...

@@ -87,6 +87,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		admin.Module,
 		proxy.Module,
 		probing(o.ProbeInterval),
+		fx.Invoke(routeKlog),
 		fx.Invoke(RunResolver),
 		fx.Invoke(logEndpointStates),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {

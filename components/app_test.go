@@ -94,6 +94,7 @@ type fixture struct {
 	servers    []*apiserver
 	proxy      *proxy.Server
 	kubeconfig string // the one fanout wrote for the client
+	clientKey  []byte // PEM of the client key in the upstream kubeconfig
 	app        *fxtest.App
 }
 
@@ -106,7 +107,7 @@ func startSidecar(t *testing.T, token string, policy string, extra ...fx.Option)
 	ca := testpki.NewCA(t)
 	serving := ca.Serving("kubernetes")
 	client := ca.Client("system:kube-scheduler")
-	f := &fixture{}
+	f := &fixture{clientKey: client.KeyPEM}
 	var eps []string
 	for range 3 {
 		s := newAPIServer(t, ca, serving)

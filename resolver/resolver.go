@@ -223,9 +223,32 @@ func endpointFromURL(raw string) (Endpoint, error) {
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
 		return Endpoint{}, fmt.Errorf("%q: an endpoint is only https://host:port, without path, query or user info", raw)
 	}
+	if h := u.Hostname(); net.ParseIP(h) == nil && !isHostName(h) {
+		return Endpoint{}, fmt.Errorf("%q: host %q is neither an IP address nor a DNS name", raw, h)
+	}
+	if u.Fragment != "" {
+		return Endpoint{}, fmt.Errorf("%q: an endpoint is only https://host:port, without a #fragment", raw)
+	}
 	port := u.Port()
 	if port == "" {
 		port = "443"
 	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return Endpoint{}, fmt.Errorf("%q: port %s is not between 1 and 65535", raw, port)
+	}
 	return Endpoint{Address: net.JoinHostPort(u.Hostname(), port)}, nil
+}
+
+// isHostName reports whether h can be a DNS name: letters, digits, '-' and
+// '.', at most 253 characters.
+func isHostName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, c := range h {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
