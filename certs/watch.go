@@ -88,6 +88,12 @@ type checkResult struct {
 type watcher struct {
 	opts  Options
 	check func() checkResult
+	// noNotify leaves polling alone, as on a file system without
+	// inotify; set by tests before Start.
+	noNotify bool
+	// watched and warned are the directories watched and those that
+	// could not be; owned by Start, then by run.
+	watched, warned map[string]bool
 
 	mu      sync.Mutex // guards started and stopped
 	started bool
@@ -113,14 +119,42 @@ func (w *watcher) Start() error {
 		return errors.New("certs: watcher already stopped")
 	}
 	w.started = true
-	fsw, err := fsnotify.NewWatcher()
-	if err != nil {
-		w.opts.Log.Warn("cannot watch credential files for changes; polling them instead", "interval", w.opts.PollInterval, "error", err)
-		fsw = nil
+	var fsw *fsnotify.Watcher
+	if !w.noNotify {
+		var err error
+		if fsw, err = fsnotify.NewWatcher(); err != nil {
+			w.opts.Log.Warn("cannot watch credential files for changes; polling them instead", "interval", w.opts.PollInterval, "error", err)
+			fsw = nil
+		}
 	}
 	first := w.check()
+	// The first directories are watched before Start returns, so that
+	// no change after it is missed.
+	w.watched, w.warned = map[string]bool{}, map[string]bool{}
+	w.watch(fsw, first.files)
 	go w.run(fsw, first)
 	return nil
+}
+
+// watch adds the directories of files to fsw; only Start and then run
+// call it.
+func (w *watcher) watch(fsw *fsnotify.Watcher, files []string) {
+	if fsw == nil {
+		return
+	}
+	for _, d := range watchDirs(files) {
+		if w.watched[d] {
+			continue
+		}
+		if err := fsw.Add(d); err != nil {
+			if !w.warned[d] {
+				w.warned[d] = true
+				w.opts.Log.Warn("cannot watch a credential directory; polling it", "directory", d, "interval", w.opts.PollInterval, "error", err)
+			}
+			continue
+		}
+		w.watched[d] = true
+	}
 }
 
 // Stop ends the watcher and waits for its goroutine. It is idempotent
@@ -147,33 +181,13 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 		defer fsw.Close()
 		events, errs = fsw.Events, fsw.Errors
 	}
-	watched := map[string]bool{}
-	warned := map[string]bool{}
 	// apply watches the directories of r's files and returns when to
 	// poll next.
 	apply := func(r checkResult) <-chan time.Time {
-		if fsw != nil {
-			for _, d := range watchDirs(r.files) {
-				if watched[d] {
-					continue
-				}
-				if err := fsw.Add(d); err != nil {
-					if !warned[d] {
-						warned[d] = true
-						w.opts.Log.Warn("cannot watch a credential directory; polling it", "directory", d, "interval", w.opts.PollInterval, "error", err)
-					}
-					continue
-				}
-				watched[d] = true
-			}
-		}
-		wait := w.opts.PollInterval
-		if r.failing && retryInterval < wait {
-			wait = retryInterval
-		}
-		return w.opts.Clock.After(wait)
+		w.watch(fsw, r.files)
+		return w.opts.Clock.After(w.wait(r))
 	}
-	poll := apply(first)
+	poll := w.opts.Clock.After(w.wait(first))
 	var settle <-chan time.Time
 	for {
 		select {
@@ -184,10 +198,10 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 				events = nil
 				continue
 			}
-			if watched[ev.Name] && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
+			if w.watched[ev.Name] && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
 				// The directory itself went away: inotify dropped the
 				// watch. Add it again when it is back.
-				delete(watched, ev.Name)
+				delete(w.watched, ev.Name)
 			}
 			if settle == nil {
 				settle = w.opts.Clock.After(settleDelay)
@@ -247,4 +261,12 @@ func watchDirs(files []string) []string {
 // within reports whether path is dir or below it.
 func within(path, dir string) bool {
 	return path == dir || strings.HasPrefix(path, dir+string(filepath.Separator))
+}
+
+// wait is how long to wait for the next poll after r.
+func (w *watcher) wait(r checkResult) time.Duration {
+	if r.failing && retryInterval < w.opts.PollInterval {
+		return retryInterval
+	}
+	return w.opts.PollInterval
 }
