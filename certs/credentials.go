@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -276,11 +277,11 @@ func (c *Credentials) reloadKubeconfig() (changed bool, err error) {
 	if err != nil {
 		return true, err
 	}
-	if up.Server.String() != c.up.Server.String() || up.ServerName != c.up.ServerName {
+	if urlString(up.Server) != urlString(c.up.Server) || up.ServerName != c.up.ServerName {
 		c.opts.Log.Warn("the reloaded kubeconfig names another server or server name; fanout keeps the ones it started with until it restarts",
 			"kind", KindKubeconfig, "source", "file "+path,
-			"server", c.up.Server.String(), "server_name", c.up.ServerName,
-			"new_server", up.Server.String(), "new_server_name", up.ServerName)
+			"server", urlString(c.up.Server), "server_name", c.up.ServerName,
+			"new_server", urlString(up.Server), "new_server_name", up.ServerName)
 		up.Server, up.ServerName = c.up.Server, c.up.ServerName
 	}
 	c.up = up
@@ -410,4 +411,11 @@ func contentOrError(data []byte, err error) [][]byte {
 		return [][]byte{[]byte("error"), []byte(err.Error())}
 	}
 	return [][]byte{[]byte("ok"), data}
+}
+
+func urlString(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	return u.String()
 }

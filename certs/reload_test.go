@@ -566,3 +566,28 @@ func (c *pollClock) waitTimers(t *testing.T, n int) {
 		return len(c.timers) >= n
 	})
 }
+
+// TestRenewalWarning: a certificate past 80% of its lifetime with no newer
+// one on disk is logged once, not at every check.
+func TestRenewalWarning(t *testing.T) {
+	f := newFixture(t)
+	life := f.alice.Leaf.NotAfter.Sub(f.alice.Leaf.NotBefore)
+	clock := newPollClock()
+	clock.now = f.alice.Leaf.NotBefore.Add(life * 7 / 10)
+	var logs logBuffer
+	c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
+		Options{Clock: clock, Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.check()
+	if n := logs.count("renew it"); n != 0 {
+		t.Fatalf("warned at 70%% of the lifetime")
+	}
+	clock.Advance(life * 15 / 100)
+	c.check()
+	c.check()
+	if n := logs.count("renew it"); n != 1 {
+		t.Errorf("%d renewal warnings at 85%% of the lifetime over two checks, want 1", n)
+	}
+}

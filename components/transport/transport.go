@@ -179,7 +179,8 @@ type pool struct {
 	key poolKey
 	// gen is the generation new requests go to.
 	gen atomic.Pointer[generation]
-	// mu serialises rotations; never taken on the request path.
+	// mu serialises rotations; never taken on the request path. Lock
+	// order: pool.mu, then Transports.mu.
 	mu sync.Mutex
 }
 
