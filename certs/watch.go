@@ -211,7 +211,12 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 				errs = nil
 				continue
 			}
-			w.opts.Log.Debug("credential file watcher error; polling covers it", "error", err)
+			// Typically an inotify queue overflow: events were lost, so
+			// look at the files now rather than at the next poll.
+			w.opts.Log.Debug("credential file watcher error; re-reading the files", "error", err)
+			if settle == nil {
+				settle = w.opts.Clock.After(settleDelay)
+			}
 		case <-settle:
 			settle = nil
 			poll = apply(w.check())

@@ -295,3 +295,38 @@ func TestUnauthorizedRedials(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseEndsDrainers: Close while a retired generation still carries a
+// stream ends the stream and the drainer (goleak checks the goroutine).
+func TestCloseEndsDrainers(t *testing.T) {
+	p := newPKI(t)
+	bob := p.ca.Client("bob")
+	lines := make(chan string)
+	defer close(lines)
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
+	creds := newCreds(p.ca.Pool, &p.alice.TLS, "")
+	tr, err := New(Config{ServerName: serverName}, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := tr.For(srv.addr, AuthSidecar)
+	watch, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Body.Close()
+	creds.cert.Store(&bob.TLS)
+	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { tr.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while an old generation was draining")
+	}
+	if _, err := io.Copy(io.Discard, watch.Body); err == nil {
+		t.Error("the watch on the old connection survived Close")
+	}
+}
