@@ -3,6 +3,7 @@ module github.com/fanout-dev/fanout
 go 1.26.0
 
 require (
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/spf13/pflag v1.0.10

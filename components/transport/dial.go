@@ -10,11 +10,12 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// dialTLS is the pool's http2.Transport.DialTLSContext. It ignores the
-// address and TLS config x/net derives from the request URL: the pool
+// dialTLS is the generation's http2.Transport.DialTLSContext. It ignores
+// the address and TLS config x/net derives from the request URL: the pool
 // always dials its own endpoint and verifies Config.ServerName.
-func (p *pool) dialTLS(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
-	c, err := p.t.dial(ctx, p.key)
+func (g *generation) dialTLS(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+	p := g.p
+	c, err := p.t.dial(ctx, p.key, g)
 	if err != nil {
 		p.t.metrics.dialed(p.key, false)
 		// Nothing was sent: the request can go to another endpoint.
@@ -24,7 +25,7 @@ func (p *pool) dialTLS(ctx context.Context, _, _ string, _ *tls.Config) (net.Con
 	return c, nil
 }
 
-func (t *Transports) dial(ctx context.Context, k poolKey) (*trackedConn, error) {
+func (t *Transports) dial(ctx context.Context, k poolKey, g *generation) (*trackedConn, error) {
 	if t.isClosed() {
 		return nil, ErrClosed
 	}
@@ -46,7 +47,7 @@ func (t *Transports) dial(ctx context.Context, k poolKey) (*trackedConn, error) 
 		tc.Close()
 		return nil, fmt.Errorf("the server negotiated ALPN protocol %q, not %q: fanout speaks only HTTP/2 to kube-apiserver; check that nothing between them terminates TLS or forces HTTP/1.1", p, http2.NextProtoTLS)
 	}
-	c := &trackedConn{Conn: tc, t: t, key: k}
+	c := &trackedConn{Conn: tc, t: t, key: k, gen: g}
 	if !t.track(c) {
 		tc.Close()
 		return nil, ErrClosed
@@ -100,6 +101,7 @@ func (t *Transports) track(c *trackedConn) bool {
 		return false
 	}
 	t.conns[c] = struct{}{}
+	c.gen.conns.Add(1)
 	return true
 }
 
@@ -116,10 +118,14 @@ type trackedConn struct {
 	*tls.Conn
 	t    *Transports
 	key  poolKey
+	gen  *generation
 	once sync.Once
 }
 
 func (c *trackedConn) Close() error {
-	c.once.Do(func() { c.t.untrack(c) })
+	c.once.Do(func() {
+		c.t.untrack(c)
+		c.gen.conns.Add(-1)
+	})
 	return c.Conn.Close()
 }

@@ -5,9 +5,11 @@ import (
 )
 
 type metrics struct {
-	dials     *prometheus.CounterVec
-	handshake prometheus.Histogram
-	conns     *connCollector
+	dials               *prometheus.CounterVec
+	rotations           *prometheus.CounterVec
+	unauthorizedRetries prometheus.Counter
+	handshake           prometheus.Histogram
+	conns               *connCollector
 }
 
 func newMetrics(t *Transports) *metrics {
@@ -16,6 +18,14 @@ func newMetrics(t *Transports) *metrics {
 			Name: "fanout_upstream_dials_total",
 			Help: "Connections fanout tried to open to kube-apiserver endpoints, by result (ok or error: TCP, TLS or ALPN failure).",
 		}, []string{"endpoint", "mode", "result"}),
+		rotations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_upstream_connection_rotations_total",
+			Help: "Times a connection pool moved new requests to fresh connections while its old connections drain, by reason: certificate (the client certificate rotated) or unauthorized (kube-apiserver answered 401 to the client certificate).",
+		}, []string{"reason"}),
+		unauthorizedRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fanout_upstream_unauthorized_retries_total",
+			Help: "Requests answered 401 on a client-certificate connection that were sent again on a fresh connection after re-reading the credentials.",
+		}),
 		handshake: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fanout_upstream_tls_handshake_seconds",
 			Help:    "Duration of successful TLS handshakes with kube-apiserver endpoints.",
@@ -29,10 +39,18 @@ func newMetrics(t *Transports) *metrics {
 	}
 }
 
+// initRotations makes the rotation series exist at zero.
+func (m *metrics) initRotations() {
+	m.rotations.WithLabelValues("certificate")
+	m.rotations.WithLabelValues("unauthorized")
+}
+
 // Collectors returns the transport's metrics, for the app to register.
 func (t *Transports) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{t.metrics.dials, t.metrics.handshake, t.metrics.conns}
+	return []prometheus.Collector{t.metrics.dials, t.metrics.handshake, t.metrics.conns, t.metrics.rotations, t.metrics.unauthorizedRetries}
 }
+
+func (m *metrics) rotated(reason string) { m.rotations.WithLabelValues(reason).Inc() }
 
 func (m *metrics) dialed(k poolKey, ok bool) {
 	result := "error"

@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -36,6 +39,11 @@ type Transports struct {
 	// Retain that still carry streams: Close closes them all and the
 	// connections gauge counts them.
 	conns map[*trackedConn]struct{}
+
+	// done is closed by Close; drainers are the goroutines closing the
+	// connections of retired generations (see rotate.go).
+	done     chan struct{}
+	drainers sync.WaitGroup
 }
 
 type poolKey struct {
@@ -58,8 +66,10 @@ func New(cfg Config, creds Credentials) (*Transports, error) {
 		cfg:   cfg,
 		creds: creds,
 		conns: map[*trackedConn]struct{}{},
+		done:  make(chan struct{}),
 	}
 	t.metrics = newMetrics(t)
+	t.metrics.initRotations()
 	empty := map[poolKey]*pool{}
 	t.pools.Store(&empty)
 	return t, nil
@@ -128,7 +138,7 @@ func (t *Transports) Retain(addresses []string) {
 	t.mu.Unlock()
 
 	for _, p := range dropped {
-		p.h2.CloseIdleConnections()
+		p.gen.Load().h2.CloseIdleConnections()
 		t.metrics.forget(p.key)
 	}
 }
@@ -138,6 +148,9 @@ func (t *Transports) Retain(addresses []string) {
 // drained requests before (the proxy's graceful shutdown).
 func (t *Transports) Close() {
 	t.mu.Lock()
+	if !t.closed {
+		close(t.done)
+	}
 	t.closed = true
 	old := *t.pools.Load()
 	empty := map[poolKey]*pool{}
@@ -149,27 +162,44 @@ func (t *Transports) Close() {
 	t.mu.Unlock()
 
 	for _, p := range old {
-		p.h2.CloseIdleConnections()
+		p.gen.Load().h2.CloseIdleConnections()
 	}
 	for _, c := range conns {
 		c.Close()
 	}
+	t.drainers.Wait()
 }
 
 // pool is the round tripper of one (endpoint, mode): an x/net HTTP/2
-// transport whose dialer always reaches the endpoint.
+// transport whose dialer always reaches the endpoint. In AuthSidecar mode
+// the transport is replaced by a new generation when the client
+// certificate rotates (see rotate.go).
 type pool struct {
 	t   *Transports
 	key poolKey
-	h2  *http2.Transport
+	// gen is the generation new requests go to.
+	gen atomic.Pointer[generation]
+	// mu serialises rotations; never taken on the request path. Lock
+	// order: pool.mu, then Transports.mu.
+	mu sync.Mutex
 }
 
 func (t *Transports) newPool(k poolKey) *pool {
 	p := &pool{t: t, key: k}
+	var cert *tls.Certificate
+	if k.mode == AuthSidecar {
+		cert, _ = t.creds.ClientCertificate()
+	}
+	p.gen.Store(p.newGeneration(cert))
+	return p
+}
+
+// newH2 returns an x/net HTTP/2 transport that dials through dialTLS.
+func (t *Transports) newH2(dialTLS func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error)) *http2.Transport {
 	// The receive windows and the ping settings are only read from a
 	// net/http Transport's HTTP2Config (x/net's own Transport has no
 	// fields for the windows), so build one just to carry them. It is
-	// never used to send a request: p.h2 is.
+	// never used to send a request: the returned transport is.
 	t1 := &http.Transport{
 		IdleConnTimeout: t.cfg.IdleConnTimeout,
 		HTTP2: &http.HTTP2Config{
@@ -188,7 +218,7 @@ func (t *Transports) newPool(k poolKey) *pool {
 	// to hand it connections. With no pool h2 builds its own that dials
 	// through DialTLSContext, which is what a direct RoundTripper needs.
 	h2.ConnPool = nil
-	h2.DialTLSContext = p.dialTLS
+	h2.DialTLSContext = dialTLS
 	h2.IdleConnTimeout = t.cfg.IdleConnTimeout
 	h2.ReadIdleTimeout = t.cfg.ReadIdleTimeout
 	h2.PingTimeout = t.cfg.PingTimeout
@@ -197,20 +227,34 @@ func (t *Transports) newPool(k poolKey) *pool {
 	// controller with 150 watches must not have 50 of them wait for a
 	// slot that frees only when a watch ends.
 	h2.StrictMaxConcurrentStreams = false
-	p.h2 = h2
-	return p
+	return h2
 }
 
 // RoundTrip implements http.RoundTripper. In AuthSidecar mode it sends
-// the current token on a copy of req; it never modifies req.
+// the current token on a copy of req; it never modifies req. A 401 to a
+// request sent with a client certificate is retried once, on a new
+// connection after the credentials were re-read, if req's body can be
+// replayed (see retryUnauthorized).
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, g, err := p.send(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode == http.StatusUnauthorized && p.key.mode == AuthSidecar && g.cert != nil {
+		return p.retryUnauthorized(g, req, res)
+	}
+	return res, nil
+}
+
+// send sends req on the current generation and returns it.
+func (p *pool) send(req *http.Request) (*http.Response, *generation, error) {
 	if p.key.mode == AuthSidecar {
 		tok, err := p.t.creds.Token()
 		if err != nil {
 			if req.Body != nil {
 				req.Body.Close()
 			}
-			return nil, fmt.Errorf("reading the bearer token for kube-apiserver %s: %w", p.key.address, err)
+			return nil, nil, fmt.Errorf("reading the bearer token for kube-apiserver %s: %w", p.key.address, err)
 		}
 		if tok != "" {
 			r2 := new(http.Request)
@@ -223,9 +267,11 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 			req = r2
 		}
 	}
-	res, err := p.h2.RoundTrip(req)
+	g := p.acquire()
+	res, err := g.h2.RoundTrip(req)
+	g.release()
 	if err != nil {
-		return nil, classify(p.key.address, err)
+		return nil, g, classify(p.key.address, err)
 	}
-	return res, nil
+	return res, g, nil
 }

@@ -206,13 +206,17 @@ func TestRotatedCredentialsApply(t *testing.T) {
 		t.Fatalf("server saw %d connections, want 1", n)
 	}
 
-	// A new certificate applies to the next connection of the same pool.
+	// A new certificate applies from the next request on, over a new
+	// connection; the old one, idle, is closed.
 	creds.cert.Store(&bob.TLS)
-	check("alice", "Bearer two")
-	rt.(*pool).h2.CloseIdleConnections()
 	check("bob", "Bearer two")
 	if n := srv.opened.Load(); n != 2 {
 		t.Fatalf("server saw %d connections, want 2", n)
+	}
+	waitFor(t, "the old connection to close", func() bool { return srv.closed.Load() == 1 })
+	check("bob", "Bearer two")
+	if n := srv.opened.Load(); n != 2 {
+		t.Fatalf("server saw %d connections, want 2: the new connection is reused", n)
 	}
 }
 

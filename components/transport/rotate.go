@@ -1,0 +1,193 @@
+package transport
+
+import (
+	"crypto/tls"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// Reloader is implemented by Credentials that can re-read their material
+// on demand. Reload may block on the file system; it is called only after
+// kube-apiserver rejected a request (401), never on the normal path.
+type Reloader interface {
+	Reload()
+}
+
+// Timings of connection rotation.
+const (
+	// drainPoll is how often a retired generation closes its connections
+	// that went idle: an old connection closes at most this long after
+	// its last stream ended.
+	drainPoll = 500 * time.Millisecond
+	// minRenew is the least age of a generation that a 401 replaces: a
+	// burst of 401s (a revoked certificate) re-dials once, not once per
+	// request.
+	minRenew = time.Second
+)
+
+// generation is one http2.Transport of a pool with the connections it
+// dialed. When the client certificate rotates the pool makes a new
+// generation for new requests and retires the old one: its connections
+// carry their open streams (watches too) to the end and close as soon as
+// they are idle. Swapping whole transports, rather than marking
+// connections, keeps x/net's connection reuse untouched and needs no
+// access to its ClientConns.
+type generation struct {
+	p  *pool
+	h2 *http2.Transport
+	// cert is the client certificate that was current when the
+	// generation was made; the pool compares it with the current one.
+	cert *tls.Certificate
+	born time.Time
+	// inflight counts RoundTrips running on h2 (until the response
+	// headers arrive), conns its open connections: a retired generation
+	// is done when both are zero, since nothing can dial on it then.
+	inflight atomic.Int64
+	conns    atomic.Int64
+}
+
+func (p *pool) newGeneration(cert *tls.Certificate) *generation {
+	g := &generation{p: p, cert: cert, born: p.t.cfg.Now()}
+	g.h2 = p.t.newH2(g.dialTLS)
+	return g
+}
+
+// acquire returns the current generation with a RoundTrip counted in
+// flight. The re-check after counting closes the race with a rotation: a
+// generation is retired only after it stopped being current, so a
+// RoundTrip counted on a generation that is still current afterwards is
+// seen by its drainer.
+func (p *pool) acquire() *generation {
+	for {
+		g := p.current()
+		g.inflight.Add(1)
+		if p.gen.Load() == g {
+			return g
+		}
+		g.inflight.Add(-1)
+	}
+}
+
+func (g *generation) release() { g.inflight.Add(-1) }
+
+// current returns the generation for new requests, rotating first if the
+// client certificate changed. The check is one atomic load and a pointer
+// comparison: credentials return a new pointer for new material.
+func (p *pool) current() *generation {
+	g := p.gen.Load()
+	if p.key.mode != AuthSidecar {
+		return g
+	}
+	cert, err := p.t.creds.ClientCertificate()
+	if err != nil || cert == g.cert {
+		// An error fails the next dial, which reports it.
+		return g
+	}
+	return p.rotate(g, cert, "certificate")
+}
+
+// rotate replaces generation old by a new one for cert, unless another
+// rotation already did, and retires old.
+func (p *pool) rotate(old *generation, cert *tls.Certificate, reason string) *generation {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cur := p.gen.Load(); cur != old {
+		return cur
+	}
+	g := p.newGeneration(cert)
+	p.gen.Store(g)
+	p.t.metrics.rotated(reason)
+	p.t.retire(old)
+	return g
+}
+
+// retire closes g's idle connections now and the others once their
+// streams end. The drainer stops when g has no connection and no
+// RoundTrip left, or on Close.
+func (t *Transports) retire(g *generation) {
+	g.h2.CloseIdleConnections()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.drainers.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.drainers.Done()
+		tick := time.NewTicker(drainPoll)
+		defer tick.Stop()
+		for g.conns.Load() > 0 || g.inflight.Load() > 0 {
+			select {
+			case <-t.done:
+				return
+			case <-tick.C:
+			}
+			g.h2.CloseIdleConnections()
+		}
+	}()
+}
+
+// retryUnauthorized handles a 401 to req sent on generation g with a
+// client certificate. kube-apiserver checks the certificate on every
+// request against its current client CA and the current time, so a 401
+// may mean that the certificate of this connection expired or that the
+// CA rotated while newer material is already on disk. So the credentials
+// are re-read, the pool moves to a new generation (new connections with
+// the current certificate) and req is sent once more, if its body can be
+// replayed. Otherwise, or if the second attempt fails to be sent, the
+// first 401 stands.
+func (p *pool) retryUnauthorized(g *generation, req *http.Request, res *http.Response) (*http.Response, error) {
+	retry, ok := replay(req)
+	if !ok {
+		return res, nil
+	}
+	if r, ok := p.t.creds.(Reloader); ok {
+		r.Reload()
+	}
+	p.renew(g)
+	res2, _, err := p.send(retry)
+	if err != nil {
+		// RoundTrip closed retry's body.
+		return res, nil
+	}
+	// The first answer is dropped; read a little of it so that x/net
+	// need not reset the stream, then close it.
+	io.Copy(io.Discard, io.LimitReader(res.Body, 4<<10))
+	res.Body.Close()
+	p.t.metrics.unauthorizedRetries.Inc()
+	return res2, nil
+}
+
+// renew moves the pool off generation g after a 401, with the current
+// certificate, unless g is no longer current or was made less than
+// minRenew ago (its connections are fresh already).
+func (p *pool) renew(g *generation) {
+	if p.gen.Load() != g || p.t.cfg.Now().Sub(g.born) < minRenew {
+		return
+	}
+	cert, _ := p.t.creds.ClientCertificate()
+	p.rotate(g, cert, "unauthorized")
+}
+
+// replay returns a copy of req to send again and whether req's body
+// allows it: no body, or one that GetBody recreates.
+func replay(req *http.Request) (*http.Request, bool) {
+	r2 := req.Clone(req.Context())
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		return r2, true
+	case req.GetBody == nil:
+		return nil, false
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, false
+	}
+	r2.Body = body
+	return r2, true
+}

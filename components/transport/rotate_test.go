@@ -1,0 +1,332 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// reloadingCreds are fakeCreds whose Reload runs onReload.
+type reloadingCreds struct {
+	*fakeCreds
+	reloads  atomic.Int32
+	onReload func()
+}
+
+var _ Reloader = (*reloadingCreds)(nil)
+
+func (c *reloadingCreds) Reload() {
+	c.reloads.Add(1)
+	if c.onReload != nil {
+		c.onReload()
+	}
+}
+
+// streamingHandler serves /watch as a stream that writes a line each
+// time something arrives on lines and ends when lines closes; anything
+// else is echoHandler.
+func streamingHandler(lines <-chan string) http.Handler {
+	echo := echoHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/watch" {
+			echo.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("X-Client-CN", r.TLS.PeerCertificates[0].Subject.CommonName)
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					return
+				}
+				io.WriteString(w, l+"\n")
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
+	})
+}
+
+// TestRotatedCertificateDrainsOldConnections: after a client certificate
+// rotation, new requests go to a new connection with the new certificate,
+// while a watch on the old connection carries on; the old connection
+// closes once the watch ends.
+func TestRotatedCertificateDrainsOldConnections(t *testing.T) {
+	p := newPKI(t)
+	bob := p.ca.Client("bob")
+	lines := make(chan string)
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
+	creds := newCreds(p.ca.Pool, &p.alice.TLS, "")
+	tr := newTransports(t, Config{}, creds)
+	rt := tr.For(srv.addr, AuthSidecar)
+
+	watch, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	if err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	defer watch.Body.Close()
+	if cn := watch.Header.Get("X-Client-CN"); cn != "alice" {
+		t.Fatalf("watch went with CN %q, want alice", cn)
+	}
+	events := bufio.NewReader(watch.Body)
+	readEvent := func(want string) {
+		t.Helper()
+		lines <- want
+		got, err := events.ReadString('\n')
+		if err != nil || strings.TrimSpace(got) != want {
+			t.Fatalf("watch read %q, %v; want %q", got, err, want)
+		}
+	}
+	readEvent("one")
+
+	creds.cert.Store(&bob.TLS)
+	for i := 0; i < 3; i++ {
+		res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+		if err != nil {
+			t.Fatalf("request %d after the rotation: %v", i, err)
+		}
+		if cn := res.Header.Get("X-Client-CN"); cn != "bob" {
+			t.Fatalf("request %d after the rotation went with CN %q, want bob", i, cn)
+		}
+	}
+	if n := srv.opened.Load(); n != 2 {
+		t.Fatalf("server saw %d connections, want 2 (the watch's, and one new for every later request)", n)
+	}
+	if got, _ := metricValue(t, tr, "fanout_upstream_connection_rotations_total", map[string]string{"reason": "certificate"}); got != 1 {
+		t.Errorf("rotations{reason=certificate} = %v, want 1", got)
+	}
+
+	// Several drain rounds pass: the old connection must stay for the
+	// watch, which keeps receiving.
+	time.Sleep(3 * drainPoll)
+	if n := srv.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed while the watch was open on the old one", n)
+	}
+	readEvent("two")
+	if g := connGauge(t, tr, srv.addr, AuthSidecar); g != 2 {
+		t.Errorf("connections gauge = %v, want 2", g)
+	}
+
+	// The watch ends: the old connection closes, the new one stays.
+	close(lines)
+	if _, err := io.Copy(io.Discard, watch.Body); err != nil {
+		t.Fatalf("watch ended with %v", err)
+	}
+	waitFor(t, "the old connection to close", func() bool { return srv.closed.Load() == 1 })
+	res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+	if err != nil || res.Header.Get("X-Client-CN") != "bob" {
+		t.Fatalf("request after the drain: %v", err)
+	}
+	if n := srv.opened.Load(); n != 2 {
+		t.Errorf("server saw %d connections, want 2", n)
+	}
+	waitFor(t, "the gauge to count one connection", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 1 })
+}
+
+// TestRotationUnderConcurrentRequests rotates the certificate many times
+// while requests run; under -race it checks the rotation's
+// synchronisation, and every request must succeed with one of the
+// certificates.
+func TestRotationUnderConcurrentRequests(t *testing.T) {
+	p := newPKI(t)
+	pairs := []*tls.Certificate{&p.alice.TLS}
+	for _, cn := range []string{"bob", "carol", "dave"} {
+		kp := p.ca.Client(cn)
+		pairs = append(pairs, &kp.TLS)
+	}
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
+	creds := newCreds(p.ca.Pool, pairs[0], "")
+	tr := newTransports(t, Config{}, creds)
+	rt := tr.For(srv.addr, AuthSidecar)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	stop := make(chan struct{})
+	for w := 0; w < 8; w++ {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	for i := 1; i <= 12; i++ {
+		time.Sleep(20 * time.Millisecond)
+		creds.cert.Store(pairs[i%len(pairs)])
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("request failed during rotations: %v", err)
+	}
+	// Every old generation drains: one connection is left.
+	waitFor(t, "old connections to close", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 1 })
+}
+
+// unauthorizedUnless answers 401 to requests whose client certificate is
+// not from user, as kube-apiserver does for a certificate it no longer
+// accepts, and echoes the others.
+func unauthorizedUnless(user func() string) http.Handler {
+	echo := echoHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS.PeerCertificates[0].Subject.CommonName != user() {
+			io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"kind":"Status","code":401}`)
+			return
+		}
+		echo.ServeHTTP(w, r)
+	})
+}
+
+func TestUnauthorizedRedials(t *testing.T) {
+	p := newPKI(t)
+	bob := p.ca.Client("bob")
+	for _, tc := range []struct {
+		name string
+		// onReload is what the re-read finds.
+		onReload func(*fakeCreds)
+		// accepted is the user the server accepts.
+		accepted string
+		// advance moves the clock before the request.
+		advance time.Duration
+		body    func() io.Reader
+		noCert  bool
+
+		wantStatus  int
+		wantCN      string
+		wantReloads int32
+		wantOpened  int32
+	}{
+		{
+			name:     "reload finds a new certificate",
+			onReload: func(c *fakeCreds) { c.cert.Store(&bob.TLS) }, accepted: "bob",
+			wantStatus: 200, wantCN: "bob", wantReloads: 1, wantOpened: 2,
+		},
+		{
+			name:     "replayable body",
+			onReload: func(c *fakeCreds) { c.cert.Store(&bob.TLS) }, accepted: "bob",
+			body:       func() io.Reader { return strings.NewReader("{}") },
+			wantStatus: 200, wantCN: "bob", wantReloads: 1, wantOpened: 2,
+		},
+		{
+			name:     "body that cannot be replayed: the 401 is returned",
+			onReload: func(c *fakeCreds) { c.cert.Store(&bob.TLS) }, accepted: "bob",
+			body:       func() io.Reader { return onlyReader{strings.NewReader("{}")} },
+			wantStatus: 401, wantReloads: 0, wantOpened: 1,
+		},
+		{
+			name:     "nothing new on disk: one re-dial, then the 401",
+			onReload: func(*fakeCreds) {}, accepted: "nobody", advance: 2 * minRenew,
+			wantStatus: 401, wantReloads: 1, wantOpened: 2,
+		},
+		{
+			name:     "token-only user: no retry",
+			onReload: func(*fakeCreds) {}, accepted: "nobody", noCert: true,
+			wantStatus: 401, wantReloads: 0, wantOpened: 1,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if len(r.TLS.PeerCertificates) == 0 {
+					w.WriteHeader(http.StatusUnauthorized)
+					return
+				}
+				unauthorizedUnless(func() string { return tc.accepted }).ServeHTTP(w, r)
+			}))
+			cert := &p.alice.TLS
+			if tc.noCert {
+				cert = nil
+			}
+			fc := newCreds(p.ca.Pool, cert, "")
+			creds := &reloadingCreds{fakeCreds: fc, onReload: func() { tc.onReload(fc) }}
+			var now atomic.Int64
+			now.Store(time.Now().UnixNano())
+			tr := newTransports(t, Config{Now: func() time.Time { return time.Unix(0, now.Load()) }}, creds)
+			rt := tr.For(srv.addr, AuthSidecar)
+			now.Add(int64(tc.advance))
+
+			method, body := http.MethodGet, io.Reader(nil)
+			if tc.body != nil {
+				method, body = http.MethodPost, tc.body()
+			}
+			req, err := http.NewRequest(method, "https://"+srv.addr+"/api", body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := roundTrip(rt, req)
+			if err != nil {
+				t.Fatalf("RoundTrip: %v", err)
+			}
+			if res.StatusCode != tc.wantStatus || res.Header.Get("X-Client-CN") != tc.wantCN {
+				t.Errorf("got %d with CN %q, want %d with CN %q", res.StatusCode, res.Header.Get("X-Client-CN"), tc.wantStatus, tc.wantCN)
+			}
+			if n := creds.reloads.Load(); n != tc.wantReloads {
+				t.Errorf("credentials re-read %d times, want %d", n, tc.wantReloads)
+			}
+			if n := srv.opened.Load(); n != tc.wantOpened {
+				t.Errorf("server saw %d connections, want %d", n, tc.wantOpened)
+			}
+			wantRetries := 0.0
+			if tc.wantReloads > 0 {
+				wantRetries = 1
+			}
+			if got, _ := metricValue(t, tr, "fanout_upstream_unauthorized_retries_total", nil); got != wantRetries {
+				t.Errorf("unauthorized retries = %v, want %v", got, wantRetries)
+			}
+		})
+	}
+}
+
+// TestCloseEndsDrainers: Close while a retired generation still carries a
+// stream ends the stream and the drainer (goleak checks the goroutine).
+func TestCloseEndsDrainers(t *testing.T) {
+	p := newPKI(t)
+	bob := p.ca.Client("bob")
+	lines := make(chan string)
+	defer close(lines)
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
+	creds := newCreds(p.ca.Pool, &p.alice.TLS, "")
+	tr, err := New(Config{ServerName: serverName}, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := tr.For(srv.addr, AuthSidecar)
+	watch, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Body.Close()
+	creds.cert.Store(&bob.TLS)
+	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { tr.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return while an old generation was draining")
+	}
+	if _, err := io.Copy(io.Discard, watch.Body); err == nil {
+		t.Error("the watch on the old connection survived Close")
+	}
+}
