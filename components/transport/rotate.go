@@ -149,7 +149,15 @@ func (p *pool) retryUnauthorized(g *generation, req *http.Request, res *http.Res
 	if r, ok := p.t.creds.(Reloader); ok {
 		r.Reload()
 	}
-	p.renew(g)
+	if !p.renew(g) {
+		// g's connections are under minRenew old: sending again on them
+		// would only double the load of a client whose certificate the
+		// apiserver really rejects (revoked, wrong CA).
+		if retry.Body != nil {
+			retry.Body.Close()
+		}
+		return res, nil
+	}
 	res2, _, err := p.send(retry)
 	if err != nil {
 		// RoundTrip closed retry's body.
@@ -163,15 +171,24 @@ func (p *pool) retryUnauthorized(g *generation, req *http.Request, res *http.Res
 	return res2, nil
 }
 
-// renew moves the pool off generation g after a 401, with the current
-// certificate, unless g is no longer current or was made less than
-// minRenew ago (its connections are fresh already).
-func (p *pool) renew(g *generation) {
-	if p.gen.Load() != g || p.t.cfg.Now().Sub(g.born) < minRenew {
-		return
+// renew moves the pool off generation g after a 401 to a generation with
+// the current certificate, unless g is no longer current, or the
+// certificate is g's own and g was made less than minRenew ago (its
+// connections are fresh already). It reports whether new requests now go
+// to another generation than g.
+func (p *pool) renew(g *generation) bool {
+	if p.gen.Load() != g {
+		return true
 	}
 	cert, _ := p.t.creds.ClientCertificate()
-	p.rotate(g, cert, "unauthorized")
+	reason := "certificate"
+	if cert == g.cert {
+		if p.t.cfg.Now().Sub(g.born) < minRenew {
+			return false
+		}
+		reason = "unauthorized"
+	}
+	return p.rotate(g, cert, reason) != g
 }
 
 // replay returns a copy of req to send again and whether req's body

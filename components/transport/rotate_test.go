@@ -215,6 +215,7 @@ func TestUnauthorizedRedials(t *testing.T) {
 		wantCN      string
 		wantReloads int32
 		wantOpened  int32
+		wantNoRetry bool // reloaded, yet not sent again
 	}{
 		{
 			name:     "reload finds a new certificate",
@@ -237,6 +238,11 @@ func TestUnauthorizedRedials(t *testing.T) {
 			name:     "nothing new on disk: one re-dial, then the 401",
 			onReload: func(*fakeCreds) {}, accepted: "nobody", advance: 2 * minRenew,
 			wantStatus: 401, wantReloads: 1, wantOpened: 2,
+		},
+		{
+			name:     "nothing new on disk and fresh connections: no second attempt",
+			onReload: func(*fakeCreds) {}, accepted: "nobody",
+			wantStatus: 401, wantReloads: 1, wantOpened: 1, wantNoRetry: true,
 		},
 		{
 			name:     "token-only user: no retry",
@@ -286,7 +292,7 @@ func TestUnauthorizedRedials(t *testing.T) {
 				t.Errorf("server saw %d connections, want %d", n, tc.wantOpened)
 			}
 			wantRetries := 0.0
-			if tc.wantReloads > 0 {
+			if tc.wantReloads > 0 && !tc.wantNoRetry {
 				wantRetries = 1
 			}
 			if got, _ := metricValue(t, tr, "fanout_upstream_unauthorized_retries_total", nil); got != wantRetries {
