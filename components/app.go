@@ -88,6 +88,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		proxy.Module,
 		probing(o.ProbeInterval),
 		fx.Invoke(routeKlog),
+		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(o, log, reg) }),
 		fx.Invoke(RunResolver),
 		fx.Invoke(logEndpointStates),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {

@@ -1,0 +1,48 @@
+package components
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestReportInsecure(t *testing.T) {
+	tests := []struct {
+		name        string
+		listen      string
+		allowRemote bool
+		want        float64
+	}{
+		{"loopback", "127.0.0.1:7080", false, 0},
+		{"loopback with the flag set anyway", "127.0.0.1:7080", true, 0},
+		{"remote", "0.0.0.0:7080", true, 1},
+		{"pod IP", "10.1.2.3:7080", true, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := NewOptions()
+			o.ListenAddress, o.AllowRemote = tt.listen, tt.allowRemote
+			var logs bytes.Buffer
+			reg := prometheus.NewRegistry()
+			if err := reportInsecure(*o, slog.New(slog.NewTextHandler(&logs, nil)), reg); err != nil {
+				t.Fatal(err)
+			}
+			if tt.want > 0 {
+				want := "# HELP fanout_insecure_option " + insecureHelp + "\n# TYPE fanout_insecure_option gauge\nfanout_insecure_option{option=\"allow-remote\"} 1\n"
+				if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fanout_insecure_option"); err != nil {
+					t.Errorf("metrics: %v", err)
+				}
+			} else if n, err := testutil.GatherAndCount(reg, "fanout_insecure_option"); err != nil || n != 0 {
+				t.Errorf("fanout_insecure_option has %d series (%v), want none", n, err)
+			}
+			warned := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "INSECURE")
+			if warned != (tt.want > 0) {
+				t.Errorf("warning logged = %v, want %v: %s", warned, tt.want > 0, logs.String())
+			}
+		})
+	}
+}
