@@ -17,10 +17,7 @@ import (
 // public interface: keep them.
 type Options struct {
 	Kubeconfig string
-	// InCluster uses the pod's ServiceAccount token and CA instead of
-	// Kubeconfig (--in-cluster).
-	InCluster bool
-	Endpoints string
+	Endpoints  string
 	// DiscoveryKubeconfig is "", a path, or DiscoveryInCluster.
 	DiscoveryKubeconfig string
 	TLSServerName       string
@@ -33,6 +30,9 @@ type Options struct {
 	ProbeInterval       time.Duration
 	LogFormat           string
 	Verbosity           int
+	// InCluster uses the pod's ServiceAccount token and CA instead of
+	// Kubeconfig (--in-cluster).
+	InCluster bool
 }
 
 // DiscoveryInCluster is the --discovery-kubeconfig value that selects the

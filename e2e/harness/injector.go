@@ -139,3 +139,29 @@ func (cp *ControlPlane) StartInjector(ctx context.Context, tb testing.TB, extraA
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// RunFanout starts fanout with exactly args, e.g. the arguments of an
+// injected sidecar with its paths and ports mapped to the test host. Unlike
+// StartFanout it waits for nothing: the caller probes what it needs.
+func (cp *ControlPlane) RunFanout(ctx context.Context, tb testing.TB, name string, args []string) (*Fanout, error) {
+	bin, err := FanoutBinary(ctx, logWriter(cp.logf))
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(cp.Dir, "fanout-"+fileSafe(name)+"-")
+	if err != nil {
+		return nil, err
+	}
+	f := &Fanout{Name: name, LogPath: filepath.Join(dir, "fanout.log")}
+	proc, err := startProcess("fanout "+name, f.LogPath, append([]string{bin}, args...), nil)
+	if err != nil {
+		return nil, err
+	}
+	f.proc = proc
+	onCleanup(tb, func() { _ = proc.stop(10 * time.Second) })
+	return f, nil
+}
+
+// FreeLoopbackPort returns a TCP port on 127.0.0.1 that nothing listens on
+// right now.
+func FreeLoopbackPort() (int, error) { return freePort(net.ParseIP("127.0.0.1")) }
