@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"reflect"
+	"slices"
 	"testing"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -210,6 +211,9 @@ func FuzzMutate(f *testing.F) {
 		if sc.Name != SidecarName || (sc.Args[0] != "--in-cluster" && !path.IsAbs(sc.Args[0][len("--kubeconfig="):])) {
 			t.Fatalf("sidecar %+v", sc)
 		}
+		if d.InCluster && !slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == ServiceAccountDir }) {
+			t.Fatalf("in-cluster sidecar without the service account mount: %+v", sc.VolumeMounts)
+		}
 		again, d2 := cfg.Mutate(out.DeepCopy())
 		if d2.Mutated || !reflect.DeepEqual(again, out) {
 			t.Fatalf("second pass changed the pod: %+v", d2)
@@ -227,12 +231,16 @@ func FuzzMutate(f *testing.F) {
 		if err != nil {
 			t.Fatalf("patch does not apply: %v", err)
 		}
+		// Compared as JSON, which is what the apiserver gets: an empty
+		// slice and a nil one are the same there.
 		var got corev1.Pod
 		if err := json.Unmarshal(patched, &got); err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(&got, out) {
-			t.Fatalf("patched pod differs from Mutate's output")
+		gotJSON, _ := json.Marshal(&got)
+		wantJSON, _ := json.Marshal(out)
+		if string(gotJSON) != string(wantJSON) {
+			t.Fatalf("patched pod differs from Mutate's output\n got %s\nwant %s", gotJSON, wantJSON)
 		}
 	})
 }

@@ -174,10 +174,15 @@ func refsOf(ct *corev1.Container) containerRefs {
 	var r containerRefs
 	for _, list := range [][]string{ct.Command, ct.Args} {
 		for _, f := range flagRefs(list) {
-			if f.name == "kubeconfig" {
-				r.kubeconfig = append(r.kubeconfig, f.value(list))
+			v := f.value(list)
+			if v == "" {
+				// --kubeconfig="" means no kubeconfig, as in client-go.
+				continue
 			}
-			r.any = append(r.any, f.value(list))
+			if f.name == "kubeconfig" {
+				r.kubeconfig = append(r.kubeconfig, v)
+			}
+			r.any = append(r.any, v)
 		}
 	}
 	for i := range ct.Env {
@@ -270,6 +275,7 @@ func findTarget(pod *corev1.Pod) (target, Reason, string) {
 		return t, "", ""
 	}
 
+	t = target{}
 	for i, r := range refs {
 		if r.sa {
 			t.clients = append(t.clients, i)

@@ -314,6 +314,11 @@ func TestMutateSkips(t *testing.T) {
 			p.Spec.Containers[0].VolumeMounts = p.Spec.Containers[0].VolumeMounts[1:]
 			return p
 		}, reason: ReasonNoKubeconfig, warn: AnnotationKubeconfig},
+		{name: "empty --kubeconfig and no token", pod: func() *corev1.Pod {
+			p := kcmPod()
+			p.Spec.Containers[0].Args = []string{"--kubeconfig", ""}
+			return p
+		}, reason: ReasonNoKubeconfig, warn: AnnotationKubeconfig},
 		{name: "two containers, two kubeconfigs", pod: func() *corev1.Pod {
 			p := kcmPod()
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "other", Image: "x", Args: []string{"--kubeconfig=/other"}})
