@@ -6,7 +6,10 @@ import (
 	"path"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	corev1 "k8s.io/api/core/v1"
@@ -193,54 +196,126 @@ func FuzzMutate(f *testing.F) {
 		if err := json.Unmarshal(data, &in); err != nil || checkPod(&in) != nil {
 			t.Skip()
 		}
-		snapshot := in.DeepCopy()
-		out, d := cfg.Mutate(&in)
-		if !reflect.DeepEqual(&in, snapshot) {
-			t.Fatal("Mutate modified its input")
-		}
-		if !d.Mutated {
-			if out != &in || d.Reason == "" {
-				t.Fatalf("skipped pod returned changed, or without reason: %+v", d)
+		checkMutation(t, cfg, &in)
+	})
+}
+
+// FuzzMutateArgs explores what JSON fuzzing rarely reaches: the client's
+// arguments, KUBECONFIG, the annotations, a token mount, hostNetwork and the
+// grace period, on the kube-controller-manager pod.
+func FuzzMutateArgs(f *testing.F) {
+	f.Add("--kubeconfig=/a", "--authentication-kubeconfig", "/a", "", "", "", false, false, int64(30))
+	f.Add("-kubeconfig", "/a", "--authorization-kubeconfig=/a", "/b", "/a", "https://x:1", true, false, int64(0))
+	f.Add("--v=2", "", "", "/b", "", "", true, false, int64(-1))
+	cfg := testConfig()
+	f.Fuzz(func(t *testing.T, a1, a2, a3, env, annKubeconfig, annEndpoints string, sa, hostNetwork bool, grace int64) {
+		for _, s := range []string{a1, a2, a3, env, annKubeconfig, annEndpoints} {
+			if !utf8.ValidString(s) {
+				// Pods arrive as JSON: their strings are UTF-8.
+				t.Skip()
 			}
+		}
+		in := kcmPod()
+		ct := &in.Spec.Containers[0]
+		ct.Args = []string{a1, a2, a3}
+		if env != "" {
+			ct.Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: env}}
+		}
+		in.Annotations = map[string]string{}
+		if annKubeconfig != "" {
+			in.Annotations[AnnotationKubeconfig] = annKubeconfig
+		}
+		if annEndpoints != "" {
+			in.Annotations[AnnotationEndpoints] = annEndpoints
+		}
+		if sa {
+			ct.VolumeMounts = append(ct.VolumeMounts, corev1.VolumeMount{Name: "kube-api-access-x", MountPath: ServiceAccountDir})
+			in.Spec.Volumes = append(in.Spec.Volumes, corev1.Volume{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}})
+		}
+		in.Spec.HostNetwork = hostNetwork
+		if grace >= 0 {
+			in.Spec.TerminationGracePeriodSeconds = &grace
+		}
+		if checkPod(in) != nil {
+			t.Skip()
+		}
+		out := checkMutation(t, cfg, in)
+		if out == nil {
 			return
 		}
-		if err := checkPod(out); err != nil {
-			t.Fatalf("mutated pod is invalid: %v", err)
-		}
+		// No rewritten reference may still name the original file, and the
+		// sidecar's shutdown grace fits the pod's.
 		sc := out.Spec.InitContainers[len(out.Spec.InitContainers)-1]
-		if sc.Name != SidecarName || (sc.Args[0] != "--in-cluster" && !path.IsAbs(sc.Args[0][len("--kubeconfig="):])) {
-			t.Fatalf("sidecar %+v", sc)
+		if orig, ok := strings.CutPrefix(sc.Args[0], "--kubeconfig="); ok {
+			for _, c := range out.Spec.Containers {
+				for _, list := range [][]string{c.Command, c.Args} {
+					for _, fr := range flagRefs(list) {
+						if fr.name == "kubeconfig" && fr.value(list) == orig {
+							t.Fatalf("client %s still passes --kubeconfig=%s", c.Name, orig)
+						}
+					}
+				}
+			}
 		}
-		if d.InCluster && !slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == ServiceAccountDir }) {
-			t.Fatalf("in-cluster sidecar without the service account mount: %+v", sc.VolumeMounts)
-		}
-		again, d2 := cfg.Mutate(out.DeepCopy())
-		if d2.Mutated || !reflect.DeepEqual(again, out) {
-			t.Fatalf("second pass changed the pod: %+v", d2)
-		}
-		patch, err := jsonPatch(&in, out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := jsonpatch.DecodePatch(patch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := json.Marshal(&in)
-		patched, err := p.Apply(raw)
-		if err != nil {
-			t.Fatalf("patch does not apply: %v", err)
-		}
-		// Compared as JSON, which is what the apiserver gets: an empty
-		// slice and a nil one are the same there.
-		var got corev1.Pod
-		if err := json.Unmarshal(patched, &got); err != nil {
-			t.Fatal(err)
-		}
-		gotJSON, _ := json.Marshal(&got)
-		wantJSON, _ := json.Marshal(out)
-		if string(gotJSON) != string(wantJSON) {
-			t.Fatalf("patched pod differs from Mutate's output\n got %s\nwant %s", gotJSON, wantJSON)
+		g := ShutdownGrace(out, cfg.MaxShutdownGrace)
+		if p := out.Spec.TerminationGracePeriodSeconds; p != nil && g+5*time.Second > time.Duration(*p)*time.Second && g != 0 {
+			t.Fatalf("shutdown grace %s does not fit a %ds termination grace period", g, *p)
 		}
 	})
+}
+
+// checkMutation checks Mutate's invariants on in and returns the mutated
+// pod, or nil when in was skipped.
+func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	snapshot := in.DeepCopy()
+	out, d := cfg.Mutate(in)
+	if !reflect.DeepEqual(in, snapshot) {
+		t.Fatal("Mutate modified its input")
+	}
+	if !d.Mutated {
+		if out != in || d.Reason == "" {
+			t.Fatalf("skipped pod returned changed, or without reason: %+v", d)
+		}
+		return nil
+	}
+	if err := checkPod(out); err != nil {
+		t.Fatalf("mutated pod is invalid: %v", err)
+	}
+	sc := out.Spec.InitContainers[len(out.Spec.InitContainers)-1]
+	if sc.Name != SidecarName || (sc.Args[0] != "--in-cluster" && !path.IsAbs(sc.Args[0][len("--kubeconfig="):])) {
+		t.Fatalf("sidecar %+v", sc)
+	}
+	if d.InCluster && !slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == ServiceAccountDir }) {
+		t.Fatalf("in-cluster sidecar without the service account mount: %+v", sc.VolumeMounts)
+	}
+	again, d2 := cfg.Mutate(out.DeepCopy())
+	if d2.Mutated || !reflect.DeepEqual(again, out) {
+		t.Fatalf("second pass changed the pod: %+v", d2)
+	}
+	patch, err := jsonPatch(in, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(in)
+	patched, err := p.Apply(raw)
+	if err != nil {
+		t.Fatalf("patch does not apply: %v", err)
+	}
+	// Compared as JSON, which is what the apiserver gets: an empty slice
+	// and a nil one are the same there.
+	var got corev1.Pod
+	if err := json.Unmarshal(patched, &got); err != nil {
+		t.Fatal(err)
+	}
+	gotJSON, _ := json.Marshal(&got)
+	wantJSON, _ := json.Marshal(out)
+	if string(gotJSON) != string(wantJSON) {
+		t.Fatalf("patched pod differs from Mutate's output\n got %s\nwant %s", gotJSON, wantJSON)
+	}
+	return out
 }
