@@ -218,7 +218,7 @@ func findTarget(pod *corev1.Pod) (target, Reason, string) {
 					return target{}, ReasonConflict, fmt.Sprintf("container %q passes --kubeconfig=%s but annotation %s says %s", name(i), v, AnnotationKubeconfig, p)
 				}
 			}
-			if r.env != nil && len(r.kubeconfig) == 0 && (r.env.ValueFrom != nil || r.env.Value != p) {
+			if r.env != nil && len(r.kubeconfig) == 0 && (r.env.ValueFrom != nil || (r.env.Value != "" && r.env.Value != p)) {
 				return target{}, ReasonConflict, fmt.Sprintf("container %q sets KUBECONFIG to something else than annotation %s=%s", name(i), AnnotationKubeconfig, p)
 			}
 			if slices.Contains(r.any, p) || (r.env != nil && r.env.Value == p) {

@@ -104,6 +104,19 @@ func TestMutateKubeconfigDiscovery(t *testing.T) {
 			wantClients:  []string{"manager"},
 		},
 		{
+			name: "annotation with an empty KUBECONFIG replaces it",
+			pod: func() *corev1.Pod {
+				p := operatorPod()
+				p.Annotations = map[string]string{AnnotationKubeconfig: "/config/kubeconfig"}
+				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: ""}}
+				return p
+			},
+			wantIdentity: "--kubeconfig=/config/kubeconfig",
+			wantArgs:     []string{"--leader-elect"},
+			wantEnv:      KubeconfigPath,
+			wantClients:  []string{"manager"},
+		},
+		{
 			name: "flag wins over KUBECONFIG naming another file",
 			pod: func() *corev1.Pod {
 				p := kcmPod()
