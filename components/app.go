@@ -32,9 +32,9 @@ import (
 // Configuration errors come back as fx.Error so the app fails before it
 // starts anything.
 func Sidecar(o Options, log *slog.Logger) fx.Option {
-	up, err := certs.LoadKubeconfig(o.Kubeconfig)
+	up, err := loadUpstream(o)
 	if err != nil {
-		return fx.Error(fmt.Errorf("--kubeconfig %s: %w", o.Kubeconfig, err))
+		return fx.Error(err)
 	}
 	resolverMetrics := resolver.NewMetrics()
 	res, err := resolver.Parse(o.Endpoints, resolver.Config{
@@ -46,6 +46,8 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 	if err != nil {
 		return fx.Error(err)
 	}
+	// startup turns /startupz green once the hook below has run.
+	startup := admin.NewStartup()
 	serverName := up.ServerName
 	if o.TLSServerName != "" {
 		serverName = o.TLSServerName
@@ -91,18 +93,21 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(o, log, reg) }),
 		fx.Invoke(RunResolver),
 		fx.Invoke(logEndpointStates),
+		fx.Supply(startup),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {
 			lc.Append(fx.StartHook(func() error {
 				// The proxy module's start hook has run: the listener is bound.
 				addr := s.Addr().String()
 				log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c")
 				if o.WriteKubeconfig == "" {
+					startup.Done()
 					return nil
 				}
 				if err := certs.WriteKubeconfig(o.WriteKubeconfig, addr); err != nil {
 					return fmt.Errorf("--write-kubeconfig: %w", err)
 				}
 				log.Info("wrote client kubeconfig", "path", o.WriteKubeconfig, "server", "http://"+addr)
+				startup.Done()
 				return nil
 			}))
 		}),
@@ -121,6 +126,13 @@ func discoveryConfig(o Options) (*rest.Config, error) {
 		}
 		return c, nil
 	case "":
+		if o.InCluster {
+			c, err := rest.InClusterConfig()
+			if err != nil {
+				return nil, fmt.Errorf("--in-cluster for discovery: %w", err)
+			}
+			return c, nil
+		}
 		c, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("--kubeconfig %s for discovery: %w; pass --discovery-kubeconfig", o.Kubeconfig, err)

@@ -30,6 +30,9 @@ type Options struct {
 	ProbeInterval       time.Duration
 	LogFormat           string
 	Verbosity           int
+	// InCluster uses the pod's ServiceAccount token and CA instead of
+	// Kubeconfig (--in-cluster).
+	InCluster bool
 }
 
 // DiscoveryInCluster is the --discovery-kubeconfig value that selects the
@@ -52,6 +55,8 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
 		"The client's original kubeconfig (required). fanout uses its current context's server, CA, client certificate/key and token or tokenFile. Exec and auth-provider plugins are not supported.")
+	fs.BoolVar(&o.InCluster, "in-cluster", o.InCluster,
+		"Instead of --kubeconfig, use the pod's service account, as in-cluster clients do: the token and ca.crt under /var/run/secrets/kubernetes.io/serviceaccount (the token is re-read when the kubelet rotates it) and https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.")
 	fs.StringVar(&o.Endpoints, "endpoints", o.Endpoints,
 		"kube-apiserver endpoints: a comma-separated list of https://host:port; dns:///name:port (A/AAAA records, looked up every 5s); "+
 			"or endpointslice:///namespace/service[:port-name] (the Service's EndpointSlices, watched; e.g. endpointslice:///default/kubernetes; "+
@@ -83,8 +88,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the flags and says what to change.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.Kubeconfig == "" {
-		errs = append(errs, errors.New("--kubeconfig is required: the client's original kubeconfig, whose credentials fanout uses"))
+	switch {
+	case o.Kubeconfig == "" && !o.InCluster:
+		errs = append(errs, errors.New("--kubeconfig is required: the client's original kubeconfig, whose credentials fanout uses (or --in-cluster for the pod's service account)"))
+	case o.Kubeconfig != "" && o.InCluster:
+		errs = append(errs, errors.New("--kubeconfig and --in-cluster exclude each other: pass the one the client uses"))
 	}
 	if err := validateListenAddress(o.ListenAddress, o.AllowRemote); err != nil {
 		errs = append(errs, err)

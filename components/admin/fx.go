@@ -12,7 +12,7 @@ import (
 var Module = fx.Module("admin",
 	fx.Provide(
 		func(p Params) *Server {
-			return NewServer(p.Config, NewHandler(p.State, p.Gatherer, p.Resolver), p.Log)
+			return NewServer(p.Config, p.Startup.Wrap(NewHandler(p.State, p.Gatherer, p.Resolver)), p.Log)
 		},
 	),
 	fx.Invoke(func(lc fx.Lifecycle, s *Server) {
@@ -29,4 +29,6 @@ type Params struct {
 	Gatherer prometheus.Gatherer
 	Log      *slog.Logger
 	Resolver ResolverStatus `optional:"true"`
+	// Startup serves /startupz when supplied.
+	Startup *Startup `optional:"true"`
 }

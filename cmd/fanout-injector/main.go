@@ -1,0 +1,98 @@
+// Command fanout-injector is a mutating admission webhook that adds the
+// fanout sidecar to pods labelled fanout.dev/inject="true" and points their
+// client at it. See docs/injector.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+
+	"github.com/fanout-dev/fanout/components"
+	"github.com/fanout-dev/fanout/components/injector"
+)
+
+func main() {
+	o := newOptions()
+	fs := pflag.NewFlagSet("fanout-injector", pflag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: fanout-injector --tls-cert-file F --tls-private-key-file F --sidecar-image IMAGE [flags]\n\n"+
+			"A mutating admission webhook (POST /mutate) for Pods. A pod labelled fanout.dev/inject=\"true\" gets\n"+
+			"fanout as a native sidecar, and its client container's kubeconfig flags or KUBECONFIG point at\n"+
+			"fanout's localhost kubeconfig. Pods it cannot handle (no kubeconfig found, conflicting settings,\n"+
+			"mirror pods, hostNetwork pods) are admitted unmutated with a warning. See docs/injector.md.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	o.addFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == pflag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "fanout-injector: %v\nRun 'fanout-injector --help' for the flags.\n", err)
+		os.Exit(2)
+	}
+	if err := o.complete(); err != nil {
+		fmt.Fprintf(os.Stderr, "fanout-injector: invalid flags:\n%v\n", err)
+		os.Exit(2)
+	}
+	log := components.NewLogger(&components.Options{LogFormat: o.logFormat, Verbosity: o.verbosity}, os.Stderr)
+	slog.SetDefault(log)
+	app := fx.New(app(o, log))
+	if err := app.Err(); err != nil {
+		log.Error("fanout-injector cannot start", "error", err)
+		os.Exit(1)
+	}
+	app.Run()
+}
+
+// app is the injector's fx application.
+func app(o *options, log *slog.Logger) fx.Option {
+	return fx.Options(
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
+		fx.StopTimeout(15*time.Second),
+		fx.Supply(
+			log,
+			o.sidecar,
+			o,
+			injector.ServerConfig{ListenAddress: o.listenAddress},
+		),
+		components.Metrics,
+		fx.Provide(servingCertificate),
+		injector.Module,
+		fx.Invoke(func(lc fx.Lifecycle, g prometheus.Gatherer) {
+			if o.metricsAddress == "" {
+				return
+			}
+			mux := http.NewServeMux()
+			mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+			lc.Append(fx.Hook{
+				OnStart: func(context.Context) error {
+					ln, err := net.Listen("tcp", o.metricsAddress)
+					if err != nil {
+						return fmt.Errorf("--metrics-address %s: %w", o.metricsAddress, err)
+					}
+					go func() {
+						if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+							log.Error("metrics server stopped", "error", err)
+						}
+					}()
+					return nil
+				},
+				OnStop: srv.Shutdown,
+			})
+		}),
+	)
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/fanout-dev/fanout/components/injector"
+)
+
+// options are fanout-injector's flags.
+type options struct {
+	listenAddress  string
+	metricsAddress string
+	certFile       string
+	keyFile        string
+	pullPolicy     string
+	cpuRequest     string
+	cpuLimit       string
+	memoryRequest  string
+	memoryLimit    string
+	logFormat      string
+	verbosity      int
+	sidecar        injector.Config
+}
+
+func newOptions() *options {
+	return &options{
+		listenAddress:  ":8443",
+		metricsAddress: ":8080",
+		pullPolicy:     string(corev1.PullIfNotPresent),
+		cpuRequest:     "20m",
+		memoryRequest:  "32Mi",
+		memoryLimit:    "256Mi",
+		logFormat:      "text",
+		sidecar:        injector.DefaultConfig(),
+	}
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.listenAddress, "listen-address", o.listenAddress, "HTTPS listener for kube-apiserver's admission requests (path /mutate) and /healthz.")
+	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "Plaintext listener for /metrics and /healthz; empty disables it.")
+	fs.StringVar(&o.certFile, "tls-cert-file", o.certFile, "Serving certificate (PEM, may hold intermediates) for --listen-address; it must carry the webhook Service's DNS name (required).")
+	fs.StringVar(&o.keyFile, "tls-private-key-file", o.keyFile, "Private key (PEM) of --tls-cert-file (required).")
+	fs.StringVar(&o.sidecar.Image, "sidecar-image", o.sidecar.Image, "Image of the injected fanout sidecar (required), e.g. ghcr.io/fanout-dev/fanout:v0.1.0.")
+	fs.StringVar(&o.pullPolicy, "sidecar-image-pull-policy", o.pullPolicy, "imagePullPolicy of the sidecar: Always, IfNotPresent or Never.")
+	fs.StringVar(&o.sidecar.Endpoints, "default-endpoints", o.sidecar.Endpoints,
+		"Default fanout --endpoints for injected sidecars (see fanout --help), e.g. endpointslice:///default/kubernetes; a pod's fanout.dev/endpoints annotation overrides it. Empty: the client kubeconfig's server alone.")
+	fs.Int32Var(&o.sidecar.ListenPort, "sidecar-listen-port", o.sidecar.ListenPort, "Loopback port the sidecar serves the client on (127.0.0.1:PORT). Pods declaring this port are skipped.")
+	fs.Int32Var(&o.sidecar.AdminPort, "sidecar-admin-port", o.sidecar.AdminPort, "The sidecar's admin port (/startupz, /healthz, /readyz, /metrics). Pods declaring this port are skipped.")
+	fs.StringVar(&o.cpuRequest, "sidecar-cpu-request", o.cpuRequest, "The sidecar's CPU request; empty for none.")
+	fs.StringVar(&o.cpuLimit, "sidecar-cpu-limit", o.cpuLimit, "The sidecar's CPU limit; empty for none.")
+	fs.StringVar(&o.memoryRequest, "sidecar-memory-request", o.memoryRequest, "The sidecar's memory request; empty for none.")
+	fs.StringVar(&o.memoryLimit, "sidecar-memory-limit", o.memoryLimit, "The sidecar's memory limit; empty for none.")
+	fs.DurationVar(&o.sidecar.MaxShutdownGrace, "max-shutdown-grace", o.sidecar.MaxShutdownGrace,
+		"Upper bound of the sidecar's --shutdown-grace. Below it the sidecar gets half of the pod's terminationGracePeriodSeconds minus 5s (its stop timeout); the client keeps the other half.")
+	fs.Int64Var(&o.sidecar.RunAsUser, "sidecar-run-as-user", o.sidecar.RunAsUser, "uid of the sidecar when the client container runs as root or sets no user; otherwise the sidecar runs as the client's uid, so that it can read the client's files.")
+	fs.Int64Var(&o.sidecar.RunAsGroup, "sidecar-run-as-group", o.sidecar.RunAsGroup, "gid of the sidecar when the client sets no group.")
+	fs.StringSliceVar(&o.sidecar.ExtraArgs, "sidecar-extra-args", o.sidecar.ExtraArgs, "Arguments appended to every sidecar's command line, e.g. --balancer=round-robin,--probe-interval=5s.")
+	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "Log format: text or json.")
+	fs.IntVarP(&o.verbosity, "v", "v", o.verbosity, "Log verbosity: 0 info, 1 debug.")
+}
+
+// complete parses the string flags into o.sidecar and validates everything.
+func (o *options) complete() error {
+	var errs []error
+	if o.certFile == "" || o.keyFile == "" {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: kube-apiserver calls webhooks over HTTPS only"))
+	}
+	if _, _, err := net.SplitHostPort(o.listenAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--listen-address %q: %v; expected host:port such as :8443", o.listenAddress, err))
+	}
+	if o.metricsAddress != "" {
+		if _, _, err := net.SplitHostPort(o.metricsAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-address %q: %v; expected host:port such as :8080", o.metricsAddress, err))
+		}
+	}
+	o.sidecar.ImagePullPolicy = corev1.PullPolicy(o.pullPolicy)
+	o.sidecar.Resources = corev1.ResourceRequirements{}
+	for _, q := range []struct {
+		flag, v string
+		name    corev1.ResourceName
+		limit   bool
+	}{
+		{"--sidecar-cpu-request", o.cpuRequest, corev1.ResourceCPU, false},
+		{"--sidecar-cpu-limit", o.cpuLimit, corev1.ResourceCPU, true},
+		{"--sidecar-memory-request", o.memoryRequest, corev1.ResourceMemory, false},
+		{"--sidecar-memory-limit", o.memoryLimit, corev1.ResourceMemory, true},
+	} {
+		if strings.TrimSpace(q.v) == "" {
+			continue
+		}
+		v, err := resource.ParseQuantity(q.v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: %v; expected a quantity such as 20m or 64Mi", q.flag, q.v, err))
+			continue
+		}
+		list := &o.sidecar.Resources.Requests
+		if q.limit {
+			list = &o.sidecar.Resources.Limits
+		}
+		if *list == nil {
+			*list = corev1.ResourceList{}
+		}
+		(*list)[q.name] = v
+	}
+	if err := o.sidecar.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	switch o.logFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", o.logFormat))
+	}
+	return errors.Join(errs...)
+}
