@@ -119,6 +119,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	if err != nil {
 		_ = s.srv.Close()
 	}
+	// Shutdown does not wait for hijacked (upgraded) connections: they
+	// get what is left of the grace, then are closed.
+	if uerr := s.handler.CloseUpgrades(ctx); err == nil {
+		err = uerr
+	}
 	<-s.served
 	if err == nil {
 		err = s.serveErr
