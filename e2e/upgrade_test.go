@@ -296,6 +296,8 @@ func TestUpgradesThroughFanout(t *testing.T) {
 		})
 	}
 
+	t.Run("exec-outlives-shutdown-start", func(t *testing.T) { testExecOutlivesShutdownStart(ctx, t, e) })
+
 	t.Run("logs-follow", func(t *testing.T) {
 		before := e.counts(ctx, t)
 		e.kubelet.Log("line 0")
@@ -356,6 +358,98 @@ func TestUpgradesThroughFanout(t *testing.T) {
 			t.Errorf("fanout_requests_total{kind=\"long\"} moved by %v: the log stream did not go through fanout", d.fanoutLong)
 		}
 	})
+}
+
+// testExecOutlivesShutdownStart holds an exec open through a sidecar
+// that gets SIGTERM: ending long-running responses (what fanout does to
+// watches at once) must not cut it; it gets the shutdown grace, then is
+// closed.
+func testExecOutlivesShutdownStart(ctx context.Context, t *testing.T, e *upgradeEnv) {
+	const grace = 6 * time.Second
+	kubeconfig, err := e.cp.UserKubeconfig(upgradeUser, "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecar, err := e.cp.StartFanout(ctx, t, upgradeUser+"-grace", kubeconfig, "--shutdown-grace", grace.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, e.cp.Bins.Kubectl, "--kubeconfig", sidecar.Kubeconfig, "--cache-dir", filepath.Join(e.dir, "cache-grace"),
+		"-n", upgradeNS, "exec", "-i", upgradePod, "-c", "main", "--", "cat")
+	cmd.Env = []string{"HOME=" + e.dir, "PATH=" + os.Getenv("PATH")}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan time.Time, 1)
+	go func() { _ = cmd.Wait(); exited <- time.Now() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+	}()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	roundTrip := func(msg string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, msg+"\n"); err != nil {
+			t.Fatalf("writing %q to kubectl exec: %v; stderr:\n%s", msg, err, stderr.String())
+		}
+		select {
+		case l, ok := <-lines:
+			if !ok || l != msg {
+				t.Fatalf("kubectl exec cat gave %q (open %v), want %q; stderr:\n%s", l, ok, msg, stderr.String())
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("no echo of %q within a minute; stderr:\n%s", msg, stderr.String())
+		}
+	}
+	roundTrip("before SIGTERM")
+
+	stopped := make(chan error, 1)
+	sigterm := time.Now()
+	go func() { stopped <- sidecar.Stop() }()
+	// The sidecar has begun its shutdown (and ended its long-running
+	// responses) once its listener refuses connections.
+	for {
+		c, err := net.DialTimeout("tcp", sidecar.ListenAddress, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Since(sigterm) > grace/2 {
+			t.Fatalf("the sidecar still accepts connections %v after SIGTERM", time.Since(sigterm))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	roundTrip("during the grace")
+
+	select {
+	case at := <-exited:
+		took := at.Sub(sigterm)
+		t.Logf("the exec ended %v after SIGTERM (grace %v)", took.Round(time.Millisecond), grace)
+		if took < grace-time.Second {
+			t.Errorf("the exec ended %v after SIGTERM, before the %v grace", took, grace)
+		}
+	case <-time.After(grace + time.Minute):
+		t.Fatalf("the exec still runs %v after SIGTERM; the grace was %v", time.Since(sigterm), grace)
+	}
+	if err := <-stopped; err != nil {
+		t.Logf("sidecar exit: %v", err)
+	}
 }
 
 var forwarding = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
