@@ -68,7 +68,7 @@ func newUpgradeEnv(ctx context.Context, t *testing.T) *upgradeEnv {
 		Spec: corev1.PodSpec{
 			NodeName:                     kl.NodeName,
 			AutomountServiceAccountToken: &no,
-			Containers:                   []corev1.Container{{Name: "main", Image: "registry.invalid/fake:1"}},
+			Containers:                   []corev1.Container{{Name: "main", Image: "registry.invalid/fake:1", Stdin: true}},
 			// Nothing may evict it from a node whose heartbeat never comes.
 			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 		},
@@ -247,7 +247,19 @@ func TestUpgradesThroughFanout(t *testing.T) {
 			if !errors.As(err, &ee) || ee.ExitCode() != 3 {
 				t.Errorf("kubectl exec exit 3: %v, want exit code 3\n%s", err, out)
 			}
-			checkProtocol(t, e.counts(ctx, t).minus(before), p.websocket, 2, func(c protocolCounts) float64 { return c.translator })
+			// attach: the stand-in's container echoes stdin too.
+			cmd = e.kubectl(ctx, protocolEnv(p.websocket), "attach", "-i", upgradePod, "-c", "main")
+			cmd.Stdin = strings.NewReader(input)
+			stderr.Reset()
+			cmd.Stderr = &stderr
+			out, err = cmd.Output()
+			if err != nil {
+				t.Fatalf("kubectl attach -i: %v\n%s", err, stderr.String())
+			}
+			if string(out) != input {
+				t.Errorf("kubectl attach echoed %d bytes, want the %d sent back unchanged", len(out), len(input))
+			}
+			checkProtocol(t, e.counts(ctx, t).minus(before), p.websocket, 3, func(c protocolCounts) float64 { return c.translator })
 		})
 	}
 
@@ -255,21 +267,7 @@ func TestUpgradesThroughFanout(t *testing.T) {
 		t.Run("port-forward/"+p.name, func(t *testing.T) {
 			before := e.counts(ctx, t)
 			sumsBefore := len(e.kubelet.EchoSums())
-			pf := e.kubectl(ctx, protocolEnv(p.websocket), "port-forward", "pod/"+upgradePod, ":8080")
-			stdout, err := pf.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr bytes.Buffer
-			pf.Stderr = &stderr
-			if err := pf.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				_ = pf.Process.Kill()
-				_ = pf.Wait()
-			}()
-			local := forwardedPort(t, stdout, &stderr)
+			local := startPortForward(t, e.kubectl(ctx, protocolEnv(p.websocket), "port-forward", "pod/"+upgradePod, ":8080"))
 
 			start := time.Now()
 			sent, got := transferEcho(t, local, forwardBytes)
@@ -293,6 +291,20 @@ func TestUpgradesThroughFanout(t *testing.T) {
 				t.Errorf("the pod's port received %d bytes with sha256 %s, want %d with %s", s.Bytes, s.SHA256, forwardBytes, sent)
 			}
 			checkProtocol(t, e.counts(ctx, t).minus(before), p.websocket, 1, func(c protocolCounts) float64 { return c.tunnel })
+
+			// For comparison only: the same transfer with kubectl talking
+			// to the first apiserver directly.
+			direct := exec.CommandContext(ctx, e.cp.Bins.Kubectl, "--kubeconfig", e.cp.AdminKubeconfig, "--cache-dir", filepath.Join(e.dir, "cache-direct"),
+				"-n", upgradeNS, "port-forward", "pod/"+upgradePod, ":8080")
+			direct.Env = append([]string{"HOME=" + e.dir, "PATH=" + os.Getenv("PATH")}, protocolEnv(p.websocket)...)
+			local = startPortForward(t, direct)
+			start = time.Now()
+			if sent, got := transferEcho(t, local, forwardBytes); sent != got {
+				t.Fatalf("direct port-forward echoed sha256 %s, sent %s", got, sent)
+			}
+			took = time.Since(start)
+			t.Logf("port-forward over %s without fanout: %d MiB each way in %v (%.1f MiB/s each way)",
+				p.name, forwardBytes>>20, took.Round(time.Millisecond), float64(forwardBytes>>20)/took.Seconds())
 		})
 	}
 
@@ -450,6 +462,26 @@ func testExecOutlivesShutdownStart(ctx context.Context, t *testing.T, e *upgrade
 	if err := <-stopped; err != nil {
 		t.Logf("sidecar exit: %v", err)
 	}
+}
+
+// startPortForward starts a kubectl port-forward and returns its local
+// address; it is killed when t ends.
+func startPortForward(t *testing.T, pf *exec.Cmd) string {
+	t.Helper()
+	stdout, err := pf.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &bytes.Buffer{}
+	pf.Stderr = stderr
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = pf.Process.Kill()
+		_ = pf.Wait()
+	})
+	return forwardedPort(t, stdout, stderr)
 }
 
 var forwarding = regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8080`)
