@@ -84,6 +84,17 @@ func upgradeProtocol(r *http.Request) string {
 // HTTP/2 pools, so it takes no stream there. Only its two peers end it, or
 // CloseUpgrades when the shutdown grace has run out.
 func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class balancer.Class, start time.Time) {
+	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
+		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
+		// http://). The offer is optional: decline it by serving the
+		// request as plain HTTP/1.1 (h2c is served with prior knowledge).
+		r = r.Clone(r.Context())
+		for _, k := range []string{"Connection", "Upgrade", "HTTP2-Settings"} {
+			r.Header.Del(k)
+		}
+		h.ServeHTTP(w, r)
+		return
+	}
 	proto := upgradeProtocol(r)
 	dialer, ok := h.upstream.(UpgradeDialer)
 	if !ok {
@@ -173,7 +184,8 @@ type upgradeAttempt struct {
 	latency    time.Duration // from sending to the answer's status line
 	// status is the HTTP status the apiserver answered with, read off the
 	// first bytes the handler writes to the hijacked client connection.
-	// Written by the copy goroutines, hence atomic.
+	// The handler writes them before it starts its copy goroutines; atomic
+	// so that no later write can race with the read in serveUpgrade.
 	status atomic.Int32
 }
 

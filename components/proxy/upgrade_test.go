@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +87,10 @@ func (b *upgradeBackend) serve(w http.ResponseWriter, r *http.Request) {
 			s.clientCN = r.TLS.PeerCertificates[0].Subject.CommonName
 		}
 	}
-	b.seen <- s
+	select {
+	case b.seen <- s:
+	default: // tests that open many sessions do not look
+	}
 	if b.reject != 0 {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(b.reject)
@@ -510,4 +514,87 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 	if r := p.records(); len(r) != 1 || r[0].info.Kind != balancer.Long {
 		t.Errorf("picks = %+v, want one Long pick", r)
 	}
+}
+
+// An h2c upgrade offer (curl --http2 on http://) is optional: fanout
+// declines it and serves the request like any other.
+func TestH2CUpgradeOfferServedPlain(t *testing.T) {
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" || r.Header.Get("HTTP2-Settings") != "" {
+			http.Error(w, "upgrade headers leaked", http.StatusBadRequest)
+			return
+		}
+		io.WriteString(w, "plain")
+	}), true)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	_, _, base := startProxy(t, Config{}, p, u, nil)
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/pods", nil)
+	req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
+	req.Header.Set("Upgrade", "h2c")
+	req.Header.Set("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")
+	resp, err := newClient(t, false).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "plain" {
+		t.Errorf("got %d %q, want 200 \"plain\"", resp.StatusCode, body)
+	}
+	if r := p.records(); len(r) != 1 || r[0].info.Kind != balancer.Short {
+		t.Errorf("picks = %+v, want one Short pick", r)
+	}
+}
+
+// TestUpgradeCostPerConnection holds many upgraded sessions open at once and
+// measures what each costs the proxy process (this test's process also runs
+// the backend and the clients, so the figures are upper bounds).
+func TestUpgradeCostPerConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement")
+	}
+	const n = 100
+	ca := testpki.NewCA(t)
+	b := newUpgradeBackend(t, ca, 0)
+	rig := newUpgradeRig(t, ca, Config{}, b.addr)
+	// Warm up: one session builds the transport and TLS state.
+	c0, br0, _ := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
+	echo(t, c0, br0, "warm")
+	c0.Close()
+	eventually(t, "the warm-up session to end", func() bool {
+		open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY)
+		return open == 0
+	})
+
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	g0 := runtime.NumGoroutine()
+	conns := make([]net.Conn, 0, n)
+	for i := range n {
+		c, br, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
+		if resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("session %d: status %d", i, resp.StatusCode)
+		}
+		echo(t, c, br, "x")
+		conns = append(conns, c)
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	goroutines := float64(runtime.NumGoroutine()-g0) / n
+	heap := (float64(after.HeapInuse) - float64(before.HeapInuse)) / n
+	t.Logf("per upgraded session (proxy + backend + client in one process): %.1f goroutines, %.0f KiB heap in use", goroutines, heap/1024)
+	if open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY); open != n {
+		t.Errorf("gauge = %v with %d sessions open", open, n)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	eventually(t, "every session to end", func() bool {
+		open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY)
+		return open == 0
+	})
 }
