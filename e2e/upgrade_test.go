@@ -20,11 +20,15 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
@@ -308,6 +312,8 @@ func TestUpgradesThroughFanout(t *testing.T) {
 		})
 	}
 
+	t.Run("exec/passthrough-token", func(t *testing.T) { testExecWithOwnToken(ctx, t, e) })
+
 	t.Run("exec-outlives-shutdown-start", func(t *testing.T) { testExecOutlivesShutdownStart(ctx, t, e) })
 
 	t.Run("logs-follow", func(t *testing.T) {
@@ -370,6 +376,114 @@ func TestUpgradesThroughFanout(t *testing.T) {
 			t.Errorf("fanout_requests_total{kind=\"long\"} moved by %v: the log stream did not go through fanout", d.fanoutLong)
 		}
 	})
+}
+
+// testExecWithOwnToken runs kubectl exec with a service account's token
+// through the sidecar of a system:masters user: fanout must pass the
+// token on without its own client certificate (passthrough), so the
+// apiserver judges the service account, not the sidecar's identity.
+func testExecWithOwnToken(ctx context.Context, t *testing.T, e *upgradeEnv) {
+	admin := e.cp.AdminClient
+	token := func(name string) string {
+		t.Helper()
+		if _, err := admin.CoreV1().ServiceAccounts(upgradeNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+		exp := int64(3600)
+		tr, err := admin.CoreV1().ServiceAccounts(upgradeNS).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec", Namespace: upgradeNS},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}},
+			{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"get", "create"}},
+		},
+	}
+	if _, err := admin.RbacV1().Roles(upgradeNS).Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec", Namespace: upgradeNS},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "exec"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "execer", Namespace: upgradeNS}},
+	}
+	if _, err := admin.RbacV1().RoleBindings(upgradeNS).Create(ctx, rb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	allowed, denied := token("execer"), token("nobody")
+	if err := e.cp.WaitAuthorized(ctx, "system:serviceaccount:"+upgradeNS+":execer", "get", "pods", upgradeNS); err != nil {
+		t.Fatal(err)
+	}
+
+	// kubectl never sends a token to an http:// server (clientcmd reads
+	// credentials only for TLS), so the client here is client-go itself,
+	// as a controller with its own rest.Config would be.
+	execAs := func(token string, websocket bool, cmd ...string) (string, error) {
+		cfg := &rest.Config{Host: "http://" + e.sidecar.ListenAddress, BearerToken: token}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return "", err
+		}
+		req := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(upgradeNS).Name(upgradePod).SubResource("exec").
+			VersionedParams(&corev1.PodExecOptions{Container: "main", Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		var ex remotecommand.Executor
+		if websocket {
+			ex, err = remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+		} else {
+			ex, err = remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+		}
+		if err != nil {
+			return "", err
+		}
+		var out, errb bytes.Buffer
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
+		return out.String(), err
+	}
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			before := e.counts(ctx, t)
+			rejectedBefore := metricSum(httpGet(ctx, t, "http://"+e.sidecar.AdminAddress+"/metrics"),
+				"fanout_upgrades_total", `protocol="`+p.name+`"`, `result="rejected"`)
+			// The service account without rights: the apiserver's 403
+			// comes back through fanout. Had fanout sent its client
+			// certificate, the system:masters sidecar user would have
+			// been let in.
+			out, err := execAs(denied, p.websocket, "echo", "hi")
+			if err == nil {
+				t.Errorf("exec with a token without rights ran (%q); want it forbidden", out)
+			} else if !p.websocket && !strings.Contains(err.Error(), "system:serviceaccount:"+upgradeNS+":nobody") {
+				t.Errorf("exec with a token without rights: %v; want forbidden for the service account", err)
+			}
+			// The one with rights; RBAC reaches each apiserver in its own
+			// time.
+			deadline := time.Now().Add(time.Minute)
+			for {
+				out, err = execAs(allowed, p.websocket, "echo", "as", "execer")
+				if err == nil || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(time.Second)
+			}
+			if err != nil || out != "as execer\n" {
+				t.Fatalf("exec with the service account's token: %q, %v", out, err)
+			}
+			rejected := func() float64 {
+				body := httpGet(ctx, t, "http://"+e.sidecar.AdminAddress+"/metrics")
+				return metricSum(body, "fanout_upgrades_total", `protocol="`+p.name+`"`, `result="rejected"`)
+			}
+			if got := rejected() - rejectedBefore; got != 1 {
+				t.Errorf("fanout counted %v rejected %s upgrades, want the forbidden one", got, p.name)
+			}
+			d := e.counts(ctx, t).minus(before)
+			if got := map[bool]float64{false: d.fanoutSPDY, true: d.fanoutWS}[p.websocket]; got < 1 {
+				t.Errorf("fanout counted %v %s upgrades, want the exec's", got, p.name)
+			}
+		})
+	}
 }
 
 // testExecOutlivesShutdownStart holds an exec open through a sidecar
