@@ -114,7 +114,6 @@ func (cp *ControlPlane) StartKubelet(ctx context.Context, tb testing.TB, nodeNam
 		Handler:           mux,
 		ReadHeaderTimeout: 30 * time.Second,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
-		ErrorLog:          nil,
 	}
 	go func() { _ = k.srv.ServeTLS(ln, "", "") }()
 	go k.serveEcho()
