@@ -78,7 +78,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Balancer, "balancer", o.Balancer,
 		"Balancing policy: least-request (power of two choices over in-flight requests weighted by peak-EWMA latency) or round-robin.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace,
-		"On SIGTERM: how long short requests may take to finish. Watches are ended cleanly at once so clients re-watch.")
+		"On SIGTERM: how long short requests and upgraded connections (exec, attach, port-forward) may take to finish; upgraded connections still open then are closed. Watches are ended cleanly at once so clients re-watch.")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval,
 		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials. An endpoint whose probe fails gets no requests until a probe passes; 0 disables probing.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: text or json.")

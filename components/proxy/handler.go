@@ -59,6 +59,10 @@ type Handler struct {
 	stopCtx  context.Context
 	stop     context.CancelFunc
 
+	// upgrades tracks upgraded connections, which StopLongRunning leaves
+	// alone (upgrade.go).
+	upgrades upgradeSet
+
 	now func() time.Time
 }
 
@@ -112,11 +116,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isUpgrade(r) {
-		// An Upgrade cannot ride the HTTP/2 upstream connections; it needs
-		// its own HTTP/1.1 connection and a hijack, which this build lacks.
-		h.metrics.answered(kind, http.StatusNotImplemented, "", h.now().Sub(start))
-		writeStatus(w, http.StatusNotImplemented, metav1.StatusReasonUnknown,
-			"upgrade requests (exec/attach/port-forward) are not supported by this fanout build yet; point kubectl exec/attach/port-forward at the apiserver directly")
+		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
+		// its own HTTP/1.1 connection (upgrade.go).
+		h.serveUpgrade(w, r, class, start)
 		return
 	}
 	if kind == balancer.Long {

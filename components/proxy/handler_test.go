@@ -456,7 +456,7 @@ func TestUpgradeNotImplemented(t *testing.T) {
 	if resp.StatusCode != http.StatusNotImplemented {
 		t.Fatalf("status = %d, want 501", resp.StatusCode)
 	}
-	if st := readStatus(t, resp); !strings.Contains(st.Message, "upgrade requests (exec/attach/port-forward) are not supported by this fanout build yet") {
+	if st := readStatus(t, resp); !strings.Contains(st.Message, "cannot dial HTTP/1.1 connections for upgrade requests") {
 		t.Errorf("message = %q", st.Message)
 	}
 	if len(p.records()) != 0 || len(u.callList()) != 0 {

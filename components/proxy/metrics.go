@@ -21,6 +21,7 @@ type Metrics struct {
 	retries        *prometheus.CounterVec
 	upstreamErrors *prometheus.CounterVec
 	openLong       prometheus.Gauge
+	upgrades       upgradeMetrics
 }
 
 // Reasons for fanout_upstream_errors_total and fanout_retries_total.
@@ -58,9 +59,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fanout_open_long_running_requests",
 			Help: "Long-running requests (watch, logs, exec, proxy) currently open.",
 		}),
+		upgrades: newUpgradeMetrics(),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.requests, m.duration, m.retries, m.upstreamErrors, m.openLong} {
+		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.upstreamErrors, m.openLong}, m.upgrades.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

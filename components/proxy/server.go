@@ -96,8 +96,9 @@ func (s *Server) Addr() net.Addr {
 }
 
 // Stop stops accepting connections, ends long-running requests cleanly
-// (Handler.StopLongRunning), and waits for short requests until ctx is done;
-// whatever is still open then is closed. Config.ShutdownGrace, when set,
+// (Handler.StopLongRunning), and waits for short requests and upgraded
+// connections (exec, attach, port-forward; Handler.CloseUpgrades) until ctx
+// is done; whatever is still open then is closed. Config.ShutdownGrace, when set,
 // bounds that wait further. It returns ctx's error when it had
 // to cut requests, or the error that stopped Serve early.
 func (s *Server) Stop(ctx context.Context) error {
@@ -118,6 +119,11 @@ func (s *Server) Stop(ctx context.Context) error {
 	err := s.srv.Shutdown(ctx)
 	if err != nil {
 		_ = s.srv.Close()
+	}
+	// Shutdown does not wait for hijacked (upgraded) connections: they
+	// get what is left of the grace, then are closed.
+	if uerr := s.handler.CloseUpgrades(ctx); err == nil {
+		err = uerr
 	}
 	<-s.served
 	if err == nil {
