@@ -50,6 +50,8 @@ type Handler struct {
 	metrics  *Metrics
 	maxBody  int64
 	proxy    *httputil.ReverseProxy
+	// budget caps retries to other endpoints (see retryBudget).
+	budget *retryBudget
 
 	// stopping refuses new requests once StopLongRunning ran. stopCtx is
 	// cancelled at the same time; every open long-running response has a
@@ -74,6 +76,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		metrics:  m,
 		maxBody:  cfg.MaxReplayBody,
 		now:      cfg.Now,
+		budget:   newRetryBudget(cfg.RetryBudgetRatio, cfg.RetryBudgetMin, cfg.RetryBudgetWindow, cfg.Now),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	h.proxy = &httputil.ReverseProxy{
@@ -169,17 +172,33 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.budget.request()
 
 	var avoid string
 	var first *upstreamError
+	// held is an overload rejection kept while looking for a less loaded
+	// endpoint: the client gets it unchanged if there is none.
+	var held *http.Response
+	var heldAddr string
 	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid})
+		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid, Unloaded: held != nil})
 		if err != nil {
-			if first != nil {
+			switch {
+			case held != nil:
+				h.metrics.answered(st.kind, held.StatusCode, heldAddr, h.now().Sub(st.start))
+				return held, nil
+			case first != nil:
 				// The retry found nothing; the first failure is the story.
 				return nil, first
 			}
 			return nil, &pickError{err: err}
+		}
+		if held != nil {
+			// An unloaded endpoint exists: move the request there.
+			h.budget.spend()
+			h.metrics.retried(reasonOverload)
+			_ = held.Body.Close()
+			held = nil
 		}
 		addr := pick.Endpoint.Address()
 		st.endpoint = addr
@@ -188,24 +207,51 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		resp, err := h.upstream.For(addr, st.mode).RoundTrip(body.request(out, addr))
 		if err == nil {
 			headers := h.now()
+			v, _ := inspect(resp)
+			info := doneInfo(resp.StatusCode, v, headers.Sub(sent))
+			retry := v != verdictAnswer && attempt+1 < maxAttempts && body.replayable && out.Context().Err() == nil &&
+				(v == verdictShutdown || attempt == 0)
+			if retry && !h.budget.allow() {
+				h.metrics.budgetExhausted(retryReason(v))
+				retry = false
+			}
+			if retry && v == verdictOverload {
+				// Retried only if the next pick finds an endpoint that is
+				// not overloaded; the budget is spent then.
+				pick.Done(info)
+				held, heldAddr = resp, addr
+				avoid = addr
+				continue
+			}
+			if retry {
+				_ = resp.Body.Close()
+				pick.Done(info)
+				h.budget.spend()
+				h.metrics.retried(retryReason(v))
+				avoid = addr
+				continue
+			}
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
-			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, balancer.DoneInfo{
-				StatusCode: resp.StatusCode,
-				Latency:    headers.Sub(sent),
-			})
+			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, info)
 			return resp, nil
 		}
 
 		unprocessed := transport.IsUnprocessed(err)
-		pick.Done(balancer.DoneInfo{Err: err, Unavailable: unprocessed || isDialError(err)})
+		pick.Done(balancer.DoneInfo{Err: err, Unavailable: connectFailed(err),
+			Failed: !unprocessed && failedErr(out.Context(), err)})
 		h.metrics.upstreamError(addr, err)
 		uerr := &upstreamError{endpoint: addr, err: err, first: first}
 		// Once only: when two apiservers in a row never received the
 		// request, the cause is more likely ours (network, credentials)
 		// than theirs, and more attempts would only delay the error.
-		if attempt > 0 || !unprocessed || !body.replayable || out.Context().Err() != nil {
+		if first != nil || !unprocessed || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
 			return nil, uerr
 		}
+		if !h.budget.allow() {
+			h.metrics.budgetExhausted(reasonUnprocessed)
+			return nil, uerr
+		}
+		h.budget.spend()
 		h.metrics.retried(reasonUnprocessed)
 		first = uerr
 		avoid = addr

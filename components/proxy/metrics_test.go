@@ -79,7 +79,7 @@ func TestMetrics(t *testing.T) {
 fanout_requests_total{code="200",endpoint="` + good + `",kind="short"} 1
 fanout_requests_total{code="404",endpoint="` + good + `",kind="short"} 1
 fanout_requests_total{code="502",endpoint="` + dead + `",kind="short"} 1
-# HELP fanout_retries_total Requests sent a second time to another endpoint, by reason (unprocessed: the first apiserver never received it).
+# HELP fanout_retries_total Requests sent again to another endpoint, by reason: unprocessed (the apiserver never received it), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429).
 # TYPE fanout_retries_total counter
 fanout_retries_total{reason="unprocessed"} 1
 # HELP fanout_upstream_errors_total Round trips to kube-apiserver that failed without a response, by endpoint and reason (unprocessed, timeout, canceled, other).
