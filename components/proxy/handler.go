@@ -180,8 +180,14 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	// endpoint: the client gets it unchanged if there is none.
 	var held *http.Response
 	var heldAddr string
+	// elsewhere is set for a retry that is worth making only on another
+	// endpoint: a read whose connection broke.
+	elsewhere := false
+	// retrying is the reason of the retry being picked for; the budget is
+	// spent and the retry counted only once a pick found an endpoint.
+	retrying := ""
 	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid, Unloaded: held != nil})
+		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid, Unloaded: held != nil || elsewhere})
 		if err != nil {
 			switch {
 			case held != nil:
@@ -195,10 +201,13 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		}
 		if held != nil {
 			// An unloaded endpoint exists: move the request there.
-			h.budget.spend()
-			h.metrics.retried(reasonOverload)
 			_ = held.Body.Close()
 			held = nil
+		}
+		if retrying != "" {
+			h.budget.spend()
+			h.metrics.retried(retrying)
+			retrying = ""
 		}
 		addr := pick.Endpoint.Address()
 		st.endpoint = addr
@@ -215,20 +224,16 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 				h.metrics.budgetExhausted(retryReason(v))
 				retry = false
 			}
-			if retry && v == verdictOverload {
-				// Retried only if the next pick finds an endpoint that is
-				// not overloaded; the budget is spent then.
-				pick.Done(info)
-				held, heldAddr = resp, addr
-				avoid = addr
-				continue
-			}
 			if retry {
-				_ = resp.Body.Close()
 				pick.Done(info)
-				h.budget.spend()
-				h.metrics.retried(retryReason(v))
-				avoid = addr
+				avoid, retrying, elsewhere = addr, retryReason(v), false
+				if v == verdictOverload {
+					// Retried only if the next pick finds an endpoint
+					// that is not overloaded too.
+					held, heldAddr = resp, addr
+				} else {
+					_ = resp.Body.Close()
+				}
 				continue
 			}
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
@@ -244,17 +249,16 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		// Once only: when two apiservers in a row never received the
 		// request, the cause is more likely ours (network, credentials)
 		// than theirs, and more attempts would only delay the error.
-		if first != nil || !unprocessed || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
+		reason, safe := retryableError(out, unprocessed, err)
+		if first != nil || !safe || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
 			return nil, uerr
 		}
 		if !h.budget.allow() {
-			h.metrics.budgetExhausted(reasonUnprocessed)
+			h.metrics.budgetExhausted(reason)
 			return nil, uerr
 		}
-		h.budget.spend()
-		h.metrics.retried(reasonUnprocessed)
-		first = uerr
-		avoid = addr
+		first, avoid, retrying = uerr, addr, reason
+		elsewhere = reason == reasonRead
 		// If the balancer has nothing but addr left it returns addr again;
 		// the apiserver never saw the request, so a second try is safe.
 	}

@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_retries_total",
-			Help: "Requests sent again to another endpoint, by reason: unprocessed (the apiserver never received it), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429).",
+			Help: "Requests sent again to another endpoint, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429).",
 		}, []string{"reason"}),
 		budgetOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_retry_budget_exhausted_total",

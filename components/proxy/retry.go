@@ -170,9 +170,26 @@ func failedErr(ctx context.Context, err error) bool {
 	return !errors.As(err, &ga)
 }
 
+// retryableError reports whether a failed round trip may be sent to
+// another endpoint, and why: the apiserver never received it, or it is a
+// read (GET, HEAD: kube-apiserver's get, list and watch change nothing)
+// that failed on a broken connection or a timeout before any response
+// header arrived, as on a host that died or was cut off mid-request.
+// Writes that may have been processed never move.
+func retryableError(out *http.Request, unprocessed bool, err error) (reason string, ok bool) {
+	switch {
+	case unprocessed:
+		return reasonUnprocessed, true
+	case (out.Method == http.MethodGet || out.Method == http.MethodHead) && failedErr(out.Context(), err):
+		return reasonRead, true
+	}
+	return "", false
+}
+
 // Reasons for fanout_retries_total and fanout_retry_budget_exhausted_total,
 // besides reasonUnprocessed.
 const (
+	reasonRead      = "read"
 	reasonShutdown  = "shutdown"
 	reasonOverload  = "overload"
 	reasonThrottled = "throttled"

@@ -390,7 +390,15 @@ func TestAuthErrorsAreNotFailures(t *testing.T) {
 		}
 		resp.Body.Close()
 	}
-	if s := failing.state(t, failing.addrs[0]); s.State != balancer.StateEjected {
+	// The last Done runs as the proxy closes the response body, just
+	// after the client has it.
+	var s balancer.EndpointStatus
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if s = failing.state(t, failing.addrs[0]); s.State == balancer.StateEjected {
+			break
+		}
+	}
+	if s.State != balancer.StateEjected {
 		t.Errorf("after 5 500s: %+v, want ejected", s)
 	}
 }
