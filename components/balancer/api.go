@@ -111,6 +111,13 @@ type PickInfo struct {
 	// it considers moving an overload rejection, which is worth doing only
 	// towards an apiserver that is not saturated too.
 	Unloaded bool
+	// Oldest asks for the usable endpoint that has been usable longest, as
+	// far as the balancer has seen (added, probe passing again, back from
+	// an ejection or a shutdown hold), ties going to fewer open long
+	// requests. The proxy uses it to retry a watch that a young apiserver
+	// rejected with 410 Gone: the longest-running one has the longest
+	// watch cache history.
+	Oldest bool
 }
 
 // DoneInfo reports how a picked request ended.

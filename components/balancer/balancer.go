@@ -119,7 +119,12 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 		c = newCandidates(eps, now, info.Avoid, b.maxEjected)
 	}
 	c.samples = samples
-	e := b.policy.pick(c, info)
+	var e *Endpoint
+	if info.Oldest {
+		e = oldest(c)
+	} else {
+		e = b.policy.pick(c, info)
+	}
 	kind, class := info.Kind, info.Class
 	e.inflight[kindIndex(kind)].Add(1)
 	var called atomic.Bool

@@ -63,7 +63,7 @@ func (e *Endpoint) weight(now int64) float64 {
 	if e.p.slowStart <= 0 {
 		return 1
 	}
-	start := max(e.upSince.Load(), e.ejectedUntil.Load(), e.shutdownUntil.Load())
+	start := e.usableSince()
 	elapsed := float64(now - start)
 	if elapsed >= e.p.slowStart {
 		return 1
@@ -84,4 +84,33 @@ func (e *Endpoint) markUp(wasOut bool, now int64) {
 // floating point).
 func ejectionCap(fraction float64, n int) int {
 	return int(math.Ceil(fraction*float64(n) - 1e-9))
+}
+
+// usableSince is when the endpoint last became usable, as far as the
+// balancer has seen.
+func (e *Endpoint) usableSince() int64 {
+	return max(e.upSince.Load(), e.ejectedUntil.Load(), e.shutdownUntil.Load())
+}
+
+// oldest returns the candidate usable longest; ties go to the one with
+// fewer open long requests, then to the first in address order.
+func oldest(c candidates) *Endpoint {
+	var best *Endpoint
+	for _, e := range c.eps {
+		if !c.usable(e) {
+			continue
+		}
+		if best == nil {
+			best = e
+			continue
+		}
+		bs, es := best.usableSince(), e.usableSince()
+		if es < bs || (es == bs && e.inflight[1].Load() < best.inflight[1].Load()) {
+			best = e
+		}
+	}
+	if best == nil {
+		return c.at(0)
+	}
+	return best
 }

@@ -283,3 +283,37 @@ func TestWatchPlacementTiesRandom(t *testing.T) {
 		p.Done(DoneInfo{})
 	}
 }
+
+func TestOldest(t *testing.T) {
+	b, clock := newTest(t, Config{}, 1, "a:1", "b:1", "c:1")
+	// a:1 failed its probe and came back: younger than b and c. b:1 was
+	// shut down and back: younger still. c:1 holds more watches but has
+	// been up longest.
+	b.SetReady("a:1", false)
+	clock.Advance(time.Second)
+	b.SetReady("a:1", true)
+	finishOn(t, b, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true})
+	clock.Advance(DefaultDrainHold + time.Second)
+	var open []Pick
+	for range 3 {
+		p, _ := b.Pick(PickInfo{Kind: Long, Avoid: "a:1"})
+		open = append(open, p)
+	}
+	p, err := b.Pick(PickInfo{Kind: Long, Oldest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Endpoint.Address(); got != "c:1" {
+		t.Errorf("Oldest pick = %s, want c:1, up since the start", got)
+	}
+	open = append(open, p)
+	// Avoid is honoured: the next oldest is a:1.
+	p, _ = b.Pick(PickInfo{Kind: Long, Oldest: true, Avoid: "c:1"})
+	if got := p.Endpoint.Address(); got != "a:1" {
+		t.Errorf("Oldest pick avoiding c:1 = %s, want a:1", got)
+	}
+	open = append(open, p)
+	for _, p := range open {
+		p.Done(DoneInfo{})
+	}
+}

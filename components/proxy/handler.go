@@ -238,6 +238,9 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 			}
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
 			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, info)
+			if st.kind == balancer.Long && goneCandidate(out, resp) {
+				resp.Body = newGoneRetryBody(resp.Body, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
+			}
 			return resp, nil
 		}
 

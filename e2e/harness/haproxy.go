@@ -32,7 +32,7 @@ type HAProxy struct {
 // listen address, the CA file, the client PEM (certificate and key) and
 // the server lines. It is published in docs/resilience.md.
 const HAProxyConfig = `global
-    maxconn 20000
+    maxconn 4000
 
 defaults
     mode http
