@@ -101,7 +101,7 @@ type fixture struct {
 // The kubeconfig names the first one; --endpoints names all three, and
 // their serving certificates are only valid for "kubernetes", so every
 // connection must verify the kubeconfig's tls-server-name.
-func startSidecar(t *testing.T, token string, policy string) *fixture {
+func startSidecar(t *testing.T, token string, policy string, extra ...fx.Option) *fixture {
 	t.Helper()
 	ca := testpki.NewCA(t)
 	serving := ca.Serving("kubernetes")
@@ -147,7 +147,7 @@ current-context: ctx
 		t.Fatal(err)
 	}
 	f.kubeconfig = o.WriteKubeconfig
-	f.app = fxtest.New(t, Sidecar(*o, slog.New(slog.DiscardHandler)), fx.Populate(&f.proxy))
+	f.app = fxtest.New(t, Sidecar(*o, slog.New(slog.DiscardHandler)), fx.Populate(&f.proxy), fx.Options(extra...))
 	f.app.RequireStart()
 	t.Cleanup(f.app.RequireStop)
 	return f
