@@ -67,9 +67,9 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			up,
 			fx.Annotate(res, fx.As(new(resolver.Resolver))),
 			resolverMetrics,
-			balancer.Config{Policy: o.Balancer},
+			o.Resilience.balancer(o.Balancer),
 			transport.Config{ServerName: serverName},
-			proxy.Config{ListenAddress: o.ListenAddress, ShutdownGrace: o.ShutdownGrace},
+			proxyConfig(o),
 			admin.Config{ListenAddress: o.AdminAddress},
 		),
 		Metrics,
@@ -88,7 +88,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		// /metrics keep answering while the proxy drains.
 		admin.Module,
 		proxy.Module,
-		probing(o.ProbeInterval),
+		probing(o.ProbeInterval, o.Resilience),
 		fx.Invoke(routeKlog),
 		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(o, log, reg) }),
 		fx.Invoke(RunResolver),
@@ -166,14 +166,15 @@ var Metrics = fx.Module("metrics",
 
 // probing adds the readiness prober unless --probe-interval is 0. Without
 // it RunResolver gets a nil *health.Prober and feeds the balancer alone.
-func probing(interval time.Duration) fx.Option {
+func probing(interval time.Duration, r ResilienceOptions) fx.Option {
 	if interval == 0 {
 		return fx.Options()
 	}
 	return fx.Options(
-		fx.Supply(health.Config{Interval: interval}),
+		fx.Supply(health.Config{Interval: interval, Rise: r.ProbeRise, Fall: r.ProbeFall}),
 		fx.Provide(
-			func(t *transport.Transports) health.Upstream { return t },
+			newProbeTransports,
+			func(t *ProbeTransports) health.Upstream { return t },
 			func(b *balancer.Balancer, r resolver.Resolver) health.Sink { return probeSink(b, r) },
 		),
 		health.Module,
@@ -237,6 +238,8 @@ type ResolverParams struct {
 	Balancer   *balancer.Balancer
 	Transports *transport.Transports
 	Prober     *health.Prober `optional:"true"`
+	// ProbeTransports is the prober's own pool set, absent with probing.
+	ProbeTransports *ProbeTransports `optional:"true"`
 	// Metrics counts published endpoints by state; absent in tests.
 	Metrics *resolver.Metrics `optional:"true"`
 	Log     *slog.Logger
@@ -261,7 +264,11 @@ func RunResolver(p ResolverParams) {
 	if p.Metrics != nil {
 		sink = append(sink, p.Metrics)
 	}
-	runResolver(p.Lifecycle, p.Resolver, sink, p.Transports, p.Log)
+	pools := retainers{p.Transports}
+	if p.ProbeTransports != nil {
+		pools = append(pools, p.ProbeTransports)
+	}
+	runResolver(p.Lifecycle, p.Resolver, sink, pools, p.Log)
 }
 
 func runResolver(lc fx.Lifecycle, r resolver.Resolver, sink endpointSink, pools poolRetainer, log *slog.Logger) {

@@ -28,6 +28,7 @@ type Options struct {
 	Balancer            string
 	ShutdownGrace       time.Duration
 	ProbeInterval       time.Duration
+	Resilience          ResilienceOptions
 	LogFormat           string
 	Verbosity           int
 	// InCluster uses the pod's ServiceAccount token and CA instead of
@@ -47,6 +48,7 @@ func NewOptions() *Options {
 		Balancer:      "least-request",
 		ShutdownGrace: 30 * time.Second,
 		ProbeInterval: 2 * time.Second,
+		Resilience:    defaultResilience(),
 		LogFormat:     "text",
 	}
 }
@@ -80,7 +82,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace,
 		"On SIGTERM: how long short requests and upgraded connections (exec, attach, port-forward) may take to finish; upgraded connections still open then are closed. Watches are ended cleanly at once so clients re-watch.")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval,
-		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials. An endpoint whose probe fails gets no requests until a probe passes; 0 disables probing.")
+		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials, over connections of its own. An endpoint failing --probe-fall probes in a row gets no requests until --probe-rise probes pass; 0 disables probing.")
+	o.Resilience.addFlags(fs)
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: text or json.")
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
 }
@@ -108,6 +111,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ShutdownGrace < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
+	}
+	if err := o.Resilience.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.ProbeInterval < 0 {
 		errs = append(errs, fmt.Errorf("--probe-interval must not be negative, got %s; use 0 to disable probing", o.ProbeInterval))

@@ -32,6 +32,10 @@ func TestValidate(t *testing.T) {
 			o.Endpoints, o.DiscoveryKubeconfig = "endpointslice:///default/kubernetes", DiscoveryInCluster
 		}, ""},
 		{"discovery kubeconfig without endpointslice", func(o *Options) { o.DiscoveryKubeconfig = DiscoveryInCluster }, "only used by --endpoints endpointslice"},
+		{"retry budget above 1", func(o *Options) { o.Resilience.RetryBudget = 2 }, "--retry-budget must be within"},
+		{"ejected fraction above 1", func(o *Options) { o.Resilience.MaxEjectedFraction = 1.5 }, "--max-ejected-fraction"},
+		{"probe rise 0", func(o *Options) { o.Resilience.ProbeRise = 0 }, "--probe-rise"},
+		{"outlier failures 0", func(o *Options) { o.Resilience.ConsecutiveFailures = 0 }, "--outlier-consecutive-failures"},
 		{"negative probe interval", func(o *Options) { o.ProbeInterval = -time.Second }, "--probe-interval must not be negative"},
 	}
 	for _, tt := range tests {

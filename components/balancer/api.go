@@ -105,6 +105,19 @@ type PickInfo struct {
 	// Avoid is an address that must not be chosen if any other endpoint is
 	// usable; the proxy sets it when it retries a request elsewhere.
 	Avoid string
+	// Unloaded asks for an endpoint other than Avoid that is usable and
+	// not penalised for overload (see DoneInfo.Overloaded). Pick fails
+	// with ErrNoAlternative rather than relax that: the proxy sets it when
+	// it considers moving an overload rejection, which is worth doing only
+	// towards an apiserver that is not saturated too.
+	Unloaded bool
+	// Oldest asks for the usable endpoint that has been usable longest, as
+	// far as the balancer has seen (added, probe passing again, back from
+	// an ejection or a shutdown hold), ties going to fewer open long
+	// requests. The proxy uses it to retry a watch that a young apiserver
+	// rejected with 410 Gone: the longest-running one has the longest
+	// watch cache history.
+	Oldest bool
 }
 
 // DoneInfo reports how a picked request ended.
@@ -120,6 +133,22 @@ type DoneInfo struct {
 	// Latency is the time from pick to response headers. Zero when no
 	// response arrived. Used only for Short requests.
 	Latency time.Duration
+	// Failed counts the result towards passive outlier detection: a 5xx
+	// that is not a shutdown signal, a timeout, or a connection lost
+	// mid-request. Config.ConsecutiveFailures of them in a row eject the
+	// endpoint. 401, 403 and other 4xx are answers, never failures.
+	Failed bool
+	// ShuttingDown says the apiserver rejected the request because it is
+	// shutting down (its 429 "The apiserver is shutting down" or 503
+	// "apiserver is shutting down"). The endpoint gets no new requests
+	// for Config.DrainHold; by then the readiness probe has seen /readyz
+	// fail and keeps it out until the restarted apiserver is ready.
+	ShuttingDown bool
+	// Overloaded says the apiserver rejected the request for overload
+	// (API Priority and Fairness or max-in-flight 429). The endpoint's
+	// cost is raised for Config.OverloadPenalty and Pick with Unloaded
+	// passes it over.
+	Overloaded bool
 }
 
 // Pick is the result of a successful pick.
@@ -139,3 +168,8 @@ type Picker interface {
 // ErrNoEndpoints is returned by Pick when the resolver has published no
 // endpoint yet, or an empty set. The proxy answers 503.
 var ErrNoEndpoints = errors.New("no kube-apiserver endpoint is known")
+
+// ErrNoAlternative is returned by Pick with PickInfo.Unloaded when every
+// other endpoint is unusable or penalised for overload. The proxy then
+// passes the overload rejection on to the client unchanged.
+var ErrNoAlternative = errors.New("no other kube-apiserver endpoint is both usable and not overloaded")

@@ -84,10 +84,14 @@ func (b *Balancer) Update(eps []resolver.Endpoint) {
 		e := kept[re.Address]
 		if e == nil {
 			e = newEndpoint(re.Address, b.p, seed, served, now)
+			if len(old) == 0 {
+				// The first set: nobody to ramp up against.
+				e.upSince.Store(0)
+			}
 		}
 		// Set before publishing, so no pick sees a fresh draining
 		// endpoint as usable.
-		e.draining.Store(re.Draining)
+		e.markUp(e.draining.Swap(re.Draining) && !re.Draining, now)
 		next = append(next, e)
 	}
 	slices.SortFunc(next, func(x, y *Endpoint) int { return strings.Compare(x.address, y.address) })
@@ -105,9 +109,22 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 		return Pick{}, ErrNoEndpoints
 	}
 	now, samples := b.p.clock()
-	c := newCandidates(eps, now, info.Avoid, b.maxEjected)
+	var c candidates
+	if info.Unloaded {
+		c = unloadedCandidates(eps, now, info.Avoid)
+		if c.n == 0 {
+			return Pick{}, ErrNoAlternative
+		}
+	} else {
+		c = newCandidates(eps, now, info.Avoid, b.maxEjected)
+	}
 	c.samples = samples
-	e := b.policy.pick(c, info)
+	var e *Endpoint
+	if info.Oldest {
+		e = oldest(c)
+	} else {
+		e = b.policy.pick(c, info)
+	}
 	kind, class := info.Kind, info.Class
 	e.inflight[kindIndex(kind)].Add(1)
 	var called atomic.Bool
@@ -158,7 +175,7 @@ func (b *Balancer) Ready() bool {
 func (b *Balancer) SetReady(address string, ready bool) {
 	for _, e := range b.current.Load().eps {
 		if e.address == address {
-			e.notReady.Store(!ready)
+			e.markUp(e.notReady.Swap(!ready) && ready, b.p.nowNanos())
 			return
 		}
 	}

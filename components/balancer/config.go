@@ -18,7 +18,20 @@ const (
 	DefaultEjectBase          = time.Second
 	DefaultEjectMax           = 30 * time.Second
 	DefaultMaxEjectedFraction = 1.0
+	// DefaultConsecutiveFailures is how many failed results in a row
+	// (DoneInfo.Failed) eject an endpoint, as Envoy's consecutive_5xx.
+	DefaultConsecutiveFailures = 5
+	DefaultDrainHold           = 10 * time.Second
+	DefaultOverloadPenalty     = 5 * time.Second
+	// DefaultSlowStartMinWeight is the weight a slow-starting endpoint
+	// begins with (Envoy's min_weight_percent of 10%).
+	DefaultSlowStartMinWeight = 0.1
 )
+
+// RecommendedMaxEjectedFraction is the --max-ejected-fraction default: at
+// most a third of the endpoints, rounded up, may be passively ejected, so
+// one apiserver of three, two of six.
+const RecommendedMaxEjectedFraction = 1.0 / 3
 
 // Config configures a Balancer. The zero value is valid and means the
 // defaults: least-request, 10s decay, ejection from 1s doubling to 30s.
@@ -48,7 +61,33 @@ type Config struct {
 	// a fault on our side than on theirs, and refusing every request would
 	// only make it worse. Zero means 1, so ejection is ignored only when
 	// every endpoint is ejected; a pick never fails while endpoints exist.
+	// The share is rounded up (a third of 3 or of 2 endpoints is 1), and
+	// counts passive ejections only: an endpoint failing its readiness
+	// probe, draining or shutting down is left out whatever the share, as
+	// the apiserver itself said so; those give way only when no endpoint
+	// at all is left (panic mode).
 	MaxEjectedFraction float64
+	// ConsecutiveFailures is how many DoneInfo.Failed results in a row
+	// eject the endpoint (a DoneInfo.Unavailable ejects at once). Zero
+	// means DefaultConsecutiveFailures.
+	ConsecutiveFailures int
+	// DrainHold is how long an endpoint whose apiserver answered "shutting
+	// down" (DoneInfo.ShuttingDown) gets no new requests. Zero means
+	// DefaultDrainHold.
+	DrainHold time.Duration
+	// OverloadPenalty is how long an endpoint that rejected a request for
+	// overload (DoneInfo.Overloaded) costs more and is passed over by
+	// Pick with PickInfo.Unloaded. Zero means DefaultOverloadPenalty.
+	OverloadPenalty time.Duration
+	// SlowStart is the window over which an endpoint that just became
+	// usable (added, back from an ejection, a failed probe, draining or a
+	// shutdown) ramps its weight linearly from SlowStartMinWeight to 1:
+	// its cost is divided by the weight, so it takes a growing share
+	// rather than every request at once. Zero turns slow start off.
+	SlowStart time.Duration
+	// SlowStartMinWeight is the starting weight, in (0, 1]. Zero means
+	// DefaultSlowStartMinWeight.
+	SlowStartMinWeight float64
 }
 
 // Validate reports the first invalid field, in terms of the flags that set
@@ -70,7 +109,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("balancer maximum ejection %v must not be shorter than the base ejection %v", d.EjectMax, d.EjectBase)
 	}
 	if c.MaxEjectedFraction < 0 || c.MaxEjectedFraction > 1 {
-		return fmt.Errorf("balancer max ejected fraction must be within [0, 1], got %v", c.MaxEjectedFraction)
+		return fmt.Errorf("--max-ejected-fraction must be within [0, 1], got %v", c.MaxEjectedFraction)
+	}
+	if c.ConsecutiveFailures < 0 {
+		return fmt.Errorf("--outlier-consecutive-failures must not be negative, got %d", c.ConsecutiveFailures)
+	}
+	if c.DrainHold < 0 || c.OverloadPenalty < 0 || c.SlowStart < 0 {
+		return fmt.Errorf("balancer drain hold, overload penalty and --slow-start must not be negative, got %v, %v and %v", c.DrainHold, c.OverloadPenalty, c.SlowStart)
+	}
+	if c.SlowStartMinWeight < 0 || c.SlowStartMinWeight > 1 {
+		return fmt.Errorf("slow start minimum weight must be within (0, 1], got %v", c.SlowStartMinWeight)
 	}
 	return nil
 }
@@ -97,6 +145,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxEjectedFraction == 0 {
 		c.MaxEjectedFraction = DefaultMaxEjectedFraction
+	}
+	if c.ConsecutiveFailures == 0 {
+		c.ConsecutiveFailures = DefaultConsecutiveFailures
+	}
+	if c.DrainHold == 0 {
+		c.DrainHold = DefaultDrainHold
+	}
+	if c.OverloadPenalty == 0 {
+		c.OverloadPenalty = DefaultOverloadPenalty
+	}
+	if c.SlowStartMinWeight == 0 {
+		c.SlowStartMinWeight = DefaultSlowStartMinWeight
 	}
 	return c
 }

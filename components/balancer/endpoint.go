@@ -59,6 +59,12 @@ type params struct {
 	decay     float64 // DecayTime in nanoseconds
 	ejectBase time.Duration
 	ejectMax  time.Duration
+	// The outlier, shutdown, overload and slow-start settings; see Config.
+	consecutive     int64
+	drainHold       int64 // nanoseconds
+	overloadPenalty int64 // nanoseconds
+	slowStart       float64
+	slowMin         float64
 
 	// baseline is, per Class (see Class.index), the usual latency of a
 	// successful short request of that class on any endpoint: nanoseconds
@@ -162,6 +168,23 @@ type Endpoint struct {
 	// It is a flag of its own, not notReady, so that a passing probe does
 	// not undo what discovery said, nor the next snapshot a failed probe.
 	draining atomic.Bool
+
+	// streak counts consecutive DoneInfo.Failed results since the last
+	// answer or ejection; Config.ConsecutiveFailures of them eject.
+	streak atomic.Int64
+	// ejections counts ejections since the endpoint last answered; each
+	// doubles the next one's length.
+	ejections atomic.Int64
+	// shutdownUntil and overloadedUntil (unix nanoseconds) are set by
+	// DoneInfo.ShuttingDown and DoneInfo.Overloaded; see Config.DrainHold
+	// and Config.OverloadPenalty.
+	shutdownUntil   atomic.Int64
+	overloadedUntil atomic.Int64
+	// upSince is when the endpoint last became usable through an event
+	// the balancer sees (added, probe passing again, draining lifted);
+	// ends of ejections and shutdown holds are taken from their deadlines.
+	// Slow start ramps from the latest of them.
+	upSince atomic.Int64
 }
 
 // NewEndpoint returns a standalone endpoint with default settings and the
@@ -173,7 +196,9 @@ func NewEndpoint(address string) *Endpoint {
 }
 
 func newParams(c Config) *params {
-	p := &params{now: c.Now, decay: float64(c.DecayTime), ejectBase: c.EjectBase, ejectMax: c.EjectMax}
+	p := &params{now: c.Now, decay: float64(c.DecayTime), ejectBase: c.EjectBase, ejectMax: c.EjectMax,
+		consecutive: int64(c.ConsecutiveFailures), drainHold: int64(c.DrainHold),
+		overloadPenalty: int64(c.OverloadPenalty), slowStart: float64(c.SlowStart), slowMin: c.SlowStartMinWeight}
 	p.roundStep.Store(roundScale) // one endpoint until Update says otherwise
 	return p
 }
@@ -185,6 +210,7 @@ func newEndpoint(address string, p *params, score, recent float64, now int64) *E
 	e.scoreSamples.Store(p.samples.Load())
 	e.recent.Store(math.Float64bits(recent))
 	e.recentAt.Store(now)
+	e.upSince.Store(now)
 	return e
 }
 
@@ -203,7 +229,7 @@ func (e *Endpoint) ejected(now int64) bool { return e.ejectedUntil.Load() > now 
 // usable reports whether picks should consider the endpoint: neither
 // ejected after a failure, failing its readiness probe nor draining.
 func (e *Endpoint) usable(now int64) bool {
-	return !e.notReady.Load() && !e.draining.Load() && !e.ejected(now)
+	return !e.down(now) && !e.ejected(now)
 }
 
 // claim moves stamp forward to v and returns how far it moved, so that
@@ -332,10 +358,12 @@ func (e *Endpoint) observe(c Class, sample time.Duration, penalty bool, now, sam
 	}
 }
 
-// eject skips the endpoint for EjectBase × 2^(failures-1), at most
-// EjectMax. Concurrent failures keep the latest deadline.
+// eject skips the endpoint for EjectBase × 2^(ejections-1), at most
+// EjectMax, where ejections counts the ejections since the endpoint last
+// answered. Concurrent failures keep the latest deadline.
 func (e *Endpoint) eject(now int64) {
-	n := e.failures.Add(1)
+	e.failures.Add(1)
+	n := e.ejections.Add(1)
 	d := e.p.ejectBase
 	for i := int64(1); i < n && d < e.p.ejectMax; i++ {
 		d *= 2
@@ -361,12 +389,26 @@ func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	gotResponse := di.StatusCode != 0 || (di.Err == nil && !di.Unavailable)
 	switch {
 	case di.Unavailable:
+		e.streak.Store(0)
 		e.eject(e.p.nowNanos())
+	case di.ShuttingDown:
+		// Neither an answer nor a failure: the apiserver is healthy and
+		// leaving on purpose.
+		e.drainFor(e.p.nowNanos())
+	case di.Failed:
+		e.failed(e.p.nowNanos())
 	case gotResponse && e.failures.Load() != 0:
 		// Only the failure count resets: an ejection in progress runs out,
 		// since a response may come from a request that was picked before
 		// the endpoint failed.
 		e.failures.Store(0)
+		e.streak.Store(0)
+		e.ejections.Store(0)
+	case gotResponse && e.streak.Load() != 0:
+		e.streak.Store(0)
+	}
+	if di.Overloaded {
+		e.overloadFor(e.p.nowNanos())
 	}
 	// A long request's duration is the client's choice, and long requests
 	// are balanced by open count alone.
@@ -404,6 +446,15 @@ type EndpointStatus struct {
 	// Draining is true while the resolver reports the endpoint as
 	// terminating or not ready: it takes no new requests.
 	Draining bool `json:"draining"`
+	// ShuttingDownUntil is RFC 3339, set while the endpoint gets no new
+	// requests because its apiserver answered "shutting down".
+	ShuttingDownUntil string `json:"shutting_down_until,omitempty"`
+	// OverloadedUntil is RFC 3339, set while the endpoint is penalised
+	// for an overload rejection (429 from priority and fairness).
+	OverloadedUntil string `json:"overloaded_until,omitempty"`
+	// SlowStartWeight is below 1 while the endpoint ramps up after it
+	// became usable (see Config.SlowStart).
+	SlowStartWeight float64 `json:"slow_start_weight"`
 }
 
 // Status returns a snapshot of the endpoint. The fields are read one by
@@ -432,8 +483,16 @@ func (e *Endpoint) status(now, samples int64) EndpointStatus {
 	if !s.ProbeReady {
 		s.State = StateNotReady
 	}
+	if until := e.shutdownUntil.Load(); until > now {
+		s.State = StateDraining
+		s.ShuttingDownUntil = time.Unix(0, until).UTC().Format(time.RFC3339Nano)
+	}
 	if s.Draining {
 		s.State = StateDraining
 	}
+	if until := e.overloadedUntil.Load(); until > now {
+		s.OverloadedUntil = time.Unix(0, until).UTC().Format(time.RFC3339Nano)
+	}
+	s.SlowStartWeight = e.weight(now)
 	return s
 }

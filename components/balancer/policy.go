@@ -21,7 +21,12 @@ type candidates struct {
 	avoid       string
 	skipEjected bool // skip endpoints that are not usable
 	skipAvoid   bool
-	n           int // how many of eps pass the filters; at least 1
+	// skipOverloaded skips endpoints penalised for overload (Unloaded).
+	skipOverloaded bool
+	// honourEjected is false when more endpoints are passively ejected
+	// than the cap allows: then ejection is ignored.
+	honourEjected bool
+	n             int // how many of eps pass the filters; at least 1 unless Unloaded
 }
 
 // newCandidates filters eps, relaxing the filters in this order until some
@@ -33,34 +38,42 @@ type candidates struct {
 //  3. not avoided, usable or not (panic mode);
 //  4. all.
 //
-// An endpoint failing its readiness probe counts as ejected here: both say
-// "do not send it requests now", and both give way in panic mode, since a
-// probe that fails everywhere more likely says something about fanout's
-// own network or credentials than about every apiserver. Ejection is
-// ignored outright when more than maxEjected of the endpoints are
-// unusable. eps must not be empty.
+// Usable means neither down (failing its readiness probe, draining, or
+// shutting down: the apiserver's own word) nor passively ejected. Passive
+// ejections are honoured only while at most maxEjected of the endpoints
+// (rounded up) are ejected: more at once is more likely a fault on
+// fanout's side, and ignoring them spreads the load rather than piling it
+// on the few left. Down endpoints give way only in panic mode, when no
+// endpoint is usable: a probe that fails everywhere more likely says
+// something about fanout's own network or credentials than about every
+// apiserver. eps must not be empty.
 func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64) candidates {
-	ejected, avoided, avoidedUp := 0, 0, 0
+	ejected := 0
 	for _, e := range eps {
-		ej := !e.usable(now)
-		if ej {
+		if e.ejected(now) {
 			ejected++
+		}
+	}
+	c := candidates{eps: eps, now: now, avoid: avoid, honourEjected: ejected <= ejectionCap(maxEjected, len(eps))}
+	unusable, avoided, avoidedUp := 0, 0, 0
+	for _, e := range eps {
+		bad := !c.up(e)
+		if bad {
+			unusable++
 		}
 		if avoid != "" && e.address == avoid {
 			avoided = 1
-			if !ej {
+			if !bad {
 				avoidedUp = 1
 			}
 		}
 	}
 	n := len(eps)
-	honour := float64(ejected) <= maxEjected*float64(n)
-	c := candidates{eps: eps, now: now, avoid: avoid}
 	switch {
-	case honour && n-ejected-avoidedUp > 0:
-		c.skipEjected, c.skipAvoid, c.n = true, true, n-ejected-avoidedUp
-	case honour && n-ejected > 0:
-		c.skipEjected, c.n = true, n-ejected
+	case n-unusable-avoidedUp > 0:
+		c.skipEjected, c.skipAvoid, c.n = true, true, n-unusable-avoidedUp
+	case n-unusable > 0:
+		c.skipEjected, c.n = true, n-unusable
 	case n-avoided > 0:
 		c.skipAvoid, c.n = true, n-avoided
 	default:
@@ -69,11 +82,32 @@ func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64)
 	return c
 }
 
+// unloadedCandidates keeps the usable endpoints other than avoid that are
+// not penalised for overload, with no relaxation: n may be 0.
+func unloadedCandidates(eps []*Endpoint, now int64, avoid string) candidates {
+	c := candidates{eps: eps, now: now, avoid: avoid, skipEjected: true, skipAvoid: true, skipOverloaded: true, honourEjected: true}
+	for _, e := range eps {
+		if c.usable(e) {
+			c.n++
+		}
+	}
+	return c
+}
+
+// up reports whether e is usable, honouring passive ejection only within
+// the cap.
+func (c *candidates) up(e *Endpoint) bool {
+	return !e.down(c.now) && !(c.honourEjected && e.ejected(c.now))
+}
+
 func (c *candidates) usable(e *Endpoint) bool {
 	if c.skipAvoid && e.address == c.avoid {
 		return false
 	}
-	return !c.skipEjected || e.usable(c.now)
+	if c.skipOverloaded && e.overloaded(c.now) {
+		return false
+	}
+	return !c.skipEjected || c.up(e)
 }
 
 // at returns the i-th usable endpoint. An endpoint ejected by a concurrent
@@ -145,8 +179,8 @@ func (p leastRequest) pick(c candidates, info PickInfo) *Endpoint {
 	}
 	a, b := c.at(i), c.at(j)
 	ia, ib := a.inflight[0].Load(), b.inflight[0].Load()
-	ca := max(a.estimate(c.now, c.samples), minScore) * float64(ia+1)
-	cb := max(b.estimate(c.now, c.samples), minScore) * float64(ib+1)
+	ca := max(a.estimate(c.now, c.samples), minScore) * float64(ia+1) * c.factor(a)
+	cb := max(b.estimate(c.now, c.samples), minScore) * float64(ib+1) * c.factor(b)
 	switch {
 	case !tie(ca, cb):
 		if cb < ca {
@@ -166,14 +200,14 @@ func (p leastRequest) pick(c candidates, info PickInfo) *Endpoint {
 // requests, starting the scan at a random endpoint so ties spread.
 func (p leastRequest) fewestLong(c candidates) *Endpoint {
 	var best *Endpoint
-	var bestOpen int64
+	var bestOpen float64
 	start := p.rand(len(c.eps))
 	for k := range c.eps {
 		e := c.eps[(start+k)%len(c.eps)]
 		if !c.usable(e) {
 			continue
 		}
-		if open := e.inflight[1].Load(); best == nil || open < bestOpen {
+		if open := float64(e.inflight[1].Load()+1) * c.factor(e); best == nil || open < bestOpen {
 			best, bestOpen = e, open
 		}
 	}
@@ -181,6 +215,18 @@ func (p leastRequest) fewestLong(c candidates) *Endpoint {
 		return c.at(0)
 	}
 	return best
+}
+
+// factor multiplies an endpoint's cost: by penaltyFactor while it is
+// penalised for an overload rejection (its latency score took a penalty
+// too, but that fades with traffic within a few rounds, and priority and
+// fairness asks for seconds), and by 1/weight while it slow-starts.
+func (c *candidates) factor(e *Endpoint) float64 {
+	f := 1 / e.weight(c.now)
+	if e.overloaded(c.now) {
+		f *= penaltyFactor
+	}
+	return f
 }
 
 // roundRobin takes usable endpoints in turn, for short and long requests

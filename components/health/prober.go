@@ -54,9 +54,24 @@ type Config struct {
 	// Timeout of one probe. Zero means DefaultTimeout; it is capped at
 	// Interval, so that probes of an endpoint never overlap.
 	Timeout time.Duration
+	// Rise is how many passing probes in a row bring a not-ready endpoint
+	// back, and Fall how many failing ones in a row take a ready one out
+	// (HAProxy's rise and fall). Zero means DefaultRise and DefaultFall.
+	// An endpoint starts ready, so that startup waits for nothing.
+	Rise int
+	Fall int
 	// NewTicker returns a ticker firing every d; nil means time.NewTicker.
 	NewTicker func(d time.Duration) Ticker
 }
+
+// Defaults of Config.Rise and Config.Fall. One passing probe of a
+// restarted apiserver could be a fluke of its startup; one failing probe
+// of a busy one a timeout. A shutting-down apiserver is drained at once by
+// its own "shutting down" answers whatever Fall says.
+const (
+	DefaultRise = 2
+	DefaultFall = 2
+)
 
 // Validate reports an invalid field in terms of the flag that sets it.
 func (c Config) Validate() error {
@@ -65,6 +80,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("probe timeout must not be negative, got %s", c.Timeout)
+	}
+	if c.Rise < 0 || c.Fall < 0 {
+		return fmt.Errorf("--probe-rise and --probe-fall must not be negative, got %d and %d", c.Rise, c.Fall)
 	}
 	return nil
 }
@@ -77,6 +95,12 @@ func (c Config) withDefaults() Config {
 		c.Timeout = DefaultTimeout
 	}
 	c.Timeout = min(c.Timeout, c.Interval)
+	if c.Rise == 0 {
+		c.Rise = DefaultRise
+	}
+	if c.Fall == 0 {
+		c.Fall = DefaultFall
+	}
 	if c.NewTicker == nil {
 		c.NewTicker = func(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
 	}
@@ -225,6 +249,7 @@ func (p *Prober) run(ctx context.Context, addr string, done chan<- struct{}) {
 	t := p.cfg.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	ready := true
+	streak := 0 // probes in a row that disagree with ready
 	for {
 		err := p.probe(ctx, addr)
 		if ctx.Err() != nil {
@@ -232,12 +257,18 @@ func (p *Prober) run(ctx context.Context, addr string, done chan<- struct{}) {
 			// stopping, and the failure says nothing about it.
 			return
 		}
-		now := err == nil
+		passed := err == nil
 		result := "ready"
-		if !now {
+		if !passed {
 			result = "not_ready"
 		}
 		p.total.WithLabelValues(addr, result).Inc()
+		now := ready
+		if passed == ready {
+			streak = 0
+		} else if streak++; (passed && streak >= p.cfg.Rise) || (!passed && streak >= p.cfg.Fall) {
+			now, streak = passed, 0
+		}
 		switch {
 		case ready && !now:
 			p.log.Info("endpoint not ready: no requests go to it until its /readyz passes", "endpoint", addr, "reason", err.Error())

@@ -217,6 +217,13 @@ func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *logBuffer) (
 	t.Helper()
 	ts := newTickers()
 	cfg.NewTicker = ts.New
+	// Tests not about thresholds see every probe's result at once.
+	if cfg.Rise == 0 {
+		cfg.Rise = 1
+	}
+	if cfg.Fall == 0 {
+		cfg.Fall = 1
+	}
 	var w = &logBuffer{}
 	if logs != nil {
 		w = logs
@@ -435,5 +442,35 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if d := (Config{}).withDefaults(); d.Interval != DefaultInterval || d.Timeout != DefaultTimeout {
 		t.Errorf("defaults = %s/%s, want %s/%s", d.Interval, d.Timeout, DefaultInterval, DefaultTimeout)
+	}
+}
+
+func TestRiseFall(t *testing.T) {
+	k := newPKI(t)
+	srv := newAPIServer(t, k)
+	s := newSink()
+	p, ts := newProber(t, Config{Rise: 2, Fall: 3}, newTransports(t, k), s, nil)
+	addr := srv.addr()
+	p.Update(eps(addr))
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		serverReady bool
+		want        bool
+	}{
+		{true, true},
+		{false, true}, {false, true}, {false, false}, // fall after 3
+		{true, false}, {false, false}, {true, false}, {true, true}, // rise after 2 in a row
+		{false, true}, {true, true}, {false, true}, {false, true}, {false, false},
+	}
+	for i, st := range steps {
+		srv.ready.Store(st.serverReady)
+		if i > 0 {
+			ts.tick()
+		}
+		if got := s.next(t, addr); got != st.want {
+			t.Fatalf("step %d (server ready %v): reported ready=%v, want %v", i, st.serverReady, got, st.want)
+		}
 	}
 }

@@ -47,6 +47,15 @@ type Config struct {
 	// Long-running requests are ended at once either way.
 	ShutdownGrace time.Duration
 
+	// RetryBudgetRatio caps the retries to another endpoint (after a
+	// shutdown answer, an overload or other 429, or an unprocessed
+	// request) at this fraction of the requests over RetryBudgetWindow,
+	// plus RetryBudgetMin per window. Defaults 0.1, 10 and 10s; a negative
+	// ratio means 0 (only the minimum).
+	RetryBudgetRatio  float64
+	RetryBudgetMin    int
+	RetryBudgetWindow time.Duration
+
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
 }
@@ -61,6 +70,9 @@ const (
 	DefaultMaxConcurrentStreams          = 1000
 	DefaultMaxReceiveBufferPerStream     = 1 << 20
 	DefaultMaxReceiveBufferPerConnection = 4 << 20
+	DefaultRetryBudgetRatio              = 0.1
+	DefaultRetryBudgetMin                = 10
+	DefaultRetryBudgetWindow             = 10 * time.Second
 )
 
 // MaxReplayBodyLimit caps MaxReplayBody: kube-apiserver rejects bodies over
@@ -122,6 +134,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxReceiveBufferPerConnection <= 0 {
 		c.MaxReceiveBufferPerConnection = DefaultMaxReceiveBufferPerConnection
+	}
+	switch {
+	case c.RetryBudgetRatio == 0:
+		c.RetryBudgetRatio = DefaultRetryBudgetRatio
+	case c.RetryBudgetRatio < 0:
+		c.RetryBudgetRatio = 0
+	}
+	if c.RetryBudgetMin <= 0 {
+		c.RetryBudgetMin = DefaultRetryBudgetMin
+	}
+	if c.RetryBudgetWindow < time.Second {
+		c.RetryBudgetWindow = DefaultRetryBudgetWindow
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -50,6 +50,8 @@ type Handler struct {
 	metrics  *Metrics
 	maxBody  int64
 	proxy    *httputil.ReverseProxy
+	// budget caps retries to other endpoints (see retryBudget).
+	budget *retryBudget
 
 	// stopping refuses new requests once StopLongRunning ran. stopCtx is
 	// cancelled at the same time; every open long-running response has a
@@ -78,6 +80,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		metrics:  m,
 		maxBody:  cfg.MaxReplayBody,
 		now:      cfg.Now,
+		budget:   newRetryBudget(cfg.RetryBudgetRatio, cfg.RetryBudgetMin, cfg.RetryBudgetWindow, cfg.Now),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	h.proxy = &httputil.ReverseProxy{
@@ -171,17 +174,42 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.budget.request()
 
 	var avoid string
 	var first *upstreamError
+	// held is an overload rejection kept while looking for a less loaded
+	// endpoint: the client gets it unchanged if there is none.
+	var held *http.Response
+	var heldAddr string
+	// elsewhere is set for a retry that is worth making only on another
+	// endpoint: a read whose connection broke.
+	elsewhere := false
+	// retrying is the reason of the retry being picked for; the budget is
+	// spent and the retry counted only once a pick found an endpoint.
+	retrying := ""
 	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid})
+		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid, Unloaded: held != nil || elsewhere})
 		if err != nil {
-			if first != nil {
+			switch {
+			case held != nil:
+				h.metrics.answered(st.kind, held.StatusCode, heldAddr, h.now().Sub(st.start))
+				return held, nil
+			case first != nil:
 				// The retry found nothing; the first failure is the story.
 				return nil, first
 			}
 			return nil, &pickError{err: err}
+		}
+		if held != nil {
+			// An unloaded endpoint exists: move the request there.
+			_ = held.Body.Close()
+			held = nil
+		}
+		if retrying != "" {
+			h.budget.spend()
+			h.metrics.retried(retrying)
+			retrying = ""
 		}
 		addr := pick.Endpoint.Address()
 		st.endpoint = addr
@@ -190,27 +218,52 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		resp, err := h.upstream.For(addr, st.mode).RoundTrip(body.request(out, addr))
 		if err == nil {
 			headers := h.now()
+			v, _ := inspect(resp)
+			info := doneInfo(resp.StatusCode, v, headers.Sub(sent))
+			retry := v != verdictAnswer && attempt+1 < maxAttempts && body.replayable && out.Context().Err() == nil &&
+				(v == verdictShutdown || attempt == 0)
+			if retry && !h.budget.allow() {
+				h.metrics.budgetExhausted(retryReason(v))
+				retry = false
+			}
+			if retry {
+				pick.Done(info)
+				avoid, retrying, elsewhere = addr, retryReason(v), false
+				if v == verdictOverload {
+					// Retried only if the next pick finds an endpoint
+					// that is not overloaded too.
+					held, heldAddr = resp, addr
+				} else {
+					_ = resp.Body.Close()
+				}
+				continue
+			}
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
-			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, balancer.DoneInfo{
-				StatusCode: resp.StatusCode,
-				Latency:    headers.Sub(sent),
-			})
+			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, info)
+			if st.kind == balancer.Long && goneCandidate(out, resp) {
+				resp.Body = newGoneRetryBody(resp.Body, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
+			}
 			return resp, nil
 		}
 
 		unprocessed := transport.IsUnprocessed(err)
-		pick.Done(balancer.DoneInfo{Err: err, Unavailable: unprocessed || isDialError(err)})
+		pick.Done(balancer.DoneInfo{Err: err, Unavailable: connectFailed(err),
+			Failed: !unprocessed && failedErr(out.Context(), err)})
 		h.metrics.upstreamError(addr, err)
 		uerr := &upstreamError{endpoint: addr, err: err, first: first}
 		// Once only: when two apiservers in a row never received the
 		// request, the cause is more likely ours (network, credentials)
 		// than theirs, and more attempts would only delay the error.
-		if attempt > 0 || !unprocessed || !body.replayable || out.Context().Err() != nil {
+		reason, safe := retryableError(out, unprocessed, err)
+		if first != nil || !safe || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
 			return nil, uerr
 		}
-		h.metrics.retried(reasonUnprocessed)
-		first = uerr
-		avoid = addr
+		if !h.budget.allow() {
+			h.metrics.budgetExhausted(reason)
+			return nil, uerr
+		}
+		first, avoid, retrying = uerr, addr, reason
+		elsewhere = reason == reasonRead
 		// If the balancer has nothing but addr left it returns addr again;
 		// the apiserver never saw the request, so a second try is safe.
 	}

@@ -68,11 +68,15 @@ func (p *fakePicker) Pick(info balancer.PickInfo) (balancer.Pick, error) {
 		return balancer.Pick{}, balancer.ErrNoEndpoints
 	}
 	ep := p.eps[0]
+	moved := false
 	for _, e := range p.eps {
 		if e.Address() != info.Avoid {
-			ep = e
+			ep, moved = e, true
 			break
 		}
+	}
+	if info.Unloaded && !moved {
+		return balancer.Pick{}, balancer.ErrNoAlternative
 	}
 	i := len(p.picks)
 	p.picks = append(p.picks, pickRecord{info: info, addr: ep.Address()})

@@ -19,6 +19,7 @@ type Metrics struct {
 	requests       *prometheus.CounterVec
 	duration       *prometheus.HistogramVec
 	retries        *prometheus.CounterVec
+	budgetOut      *prometheus.CounterVec
 	upstreamErrors *prometheus.CounterVec
 	openLong       prometheus.Gauge
 	upgrades       upgradeMetrics
@@ -49,7 +50,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_retries_total",
-			Help: "Requests sent a second time to another endpoint, by reason (unprocessed: the first apiserver never received it).",
+			Help: "Requests sent again to another endpoint, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429).",
+		}, []string{"reason"}),
+		budgetOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_retry_budget_exhausted_total",
+			Help: "Retries not made because the retry budget was spent, by reason (as fanout_retries_total); the client got the apiserver's answer or the error.",
 		}, []string{"reason"}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_upstream_errors_total",
@@ -62,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		upgrades: newUpgradeMetrics(),
 	}
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.upstreamErrors, m.openLong}, m.upgrades.collectors()...) {
+		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong}, m.upgrades.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -85,6 +90,8 @@ func (m *Metrics) upstreamError(endpoint string, err error) {
 }
 
 func (m *Metrics) retried(reason string) { m.retries.WithLabelValues(reason).Inc() }
+
+func (m *Metrics) budgetExhausted(reason string) { m.budgetOut.WithLabelValues(reason).Inc() }
 
 // errorReason buckets an upstream error. Unprocessed wins over the others:
 // it is the one that says the request is safe to send again.

@@ -72,15 +72,16 @@ func TestMetrics(t *testing.T) {
 	resp.Body.Close()
 
 	// First request: unprocessed on dead, retried, 200 from good. Second:
-	// a processed error on dead, 502. Third: 404 from good.
+	// a broken connection on dead, retried as a read, 200 from good.
+	// Third: 404 from good.
 	want := `
 # HELP fanout_requests_total Requests answered by the proxy, by kind (short, long), HTTP status code and kube-apiserver endpoint (empty when none was picked).
 # TYPE fanout_requests_total counter
-fanout_requests_total{code="200",endpoint="` + good + `",kind="short"} 1
+fanout_requests_total{code="200",endpoint="` + good + `",kind="short"} 2
 fanout_requests_total{code="404",endpoint="` + good + `",kind="short"} 1
-fanout_requests_total{code="502",endpoint="` + dead + `",kind="short"} 1
-# HELP fanout_retries_total Requests sent a second time to another endpoint, by reason (unprocessed: the first apiserver never received it).
+# HELP fanout_retries_total Requests sent again to another endpoint, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429).
 # TYPE fanout_retries_total counter
+fanout_retries_total{reason="read"} 1
 fanout_retries_total{reason="unprocessed"} 1
 # HELP fanout_upstream_errors_total Round trips to kube-apiserver that failed without a response, by endpoint and reason (unprocessed, timeout, canceled, other).
 # TYPE fanout_upstream_errors_total counter

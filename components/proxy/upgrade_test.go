@@ -177,7 +177,7 @@ func dialUpgrade(t *testing.T, proxy string, req upgradeRequest) (net.Conn, *buf
 }
 
 // echo checks that msg comes back unchanged over an upgraded connection.
-func echo(t *testing.T, c net.Conn, br *bufio.Reader, msg string) {
+func echoLine(t *testing.T, c net.Conn, br *bufio.Reader, msg string) {
 	t.Helper()
 	if _, err := io.WriteString(c, msg+"\n"); err != nil {
 		t.Fatalf("writing %q: %v", msg, err)
@@ -252,7 +252,7 @@ func TestUpgradeEchoAndCredentials(t *testing.T) {
 				t.Fatalf("status = %d, want 101", resp.StatusCode)
 			}
 			for i := range 3 {
-				echo(t, c, br, fmt.Sprintf("line %d", i))
+				echoLine(t, c, br, fmt.Sprintf("line %d", i))
 			}
 			s := <-b.seen
 			want := seenUpgrade{
@@ -342,7 +342,7 @@ func TestUpgradeDialRetry(t *testing.T) {
 		if resp.StatusCode != http.StatusSwitchingProtocols {
 			t.Fatalf("status = %d, want 101 from the second endpoint", resp.StatusCode)
 		}
-		echo(t, c, br, "after retry")
+		echoLine(t, c, br, "after retry")
 		recs := rig.picker.records()
 		if len(recs) != 2 || recs[0].addr != dead || recs[1].info.Avoid != dead || recs[1].addr != b.addr {
 			t.Fatalf("picks = %+v, want %s then %s avoiding it", recs, dead, b.addr)
@@ -405,7 +405,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 			if resp.StatusCode != http.StatusSwitchingProtocols {
 				t.Fatalf("status = %d", resp.StatusCode)
 			}
-			echo(t, c, br, "before")
+			echoLine(t, c, br, "before")
 
 			start := time.Now()
 			stopped := make(chan error, 1)
@@ -420,7 +420,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 				conn.Close()
 				return false
 			})
-			echo(t, c, br, "during grace")
+			echoLine(t, c, br, "during grace")
 			if endsItself {
 				c.Close()
 				select {
@@ -561,7 +561,7 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 	rig := newUpgradeRig(t, ca, Config{}, b.addr)
 	// Warm up: one session builds the transport and TLS state.
 	c0, br0, _ := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
-	echo(t, c0, br0, "warm")
+	echoLine(t, c0, br0, "warm")
 	c0.Close()
 	eventually(t, "the warm-up session to end", func() bool {
 		open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY)
@@ -578,7 +578,7 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 		if resp.StatusCode != http.StatusSwitchingProtocols {
 			t.Fatalf("session %d: status %d", i, resp.StatusCode)
 		}
-		echo(t, c, br, "x")
+		echoLine(t, c, br, "x")
 		conns = append(conns, c)
 	}
 	var after runtime.MemStats

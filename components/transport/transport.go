@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; the per-endpoint pools still use it (moving them to http.Transport is a follow-up), and v0.60 is needed for its security fixes.
+
 package transport
 
 import (

@@ -40,6 +40,8 @@ type APIServer struct {
 
 	argv  []string
 	admin *rest.Config
+	// baseArgv is the original argv once RestartWith changed it.
+	baseArgv []string
 
 	mu      sync.Mutex
 	proc    *process

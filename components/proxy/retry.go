@@ -1,0 +1,289 @@
+//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; the per-endpoint pools still use it (moving them to http.Transport is a follow-up), and v0.60 is needed for its security fixes.
+
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/transport"
+)
+
+// verdict is what an apiserver's answer means for the request: pass it on,
+// or send it elsewhere because the apiserver rejected it before processing
+// anything.
+type verdict uint8
+
+const (
+	// verdictAnswer is passed on to the client as is.
+	verdictAnswer verdict = iota
+	// verdictShutdown: the apiserver is shutting down. Its endpoint is
+	// drained at once and the request, never processed, goes elsewhere.
+	verdictShutdown
+	// verdictOverload: priority and fairness (or max-in-flight) rejected
+	// the request. It moves, once, only to an endpoint that is not
+	// overloaded too; otherwise the client gets the 429 and retries it
+	// itself after Retry-After.
+	verdictOverload
+	// verdictThrottled: any other 429, e.g. a watch cache that is not
+	// ready yet or a resourceVersion newer than this apiserver has seen.
+	// Another apiserver may well serve it.
+	verdictThrottled
+)
+
+// Bodies of kube-apiserver's rejections (k8s.io/apiserver v0.37.2), which
+// it writes with http.Error (text/plain, one trailing newline) or as a
+// JSON Status.
+const (
+	// filters.WithRetryAfter, once --shutdown-delay-duration has elapsed
+	// and --shutdown-send-retry-after is set: 429 with Retry-After: 5.
+	shutdown429Body = "The apiserver is shutting down, please try again later."
+	// filters.WithWaitGroup and WithWatchTerminationDuringShutdown, once
+	// the server no longer accepts requests: 503 with Retry-After: 1 and a
+	// JSON Status NewServiceUnavailable("apiserver is shutting down").
+	shutdown503Message = "apiserver is shutting down"
+	// filters.WithPriorityAndFairness and WithMaxInFlightLimit: 429 with
+	// Retry-After. APF adds the X-Kubernetes-PF-* headers of the request's
+	// classification; max-in-flight does not.
+	overloadBody = "Too many requests, please try again later."
+)
+
+// APF's classification headers (k8s.io/api/flowcontrol/v1
+// ResponseHeaderMatched*). They come with every classified response, so
+// alone they prove nothing; with overloadBody they mark an APF rejection.
+const (
+	headerPFPriorityLevel = "X-Kubernetes-PF-PriorityLevel-UID"
+	headerPFFlowSchema    = "X-Kubernetes-PF-FlowSchema-UID"
+)
+
+// maxInspectBody bounds how much of a 429 or 503 body is read to classify
+// it; the rejections above are far shorter.
+const maxInspectBody = 4 << 10
+
+// inspect classifies resp. For a 429 or 503 it reads the (short) body to
+// tell the rejections apart, and puts it back so the response can still be
+// passed on unchanged. apf is true for an overload rejection that carries
+// APF's headers.
+func inspect(resp *http.Response) (v verdict, apf bool) {
+	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return verdictAnswer, false
+	}
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxInspectBody+1))
+	resp.Body = &rereadBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), c: resp.Body}
+	if err != nil || len(buf) > maxInspectBody {
+		if resp.StatusCode == http.StatusTooManyRequests {
+			return verdictThrottled, false
+		}
+		return verdictAnswer, false
+	}
+	body := strings.TrimSpace(string(buf))
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		if isShutdownStatus(buf) {
+			return verdictShutdown, false
+		}
+		return verdictAnswer, false
+	}
+	switch body {
+	case shutdown429Body:
+		return verdictShutdown, false
+	case overloadBody:
+		return verdictOverload, resp.Header.Get(headerPFPriorityLevel) != "" || resp.Header.Get(headerPFFlowSchema) != ""
+	}
+	return verdictThrottled, false
+}
+
+// isShutdownStatus reports whether body is the JSON Status of a shutting
+// down apiserver's 503.
+func isShutdownStatus(body []byte) bool {
+	var st struct {
+		Kind    string `json:"kind"`
+		Message string `json:"message"`
+		Code    int    `json:"code"`
+	}
+	if json.Unmarshal(body, &st) != nil {
+		return false
+	}
+	return st.Kind == "Status" && st.Code == http.StatusServiceUnavailable && st.Message == shutdown503Message
+}
+
+// rereadBody is a response body with its inspected head put back.
+type rereadBody struct {
+	io.Reader
+	c io.Closer
+}
+
+func (b *rereadBody) Close() error { return b.c.Close() }
+
+// failedStatus reports whether an answer counts towards passive outlier
+// detection: the 5xx an apiserver in trouble gives. 501 and 505 say
+// nothing about its health.
+func failedStatus(code int) bool {
+	switch code {
+	case http.StatusInternalServerError, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// connectFailed reports whether err says the endpoint could not be
+// reached at all (dial, TLS handshake): it is ejected at once. An
+// unprocessed error of HTTP/2 itself (a GOAWAY, a refused stream, a
+// closing connection) is not one: kube-apiserver sends GOAWAY for
+// --goaway-chance, idle connections and after 401s, and none of those
+// says the apiserver is down.
+func connectFailed(err error) bool {
+	if isDialError(err) {
+		return true
+	}
+	var u *transport.UnprocessedError
+	if !errors.As(err, &u) {
+		return false
+	}
+	return !isHTTP2Error(u.Err)
+}
+
+func isHTTP2Error(err error) bool {
+	var se http2.StreamError
+	var ga http2.GoAwayError
+	if errors.As(err, &se) || errors.As(err, &ga) {
+		return true
+	}
+	return strings.HasPrefix(err.Error(), "http2:")
+}
+
+// failedErr reports whether a round-trip error counts towards passive
+// outlier detection: a timeout or a connection lost mid-request, but not
+// the client going away nor a GOAWAY.
+func failedErr(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ga http2.GoAwayError
+	return !errors.As(err, &ga)
+}
+
+// retryableError reports whether a failed round trip may be sent to
+// another endpoint, and why: the apiserver never received it, or it is a
+// read (GET, HEAD: kube-apiserver's get, list and watch change nothing)
+// that failed on a broken connection or a timeout before any response
+// header arrived, as on a host that died or was cut off mid-request.
+// Writes that may have been processed never move.
+func retryableError(out *http.Request, unprocessed bool, err error) (reason string, ok bool) {
+	switch {
+	case unprocessed:
+		return reasonUnprocessed, true
+	case (out.Method == http.MethodGet || out.Method == http.MethodHead) && failedErr(out.Context(), err):
+		return reasonRead, true
+	}
+	return "", false
+}
+
+// Reasons for fanout_retries_total and fanout_retry_budget_exhausted_total,
+// besides reasonUnprocessed.
+const (
+	reasonRead      = "read"
+	reasonShutdown  = "shutdown"
+	reasonOverload  = "overload"
+	reasonThrottled = "throttled"
+)
+
+// maxAttempts bounds the attempts of one request. A shutdown answer may
+// move a request twice (two apiservers may be restarting at once during a
+// fast rollout); every other reason moves it once.
+const maxAttempts = 3
+
+// retryBudget caps retries at Ratio of the requests seen over a sliding
+// Window, plus Min per window, as Finagle's RetryBudget does: when every
+// apiserver is saturated, fanout then adds at most that much load however
+// many requests are rejected, and client-go's own retries take over.
+//
+// It counts in one-second buckets in a ring of atomics; a bucket is reset
+// by the first writer of a new second with a compare-and-swap, and a count
+// racing with that reset may be lost. The budget is approximate by design;
+// the request path takes no lock.
+type retryBudget struct {
+	now     func() time.Time
+	ratio   float64
+	min     int64
+	buckets []budgetBucket
+}
+
+type budgetBucket struct {
+	sec      atomic.Int64
+	requests atomic.Int64
+	retries  atomic.Int64
+}
+
+func newRetryBudget(ratio float64, minPerWindow int, window time.Duration, now func() time.Time) *retryBudget {
+	n := max(int(window/time.Second), 1)
+	return &retryBudget{now: now, ratio: ratio, min: int64(minPerWindow), buckets: make([]budgetBucket, n)}
+}
+
+func (b *retryBudget) bucket(sec int64) *budgetBucket {
+	bk := &b.buckets[sec%int64(len(b.buckets))]
+	for {
+		s := bk.sec.Load()
+		if s >= sec {
+			return bk
+		}
+		if bk.sec.CompareAndSwap(s, sec) {
+			bk.requests.Store(0)
+			bk.retries.Store(0)
+			return bk
+		}
+	}
+}
+
+// request counts one request from a client.
+func (b *retryBudget) request() { b.bucket(b.now().Unix()).requests.Add(1) }
+
+// allow reports whether one more retry fits in the budget, without
+// spending it.
+func (b *retryBudget) allow() bool {
+	sec := b.now().Unix()
+	var requests, retries int64
+	for i := range b.buckets {
+		bk := &b.buckets[i]
+		if s := bk.sec.Load(); s > sec-int64(len(b.buckets)) && s <= sec {
+			requests += bk.requests.Load()
+			retries += bk.retries.Load()
+		}
+	}
+	return float64(retries) < float64(b.min)+b.ratio*float64(requests)
+}
+
+// spend counts one retry.
+func (b *retryBudget) spend() { b.bucket(b.now().Unix()).retries.Add(1) }
+
+// doneInfo is what the balancer learns from an answer.
+func doneInfo(status int, v verdict, latency time.Duration) balancer.DoneInfo {
+	return balancer.DoneInfo{
+		StatusCode:   status,
+		Latency:      latency,
+		ShuttingDown: v == verdictShutdown,
+		Overloaded:   v == verdictOverload,
+		Failed:       v == verdictAnswer && failedStatus(status),
+	}
+}
+
+// retryReason names a verdict in the metrics.
+func retryReason(v verdict) string {
+	switch v {
+	case verdictShutdown:
+		return reasonShutdown
+	case verdictOverload:
+		return reasonOverload
+	default:
+		return reasonThrottled
+	}
+}

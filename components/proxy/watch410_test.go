@@ -1,0 +1,91 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+)
+
+const (
+	goneEvent  = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 5 (90)","reason":"Expired","code":410}}`
+	addedEvent = `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"91"}}}`
+)
+
+// watchServer answers every watch with first as its first event, in the
+// given content type, then holds the stream until the client goes.
+func watchServer(first, contentType string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", contentType)
+		w.WriteHeader(200)
+		fmt.Fprintln(w, first)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(waitLimit):
+		}
+	})
+}
+
+func TestWatchGoneRetriedOnOldest(t *testing.T) {
+	const path = "/api/v1/namespaces/ns/configmaps?watch=true&resourceVersion=5"
+	tests := []struct {
+		name        string
+		young, old  http.Handler
+		path        string
+		want        string // first line the client gets
+		wantRetried float64
+	}{
+		{"410 from the young one: retried on the old one", watchServer(goneEvent, "application/json"), watchServer(addedEvent, "application/json"), path, addedEvent, 1},
+		{"410 from both: the oldest one's passed on", watchServer(goneEvent, "application/json"), watchServer(goneEvent, "application/json"), path, goneEvent, 1},
+		{"no resourceVersion: passed on", watchServer(goneEvent, "application/json"), watchServer(addedEvent, "application/json"), "/api/v1/namespaces/ns/configmaps?watch=true", goneEvent, 0},
+		{"protobuf stream: passed on", watchServer(goneEvent, "application/vnd.kubernetes.protobuf;stream=watch"), watchServer(addedEvent, "application/json"), path, goneEvent, 0},
+		{"other events untouched", watchServer(addedEvent, "application/json"), watchServer(goneEvent, "application/json"), path, addedEvent, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// Address order decides which backend is which; make the
+			// second one young whichever it is.
+			c := newRealCluster(t, Config{}, tt.young, tt.old)
+			young := c.addrs[0]
+			c.b.SetReady(young, false)
+			c.b.SetReady(young, true)
+			// The young one must be picked first: hold a watch open on the
+			// old one so the young one has the fewest.
+			p, _ := c.b.Pick(balancer.PickInfo{Kind: balancer.Long, Avoid: young})
+			defer p.Done(balancer.DoneInfo{})
+			resp, err := newClient(t, false).Get(c.base + tt.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(line); got != tt.want {
+				t.Errorf("first event = %s, want %s", got, tt.want)
+			}
+			if got := counterValue(t, c.m.retries.WithLabelValues(reasonGone)); got != tt.wantRetried {
+				t.Errorf("fanout_retries_total{reason=gone} = %v, want %v", got, tt.wantRetried)
+			}
+		})
+	}
+}
+
+func TestIsGoneEvent(t *testing.T) {
+	for line, want := range map[string]bool{
+		goneEvent:  true,
+		addedEvent: false,
+		`{"type":"ERROR","object":{"kind":"Status","code":500}}`: false,
+		`not json`: false,
+	} {
+		if got := isGoneEvent([]byte(line)); got != want {
+			t.Errorf("isGoneEvent(%s) = %v, want %v", line, got, want)
+		}
+	}
+}
