@@ -1,0 +1,156 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func overheadFixture(fanoutP99, directP99 time.Duration, fanoutRPC, haproxyRPC, idle float64) *OverheadResult {
+	return &OverheadResult{
+		Runs:       1,
+		IdleRSSMiB: map[string]float64{targetFanout: idle, targetHAProxy: 9},
+		Order:      [][]string{{targetDirect, targetFanout, targetHAProxy}},
+		Rows: []OverheadRow{
+			{Target: targetDirect, Phase: "1k", Runs: 1, P99: directP99, CPUPer10k: math.NaN(), ReqPerCPUSecond: math.NaN(), PeakRSSMiB: math.NaN()},
+			{Target: targetFanout, Phase: "1k", Runs: 1, P99: fanoutP99},
+			{Target: targetFanout, Phase: "saturation", Runs: 1, ReqPerCPUSecond: fanoutRPC},
+			{Target: targetHAProxy, Phase: "saturation", Runs: 1, ReqPerCPUSecond: haproxyRPC},
+		},
+	}
+}
+
+func TestTargets(t *testing.T) {
+	micro := func(allocs ...float64) *MicroResult {
+		m := &MicroResult{}
+		for _, a := range allocs {
+			m.Benches = append(m.Benches, MicroBench{Name: "BenchmarkPick/x", AllocsPerOp: a})
+		}
+		// Not Pick: its allocations do not count.
+		m.Benches = append(m.Benches, MicroBench{Name: "BenchmarkServeShort", AllocsPerOp: 30})
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		r    Report
+		want []string // statuses in Targets order
+	}{
+		{
+			name: "all met",
+			r: Report{
+				Overhead: overheadFixture(1200*time.Microsecond, 1000*time.Microsecond, 12000, 10000, 20),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 50},
+				Micro:    micro(0, 0),
+			},
+			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet},
+		},
+		{
+			name: "all missed",
+			r: Report{
+				Overhead: overheadFixture(1300*time.Microsecond, 1000*time.Microsecond, 6000, 10000, 31),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 64.1},
+				Micro:    micro(0, 1),
+			},
+			want: []string{statusNotMet, statusNotMet, statusNotMet, statusNotMet, statusNotMet},
+		},
+		{
+			name: "boundaries are met",
+			r: Report{
+				Overhead: overheadFixture(1250*time.Microsecond, 1000*time.Microsecond, 10000, 10000, 30),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 64},
+				Micro:    micro(0),
+			},
+			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet},
+		},
+		{
+			name: "nothing measured",
+			r:    Report{},
+			want: []string{statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured},
+		},
+		{
+			name: "too few watches gives no verdict; NaN CPU is not measured",
+			r: Report{
+				Overhead: overheadFixture(1000*time.Microsecond, 1000*time.Microsecond, math.NaN(), 10000, 20),
+				Scale:    &ScaleResult{WatchesOpen: 1999, PeakRSSMiB: 10},
+			},
+			want: []string{statusNotMeasured, statusMet, statusMet, statusNotMeasured, statusNotMeasured},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := Targets(&tc.r)
+			if len(rows) != len(tc.want) {
+				t.Fatalf("%d rows, want %d", len(rows), len(tc.want))
+			}
+			for i, row := range rows {
+				if row.Status != tc.want[i] {
+					t.Errorf("%s: %s (measured %s), want %s", row.Target, row.Status, row.Measured, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestRender(t *testing.T) {
+	r := &Report{
+		Started:  time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC),
+		Finished: time.Date(2026, 11, 30, 6, 20, 0, 0, time.UTC),
+		Command:  "make bench BENCH_ARGS=-quick",
+		Quick:    true,
+		Machine:  Machine{CPUs: 2, CPUModel: "Test CPU", MemTotal: "4.0 GiB", Kernel: "Linux 6.1", Go: "go1.26", HAProxy: "HAProxy version 2.6.12", LoadAvg: "1.00 2.00 3.00"},
+		Overhead: overheadFixture(1300*time.Microsecond, 1000*time.Microsecond, 6000, 10000, 21.5),
+		RealAPI: &RealAPIResult{APIServers: []string{"https://a", "https://b", "https://c"}, Rate: 100, Duration: time.Second, Rows: []RealAPIRow{
+			{Target: targetFanout, Runs: 1, Served: []int{30, 30, 40}, Sent: 100, P50: 2 * time.Millisecond, P99: 15 * time.Millisecond},
+		}},
+		Scale:    &ScaleResult{Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
+		Micro:    &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
+		Failures: []string{"scale: something broke"},
+	}
+	md := Render(r)
+	for _, want := range []string{
+		"QUICK RUN",
+		"`make bench BENCH_ARGS=-quick`",
+		"| CPUs (nproc) | 2 |", "| CPU model | Test CPU |", "| RAM | 4.0 GiB |", "| kernel | Linux 6.1 |", "| HAProxy | HAProxy version 2.6.12 |",
+		"2026-11-30T06:00:00Z", "(20m0s)",
+		"| fanout RSS ≤ 30 MiB idle | 21.5 MiB | met |",
+		"| p99 added over direct ≤ 250 µs at 1k req/s | +300 µs (fanout 1300 µs, direct 1000 µs) | **not met** |",
+		"fanout 6000, HAProxy 10000 (0.60×)",
+		"| fanout RSS ≤ 64 MiB with 2000 watches | 70.0 MiB peak with 2000 watches open | **not met** |",
+		"| fanout | 1 | 100 | 0 | 0 | 2000 µs | 15.0 ms | 30 (30.0 %) | 30 (30.0 %) | 40 (40.0 %) |",
+		"| fanout CPU during the phase | 1.50 s (50 % of one core) |",
+		"| fanout peak RSS (VmHWM) | 33.3 MiB |",
+		"| BenchmarkPick/rr | 1 | 12.3 | — | 0 |",
+		"flat flat% sum%",
+		"- scale: something broke",
+		"run 1: direct → fanout → haproxy;",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// A direct row has no proxy: its proxy columns must say so, not 0.
+	if !strings.Contains(md, "| direct | 1k | 1 | 0 | 0 | 0 | 0 µs | 1000 µs | 0 µs | — | — | — |") {
+		t.Errorf("direct row does not show — for proxy columns:\n%s", md)
+	}
+	r.Quick = false
+	if strings.Contains(Render(r), "QUICK RUN") {
+		t.Error("a full run is labelled quick")
+	}
+}
+
+func TestFmtDur(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{250 * time.Microsecond, "250 µs"},
+		{9999 * time.Microsecond, "9999 µs"},
+		{15 * time.Millisecond, "15.0 ms"},
+		{1966 * time.Millisecond, "1.97 s"},
+		{12 * time.Second, "12.00 s"},
+	} {
+		if got := fmtDur(tc.d); got != tc.want {
+			t.Errorf("fmtDur(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
