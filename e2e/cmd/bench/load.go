@@ -40,12 +40,19 @@ type requestFunc func(ctx context.Context) error
 // were already in flight: counted as an error, never as a latency.
 var errOverloaded = errors.New("not sent: too many requests in flight")
 
-// OpenLoop sends rate requests per second for d on a fixed Schedule, each on
-// a goroutine of its own, so slow responses never delay later sends. At most
-// maxInflight requests are outstanding; a request due beyond that is counted
-// as an error instead of queueing without bound.
+// OpenLoop sends rate requests per second for d on a fixed schedule
+// starting now; see RunSchedule.
 func OpenLoop(ctx context.Context, do requestFunc, rate float64, d time.Duration, maxInflight int) LoadResult {
-	s := NewSchedule(time.Now().Add(5*time.Millisecond), rate, d)
+	return RunSchedule(ctx, do, NewSchedule(time.Now().Add(5*time.Millisecond), rate, d), maxInflight)
+}
+
+// RunSchedule sends each request of s when it is due, each on a goroutine
+// of its own, so slow responses never delay later sends, and measures its
+// latency from the due time, so a late sender (a stalled load generator) adds
+// to latency instead of hiding it. At most maxInflight requests are
+// outstanding; a request due beyond that is counted as an error instead of
+// queueing without bound.
+func RunSchedule(ctx context.Context, do requestFunc, s Schedule, maxInflight int) LoadResult {
 	lat := make([]time.Duration, s.Total)
 	errs := make([]error, s.Total)
 	var inflight atomic.Int64

@@ -44,29 +44,28 @@ func TestOpenLoopDoesNotWaitForResponses(t *testing.T) {
 	}
 }
 
-// A stall delays every request queued behind it, and the latencies say so
-// (no coordinated omission): with one request at a time and a 300 ms stall
-// on the first, later requests' latencies include their wait.
-func TestOpenLoopCountsQueueingBehindAStall(t *testing.T) {
-	gate := make(chan struct{}, 1)
-	gate <- struct{}{}
-	var n atomic.Int64
-	do := func(ctx context.Context) error {
-		<-gate
-		defer func() { gate <- struct{}{} }()
-		if n.Add(1) == 1 {
-			time.Sleep(300 * time.Millisecond)
+// A late sender does not hide latency (no coordinated omission): with a
+// schedule whose first 20 requests were due 200 ms before it runs, their
+// latencies include the time they waited to be sent.
+func TestRunScheduleCountsLatenessOfTheSender(t *testing.T) {
+	do := func(ctx context.Context) error { return nil }
+	s := NewSchedule(time.Now().Add(-200*time.Millisecond), 100, 400*time.Millisecond)
+	res := RunSchedule(context.Background(), do, s, 1000)
+	if res.OK != 40 {
+		t.Fatalf("ok %d, want 40", res.OK)
+	}
+	late := 0
+	for _, l := range res.Latencies {
+		if l >= 10*time.Millisecond {
+			late++
 		}
-		return nil
 	}
-	res := OpenLoop(context.Background(), do, 100, 200*time.Millisecond, 1000)
-	if res.OK != 20 {
-		t.Fatalf("ok %d, want 20", res.OK)
+	// Requests 0..19 were due 10 to 200 ms before the run started.
+	if late < 19 {
+		t.Errorf("%d of 40 latencies at or above 10 ms, want the 19 or more sent late: %v", late, res.Latencies)
 	}
-	s := Summarize(res.Latencies)
-	// The 10th request was due at 90 ms and could not start before 300 ms.
-	if s.P50 < 150*time.Millisecond {
-		t.Errorf("p50 %s: queueing behind the stall is not counted", s.P50)
+	if s := Summarize(res.Latencies); s.P99 < 190*time.Millisecond {
+		t.Errorf("p99 %s: the first request's 200 ms wait is not counted", s.P99)
 	}
 }
 

@@ -213,7 +213,9 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 		}
 	}
 
-	r := &Report{Started: time.Now(), Quick: o.Quick, Machine: describeMachine(), Command: commandLine(), Settings: settings(o)}
+	r := &Report{Started: time.Now(), Quick: o.Quick, Machine: describeMachine(), Settings: settings(o), Estimate: Estimate(o)}
+	r.Command, r.Via = commandLine()
+	logf("expected to take about %s on a quiet machine", r.Estimate.Round(time.Minute))
 	fail := func(section string, err error) {
 		logf("%s failed: %v", section, err)
 		r.Failures = append(r.Failures, fmt.Sprintf("%s: %s", section, strings.ReplaceAll(err.Error(), "\n", " ")))
@@ -281,14 +283,41 @@ func newBackendEnv(o Options, dir, fanoutBin string, logf func(string, ...any)) 
 	return &overheadEnv{opts: o, dir: dir, pki: pki, backends: b.Addrs, fanout: fanoutBin, kubecfg: kc, logf: logf}, b.Close, nil
 }
 
-// commandLine is how this run was started: make bench sets
-// FANOUT_BENCH_VIA to its own command line.
-func commandLine() string {
-	self := "cd e2e && go run ./cmd/bench " + strings.Join(os.Args[1:], " ")
-	if via := os.Getenv("FANOUT_BENCH_VIA"); via != "" {
-		return strings.TrimSpace(via) + "` (which runs `" + strings.TrimSpace(self)
+// commandLine is how this binary was run, and how make bench was (it sets
+// FANOUT_BENCH_VIA to its own command line).
+func commandLine() (cmd, via string) {
+	cmd = strings.TrimSpace(filepath.Base(os.Args[0]) + " " + strings.Join(os.Args[1:], " "))
+	return cmd, strings.TrimSpace(os.Getenv("FANOUT_BENCH_VIA"))
+}
+
+// Estimate is roughly how long a run with o takes on a quiet machine,
+// from the phase lengths plus a few seconds per process start.
+func Estimate(o Options) time.Duration {
+	const start = 2 * time.Second // starting and stopping one proxy
+	var d time.Duration
+	if o.Sections["micro"] {
+		// 6 Pick benchmarks and 1 hot-path one, plus compiling.
+		d += time.Duration(7*o.MicroCount)*parseBenchtime(o.MicroTime) + 30*time.Second
 	}
-	return strings.TrimSpace(self)
+	if o.Sections["overhead"] {
+		perTarget := start + o.IdleWait + o.Warmup + time.Duration(len(o.Phases))*o.PhaseDuration
+		d += time.Duration(o.Runs*len(o.Targets)) * perTarget
+	}
+	if o.Sections["scale"] {
+		d += 2*(start+o.IdleWait) + 10*time.Second + o.ScaleDuration
+	}
+	if o.Sections["realapi"] {
+		d += 30 * time.Second // the control plane
+		d += time.Duration(o.Runs*len(o.Targets)) * (start + o.Warmup + o.APIDuration)
+	}
+	return d
+}
+
+func parseBenchtime(s string) time.Duration {
+	if d, err := time.ParseDuration(s); err == nil {
+		return d
+	}
+	return time.Second // a count like "100x": guess
 }
 
 func settings(o Options) []string {
@@ -302,12 +331,22 @@ func settings(o Options) []string {
 	for _, p := range o.Phases {
 		rates = append(rates, p.Name)
 	}
-	return []string{
+	out := []string{
 		"sections: " + strings.Join(names, ", "),
-		fmt.Sprintf("runs per section: %d (medians reported)", o.Runs),
-		fmt.Sprintf("overhead: phases %s, %s each after a %s warm-up; %d closed-loop workers at saturation; HTTP/1.1 pool of %d idle connections per host; open loop counts requests due beyond %d in flight as errors", strings.Join(rates, ", "), o.PhaseDuration, o.Warmup, o.Workers, o.IdlePerHost, o.MaxInflight),
-		fmt.Sprintf("real apiservers: %.0f req/s for %s per run", o.APIRate, o.APIDuration),
-		fmt.Sprintf("scale: %d watches, one event per %s each, plus %.0f req/s for %s; LIST of %d MiB", o.Watches, o.WatchInterval, o.ScaleRate, o.ScaleDuration, o.ListBytes>>20),
-		fmt.Sprintf("micro: go test -count %d -benchtime %s", o.MicroCount, o.MicroTime),
+		fmt.Sprintf("runs: %d of the overhead and real-apiserver sections (medians reported); the scale section runs once", o.Runs),
+		"the load generator, the backends and the proxy under test share this machine's CPUs",
 	}
+	if o.Sections["overhead"] {
+		out = append(out, fmt.Sprintf("overhead: phases %s, %s each after a %s warm-up; %d closed-loop workers at saturation; HTTP/1.1 pool of %d idle connections per host; open loop counts requests due beyond %d in flight as errors", strings.Join(rates, ", "), o.PhaseDuration, o.Warmup, o.Workers, o.IdlePerHost, o.MaxInflight))
+	}
+	if o.Sections["realapi"] {
+		out = append(out, fmt.Sprintf("real apiservers: %.0f req/s for %s per run", o.APIRate, o.APIDuration))
+	}
+	if o.Sections["scale"] {
+		out = append(out, fmt.Sprintf("scale: %d watches, one event per %s each, plus %.0f req/s for %s; LIST of %d MiB", o.Watches, o.WatchInterval, o.ScaleRate, o.ScaleDuration, o.ListBytes>>20))
+	}
+	if o.Sections["micro"] {
+		out = append(out, fmt.Sprintf("micro: go test -count %d -benchtime %s", o.MicroCount, o.MicroTime))
+	}
+	return out
 }

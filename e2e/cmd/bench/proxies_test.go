@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestHAProxyConfig(t *testing.T) {
@@ -83,5 +84,24 @@ func TestQuickShortensOnlyWhatWasNotSet(t *testing.T) {
 	}
 	if _, _, _, _, err := parseFlags([]string{"-sections", "nope"}); err == nil {
 		t.Error("unknown section accepted")
+	}
+}
+
+func TestEstimate(t *testing.T) {
+	full, _, _, _, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quick, _, _, _, err := parseFlags([]string{"-quick"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, q := Estimate(full), Estimate(quick)
+	// 5 runs × 3 paths × 3 phases × 20 s of overhead alone is 15 min.
+	if f < 15*time.Minute || f > 45*time.Minute {
+		t.Errorf("full run estimate %s, want between 15 and 45 min", f)
+	}
+	if q >= f/5 {
+		t.Errorf("quick estimate %s is not much shorter than the full %s", q, f)
 	}
 }

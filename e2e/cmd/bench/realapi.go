@@ -73,7 +73,6 @@ func runRealAPI(ctx context.Context, o Options, dir string, logf func(string, ..
 		user       string
 		ck         *harness.CertKey
 		kc         string
-		lat        []time.Duration
 		sent, errs int
 		firstErr   string
 		thr        []float64
@@ -131,7 +130,7 @@ func runRealAPI(ctx context.Context, o Options, dir string, logf func(string, ..
 			if err != nil {
 				return nil, fmt.Errorf("realapi %s: %w", t, err)
 			}
-			lr, err := clientGoLoad(ctx, cfg, ns, o.APIRate, o.APIDuration, o.MaxInflight)
+			lr, err := clientGoLoad(ctx, cfg, ns, o.APIRate, o.Warmup, o.APIDuration, o.MaxInflight)
 			stop()
 			if err != nil {
 				return nil, fmt.Errorf("realapi %s: %w", t, err)
@@ -164,9 +163,10 @@ func runRealAPI(ctx context.Context, o Options, dir string, logf func(string, ..
 	return res, nil
 }
 
-// clientGoLoad sends rate requests per second for d with a client-go
-// clientset, alternating GET of one of the ConfigMaps and a LIST of them.
-func clientGoLoad(ctx context.Context, cfg *rest.Config, ns string, rate float64, d time.Duration, maxInflight int) (LoadResult, error) {
+// clientGoLoad sends rate requests per second with a client-go clientset,
+// alternating GET of one of the ConfigMaps and a LIST of them: for warmup
+// (not measured), then for d.
+func clientGoLoad(ctx context.Context, cfg *rest.Config, ns string, rate float64, warmup, d time.Duration, maxInflight int) (LoadResult, error) {
 	cfg = rest.CopyConfig(cfg)
 	// No client-side throttling: the schedule sets the rate.
 	cfg.QPS, cfg.Burst = 1e6, 1e6
@@ -190,6 +190,9 @@ func clientGoLoad(ctx context.Context, cfg *rest.Config, ns string, rate float64
 		}
 		_, err := cms.List(ctx, metav1.ListOptions{Limit: 50})
 		return err
+	}
+	if warmup > 0 {
+		OpenLoop(ctx, do, rate, warmup, maxInflight)
 	}
 	return OpenLoop(ctx, do, rate, d, maxInflight), nil
 }

@@ -12,7 +12,11 @@ import (
 type Report struct {
 	Started  time.Time
 	Finished time.Time
-	Command  string
+	// Command is how the tool was run; Via how that was started (make
+	// bench), if known.
+	Command, Via string
+	// Estimate is how long the run was expected to take.
+	Estimate time.Duration
 	Quick    bool
 	Machine  Machine
 	Settings []string
@@ -131,7 +135,12 @@ func Render(r *Report) string {
 		p("> **QUICK RUN** (`-quick`): short phases and one run each. These numbers prove the tool works end to end;\n")
 		p("> they are not measurements to quote. Run `make bench` without `-quick` on a quiet machine for those.\n\n")
 	}
-	p("- Command: `%s`\n", r.Command)
+	if r.Via != "" {
+		p("- Command: `%s`, which ran `%s` in `e2e/`\n", r.Via, r.Command)
+	} else {
+		p("- Command: `%s` in `e2e/`\n", r.Command)
+	}
+	p("- Expected duration on a quiet machine (from the settings): about %s\n", r.Estimate.Round(time.Minute))
 	p("- Started %s, finished %s (%s)\n", r.Started.UTC().Format(time.RFC3339), r.Finished.UTC().Format(time.RFC3339), r.Finished.Sub(r.Started).Round(time.Second))
 	p("\n## Machine\n\n| | |\n| --- | --- |\n")
 	m := r.Machine
@@ -205,7 +214,7 @@ func renderRealAPI(b *strings.Builder, r *RealAPIResult) {
 	}
 	p("A client-go clientset (GET of a ConfigMap and LIST of 20, alternating) at %.0f req/s open loop for %s per run, against etcd and %d kube-apiservers (%s) of the e2e harness, ",
 		r.Rate, r.Duration, len(r.APIServers), strings.Join(r.APIServers, ", "))
-	p("each path with a user of its own; shares come from the apiservers' audit logs (health probes left out). Latency: median over runs.\n\n")
+	p("each path with a user of its own; shares come from the apiservers' audit logs (health probes left out; each run's warm-up requests included). Latency: median over runs, after a warm-up at the same rate.\n\n")
 	p("| path | runs | requests | errors | throughput (req/s) | p50 | p99 |")
 	for i := range r.APIServers {
 		p(" apiserver %d |", i+1)

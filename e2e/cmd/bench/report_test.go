@@ -95,7 +95,7 @@ func TestRender(t *testing.T) {
 	r := &Report{
 		Started:  time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC),
 		Finished: time.Date(2026, 11, 30, 6, 20, 0, 0, time.UTC),
-		Command:  "make bench BENCH_ARGS=-quick",
+		Command:  "fanout-bench -quick", Via: "make bench BENCH_ARGS=-quick",
 		Quick:    true,
 		Machine:  Machine{CPUs: 2, CPUModel: "Test CPU", MemTotal: "4.0 GiB", Kernel: "Linux 6.1", Go: "go1.26", HAProxy: "HAProxy version 2.6.12", LoadAvg: "1.00 2.00 3.00"},
 		Overhead: overheadFixture(1300*time.Microsecond, 1000*time.Microsecond, 6000, 10000, 21.5),
@@ -109,7 +109,7 @@ func TestRender(t *testing.T) {
 	md := Render(r)
 	for _, want := range []string{
 		"QUICK RUN",
-		"`make bench BENCH_ARGS=-quick`",
+		"- Command: `make bench BENCH_ARGS=-quick`, which ran `fanout-bench -quick` in `e2e/`",
 		"| CPUs (nproc) | 2 |", "| CPU model | Test CPU |", "| RAM | 4.0 GiB |", "| kernel | Linux 6.1 |", "| HAProxy | HAProxy version 2.6.12 |",
 		"2026-11-30T06:00:00Z", "(20m0s)",
 		"| fanout RSS ≤ 30 MiB idle | 21.5 MiB | met |",
