@@ -302,6 +302,7 @@ func Estimate(o Options) time.Duration {
 	if o.Sections["overhead"] {
 		perTarget := start + o.IdleWait + o.Warmup + time.Duration(len(o.Phases))*o.PhaseDuration
 		d += time.Duration(o.Runs*len(o.Targets)) * perTarget
+		d += 2 * (o.PhaseDuration + 5*time.Second) // the perf phases of fanout and HAProxy
 	}
 	if o.Sections["scale"] {
 		d += 2*(start+o.IdleWait) + 10*time.Second + o.ScaleDuration

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
@@ -72,6 +73,9 @@ type OverheadResult struct {
 	IdleRSSMiB map[string]float64
 	Runs       int
 	Order      [][]string // target order of each run
+	// Profiles are perf profiles of the proxies during an extra saturation
+	// phase of the last run.
+	Profiles []ProxyProfile
 }
 
 // Row finds a row.
@@ -157,9 +161,12 @@ func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error)
 		res.Order = append(res.Order, order)
 		for _, t := range order {
 			env.logf("overhead: run %d/%d: %s", run+1, o.Runs, t)
-			ms, idleKiB, err := env.runTarget(ctx, t, run)
+			ms, idleKiB, prof, err := env.runTarget(ctx, t, run, run == o.Runs-1)
 			if err != nil {
 				return nil, fmt.Errorf("run %d, %s: %w", run+1, t, err)
+			}
+			if prof != nil {
+				res.Profiles = append(res.Profiles, *prof)
 			}
 			all = append(all, ms...)
 			if !math.IsNaN(idleKiB) {
@@ -186,17 +193,17 @@ func (env *overheadEnv) clientTLS() (*tls.Config, error) {
 
 // runTarget starts the target's proxy (none for direct), reads its idle
 // RSS, warms up, and runs every phase, reading the proxy's CPU around each.
-func (env *overheadEnv) runTarget(ctx context.Context, target string, run int) ([]PhaseMeasure, float64, error) {
+// With profile, an extra saturation phase runs under perf (when installed).
+func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, profile bool) (_ []PhaseMeasure, _ float64, _ *ProxyProfile, err error) {
 	o := env.opts
 	var proxy *Proc
 	var client *http.Client
 	var url string
-	var err error
 	switch target {
 	case targetDirect:
 		tc, err := env.clientTLS()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		client, url = newH2Client(tc), "https://"+env.backends[0]+shortPath
 	case targetFanout:
@@ -209,7 +216,7 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int) (
 		proxy, err = StartHAProxy(ctx, env.dir, fmt.Sprintf("overhead-haproxy-run%d", run), env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM)
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	if proxy != nil {
 		defer proxy.Stop()
@@ -222,20 +229,20 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int) (
 		sleepCtx(ctx, o.IdleWait)
 		u, err := proxy.Usage()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, nil, err
 		}
 		idleKiB = float64(u.RSSKiB)
 	}
 	do := getter(client, url, 10*time.Second)
 	if w := ClosedLoop(ctx, do, 4, o.Warmup); w.OK == 0 {
-		return nil, 0, fmt.Errorf("warm-up through %s: no request succeeded: %v", target, w.FirstErr)
+		return nil, 0, nil, fmt.Errorf("warm-up through %s: no request succeeded: %v", target, w.FirstErr)
 	}
 	var out []PhaseMeasure
 	for _, ph := range o.Phases {
 		var before ProcUsage
 		if proxy != nil {
 			if before, err = proxy.Usage(); err != nil {
-				return nil, 0, err
+				return nil, 0, nil, err
 			}
 		}
 		var lr LoadResult
@@ -245,13 +252,13 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int) (
 			lr = ClosedLoop(ctx, do, o.Workers, o.PhaseDuration)
 		}
 		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
+			return nil, 0, nil, ctx.Err()
 		}
 		m := PhaseMeasure{Target: target, Phase: ph.Name, Load: lr, Lat: Summarize(lr.Latencies), CPUSeconds: math.NaN(), PeakRSSKiB: math.NaN()}
 		if proxy != nil {
 			after, err := proxy.Usage()
 			if err != nil {
-				return nil, 0, err
+				return nil, 0, nil, err
 			}
 			m.CPUSeconds = after.CPUSeconds() - before.CPUSeconds()
 			m.PeakRSSKiB = float64(after.HWMKiB)
@@ -262,7 +269,14 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int) (
 		env.logf("overhead: %s %s: %.0f req/s, p50 %s p99 %s, cpu %.2fs", target, ph.Name, lr.Throughput(), m.Lat.P50, m.Lat.P99, m.CPUSeconds)
 		out = append(out, m)
 	}
-	return out, idleKiB, nil
+	var prof *ProxyProfile
+	if profile && proxy != nil && perfAvailable() {
+		p := profileProc(ctx, target, proxy.PID(), filepath.Join(env.dir, target+".perf.data"), o.PhaseDuration, func() {
+			ClosedLoop(ctx, do, o.Workers, o.PhaseDuration)
+		})
+		prof = &p
+	}
+	return out, idleKiB, prof, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

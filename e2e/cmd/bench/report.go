@@ -203,6 +203,15 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 		p(" run %d: %s;", i+1, strings.Join(ord, " → "))
 	}
 	p("\n")
+	for _, pr := range o.Profiles {
+		p("\n### Where %s spends its CPU at saturation (perf, an extra unmeasured phase of the last run)\n\n", pr.Target)
+		p("```sh\n%s\n```\n\n", strings.Join(pr.Commands, "\n"))
+		if pr.Err != "" {
+			p("perf failed: `%s`\n", pr.Err)
+			continue
+		}
+		p("Per Go package (kernel and C code per binary):\n\n```\n%s\n```\n\nFlat, by binary and by symbol:\n\n```\n%s\n```\n", pr.Packages, pr.Top)
+	}
 }
 
 func renderRealAPI(b *strings.Builder, r *RealAPIResult) {

@@ -106,6 +106,10 @@ func TestRender(t *testing.T) {
 		Micro:    &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
 		Failures: []string{"scale: something broke"},
 	}
+	r.Overhead.Profiles = []ProxyProfile{
+		{Target: targetFanout, Commands: []string{"perf record -F 999 -p 42"}, Top: "    12.00%  fanout  [.] crypto/aes.gcmAesEnc"},
+		{Target: targetHAProxy, Err: "no permission"},
+	}
 	md := Render(r)
 	for _, want := range []string{
 		"QUICK RUN",
@@ -123,6 +127,10 @@ func TestRender(t *testing.T) {
 		"flat flat% sum%",
 		"- scale: something broke",
 		"run 1: direct → fanout → haproxy;",
+		"### Where fanout spends its CPU at saturation",
+		"perf record -F 999 -p 42",
+		"    12.00%  fanout  [.] crypto/aes.gcmAesEnc",
+		"perf failed: `no permission`",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -152,5 +160,61 @@ func TestFmtDur(t *testing.T) {
 		if got := fmtDur(tc.d); got != tc.want {
 			t.Errorf("fmtDur(%v) = %q, want %q", tc.d, got, tc.want)
 		}
+	}
+}
+
+func TestPerfTop(t *testing.T) {
+	report := `# To display the perf.data header info, please use --header/--header-only options.
+#
+# Samples: 1K of event 'cpu-clock:ppp'
+#
+# Overhead  Shared Object  Symbol
+# ........  .............  ......
+#
+     5.00%  fanout         [.] runtime.mallocgc
+     8.00%  [kernel]       [k] _raw_spin_unlock_irqrestore         -      -
+    12.00%  fanout         [.] crypto/aes.gcmAesEnc                -      -
+
+
+#
+# (Tip: use --percent-limit)
+#
+`
+	if got, want := PerfTop(report, 2), "    12.00%  fanout         [.] crypto/aes.gcmAesEnc\n     8.00%  [kernel]       [k] _raw_spin_unlock_irqrestore"; got != want {
+		t.Errorf("PerfTop(2) =\n%s\nwant\n%s", got, want)
+	}
+	if got := PerfTop(report, 10); strings.Count(got, "\n") != 2 || strings.Contains(got, "#") {
+		t.Errorf("PerfTop(10) =\n%s", got)
+	}
+}
+
+func TestPerfByPackage(t *testing.T) {
+	report := `# header
+#
+    10.00%  fanout             [.] runtime.mallocgc
+     5.00%  fanout             [.] runtime.(*mspan).writeHeapBitsSmall
+     7.50%  fanout             [.] net/textproto.CanonicalMIMEHeaderKey
+     2.50%  fanout             [.] net/http.(*Transport).roundTrip
+     4.00%  fanout             [.] github.com/fanout-dev/fanout/components/proxy.(*Handler).ServeHTTP
+     1.00%  fanout             [.] golang.org/x/net/http2.(*Framer).ReadFrame
+     3.00%  fanout             [.] aeshashbody
+    20.00%  [kernel.kallsyms]  [k] finish_task_switch.isra.0
+     6.00%  libc.so.6          [.] _int_malloc
+`
+	want := strings.Join([]string{
+		"  20.00%  kernel",
+		"  15.00%  runtime",
+		"   7.50%  net/textproto",
+		"   6.00%  libc.so.6",
+		"   4.00%  github.com/fanout-dev/fanout/components/proxy",
+		"   3.00%  fanout",
+		"   2.50%  net/http",
+		"   1.00%  golang.org/x/net/http2",
+	}, "\n")
+	if got := PerfByPackage(report, 10); got != want {
+		t.Errorf("PerfByPackage =\n%s\nwant\n%s", got, want)
+	}
+	if got := PerfByPackage(report, 2); strings.Count(got, "\n") != 1 {
+		t.Errorf("PerfByPackage(2) =\n%s", got)
 	}
 }
