@@ -41,6 +41,7 @@ lint: $(STATICCHECK)
 BENCH_ARGS ?=
 bench: build
 	@command -v haproxy >/dev/null || apt-get install -y haproxy || { apt-get update && apt-get install -y haproxy; }
+	@command -v perf >/dev/null || apt-get install -y linux-perf || echo "bench: no perf: the report will have no profiles of the proxy processes"
 	cd e2e && $(GO) build -o $(abspath $(BIN))/fanout-bench ./cmd/bench
 	cd e2e && FANOUT_BENCH_VIA="make bench BENCH_ARGS='$(BENCH_ARGS)'" $(abspath $(BIN))/fanout-bench -fanout $(abspath $(BIN))/fanout $(BENCH_ARGS)
 

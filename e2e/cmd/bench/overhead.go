@@ -74,8 +74,9 @@ type OverheadResult struct {
 	Runs       int
 	Order      [][]string // target order of each run
 	// Profiles are perf profiles of the proxies during an extra saturation
-	// phase of the last run.
-	Profiles []ProxyProfile
+	// phase of the last run; ProfileNote says why there are none.
+	Profiles    []ProxyProfile
+	ProfileNote string
 }
 
 // Row finds a row.
@@ -173,6 +174,9 @@ func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error)
 				idle[t] = append(idle[t], idleKiB/1024)
 			}
 		}
+	}
+	if !perfAvailable() {
+		res.ProfileNote = "perf is not installed (Debian: apt-get install linux-perf), so there are no profiles of the proxy processes."
 	}
 	res.Rows = AggregateOverhead(all, o.Phases, o.Targets)
 	for t, v := range idle {

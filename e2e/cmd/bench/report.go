@@ -203,6 +203,9 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 		p(" run %d: %s;", i+1, strings.Join(ord, " → "))
 	}
 	p("\n")
+	if o.ProfileNote != "" {
+		p("\n%s\n", o.ProfileNote)
+	}
 	for _, pr := range o.Profiles {
 		p("\n### Where %s spends its CPU at saturation (perf, an extra unmeasured phase of the last run)\n\n", pr.Target)
 		p("```sh\n%s\n```\n\n", strings.Join(pr.Commands, "\n"))
