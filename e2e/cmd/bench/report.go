@@ -159,7 +159,11 @@ func Render(r *Report) string {
 		}
 	}
 
-	p("\n## Targets\n\nComputed from the tables below.\n\n| target | measured | result |\n| --- | --- | --- |\n")
+	p("\n## Targets\n\nComputed from the tables below.")
+	if r.Quick {
+		p(" **Quick run: these verdicts come from a smoke run and mean nothing yet.**")
+	}
+	p("\n\n| target | measured | result |\n| --- | --- | --- |\n")
 	for _, t := range Targets(r) {
 		p("| %s | %s | %s |\n", t.Target, t.Measured, t.Status)
 	}

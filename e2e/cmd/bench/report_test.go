@@ -113,6 +113,7 @@ func TestRender(t *testing.T) {
 	md := Render(r)
 	for _, want := range []string{
 		"QUICK RUN",
+		"Quick run: these verdicts come from a smoke run",
 		"- Command: `make bench BENCH_ARGS=-quick`, which ran `fanout-bench -quick` in `e2e/`",
 		"| CPUs (nproc) | 2 |", "| CPU model | Test CPU |", "| RAM | 4.0 GiB |", "| kernel | Linux 6.1 |", "| HAProxy | HAProxy version 2.6.12 |",
 		"2026-11-30T06:00:00Z", "(20m0s)",
@@ -141,7 +142,7 @@ func TestRender(t *testing.T) {
 		t.Errorf("direct row does not show — for proxy columns:\n%s", md)
 	}
 	r.Quick = false
-	if strings.Contains(Render(r), "QUICK RUN") {
+	if full := Render(r); strings.Contains(full, "QUICK RUN") || strings.Contains(full, "Quick run") {
 		t.Error("a full run is labelled quick")
 	}
 }
