@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -237,8 +238,13 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 				}
 			}
 			if o.Sections["scale"] && ctx.Err() == nil {
-				if r.Scale, err = runScale(ctx, env); err != nil {
-					fail("scale", err)
+				if r.Scale, err = runScale(ctx, env, targetFanout); err != nil {
+					fail("scale (fanout)", err)
+				}
+			}
+			if o.Sections["scale"] && ctx.Err() == nil && slices.Contains(o.Targets, targetHAProxy) {
+				if r.ScaleHAProxy, err = runScale(ctx, env, targetHAProxy); err != nil {
+					fail("scale (HAProxy)", err)
 				}
 			}
 			closeEnv()
@@ -305,7 +311,7 @@ func Estimate(o Options) time.Duration {
 		d += 2 * (o.PhaseDuration + 5*time.Second) // the perf phases of fanout and HAProxy
 	}
 	if o.Sections["scale"] {
-		d += 2*(start+o.IdleWait) + 10*time.Second + o.ScaleDuration
+		d += 2 * (2*(start+o.IdleWait) + 10*time.Second + o.ScaleDuration) // fanout, then HAProxy
 	}
 	if o.Sections["realapi"] {
 		d += 30 * time.Second // the control plane

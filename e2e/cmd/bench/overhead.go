@@ -185,6 +185,22 @@ func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error)
 	return res, nil
 }
 
+// startProxy starts fanout or HAProxy in front of the fast backends; name
+// labels its files.
+func (env *overheadEnv) startProxy(ctx context.Context, target, name string) (*Proc, error) {
+	switch target {
+	case targetFanout:
+		var eps []string
+		for _, b := range env.backends {
+			eps = append(eps, "https://"+b)
+		}
+		return StartFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps)
+	case targetHAProxy:
+		return StartHAProxy(ctx, env.dir, name, env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM)
+	}
+	return nil, fmt.Errorf("no proxy for %q", target)
+}
+
 func (env *overheadEnv) clientTLS() (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(env.pki.CA.Cert)
@@ -210,14 +226,8 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 			return nil, 0, nil, err
 		}
 		client, url = newH2Client(tc), "https://"+env.backends[0]+shortPath
-	case targetFanout:
-		var eps []string
-		for _, b := range env.backends {
-			eps = append(eps, "https://"+b)
-		}
-		proxy, err = StartFanout(ctx, env.fanout, env.dir, fmt.Sprintf("overhead-fanout-run%d", run), env.kubecfg, eps)
-	case targetHAProxy:
-		proxy, err = StartHAProxy(ctx, env.dir, fmt.Sprintf("overhead-haproxy-run%d", run), env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM)
+	default:
+		proxy, err = env.startProxy(ctx, target, fmt.Sprintf("overhead-%s-run%d", target, run))
 	}
 	if err != nil {
 		return nil, 0, nil, err

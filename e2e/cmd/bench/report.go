@@ -24,7 +24,9 @@ type Report struct {
 	Micro    *MicroResult
 	Overhead *OverheadResult
 	RealAPI  *RealAPIResult
-	Scale    *ScaleResult
+	// Scale is fanout's; ScaleHAProxy the same load through HAProxy, for
+	// comparison.
+	Scale, ScaleHAProxy *ScaleResult
 	// Failures are sections that could not be measured, with why.
 	Failures []string
 }
@@ -170,7 +172,7 @@ func Render(r *Report) string {
 
 	renderOverhead(&b, r.Overhead)
 	renderRealAPI(&b, r.RealAPI)
-	renderScale(&b, r.Scale)
+	renderScale(&b, r.Scale, r.ScaleHAProxy)
 	renderMicro(&b, r.Micro)
 	return b.String()
 }
@@ -273,36 +275,73 @@ func shares(counts []int) []float64 {
 	return out
 }
 
-func renderScale(b *strings.Builder, s *ScaleResult) {
+func renderScale(b *strings.Builder, f, h *ScaleResult) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("\n## 3. Scale (fanout alone, fast backends)\n\n")
-	if s == nil {
+	p("\n## 3. Scale (fast backends)\n\n")
+	var cols []*ScaleResult
+	for _, s := range []*ScaleResult{f, h} {
+		if s != nil {
+			cols = append(cols, s)
+		}
+	}
+	if len(cols) == 0 {
 		p("Not measured.\n")
 		return
 	}
-	p("%d watches through one fanout (each on its own HTTP/1.1 connection, as client-go's over http://), each receiving one event per %s, plus %.0f req/s of short GETs (open loop) for %s.\n\n",
+	s := cols[0]
+	p("%d watches through one proxy process (each on its own HTTP/1.1 connection, as client-go's over http://), each receiving one event per %s, plus %.0f req/s of short GETs (open loop) for %s; each proxy fresh.\n\n",
 		s.Watches, s.WatchInterval, s.Rate, s.Duration)
-	p("| metric | value |\n| --- | --- |\n")
-	p("| watches open | %d of %d |\n", s.WatchesOpen, s.Watches)
-	p("| watch events received during the phase | %d (expected about %d) |\n", s.Events, s.ExpectedEvents)
-	p("| short requests: sent / errors | %d / %d |\n", s.Requests.Sent, s.Requests.Errors)
-	p("| short requests: throughput | %.0f req/s |\n", s.Requests.Throughput())
-	p("| short requests: p50 / p99 / p99.9 | %s / %s / %s |\n", fmtDur(s.Lat.P50), fmtDur(s.Lat.P99), fmtDur(s.Lat.P999))
-	p("| fanout idle RSS before the watches | %.1f MiB |\n", s.IdleRSSMiB)
-	p("| fanout peak RSS (VmHWM) | %.1f MiB |\n", s.PeakRSSMiB)
-	p("| fanout CPU during the phase | %.2f s (%.0f %% of one core) |\n", s.CPUSeconds, s.CPUPercent())
-	p("\nOne LIST of at least %d bytes (%.0f MiB) streamed through a fresh fanout over HTTP/1.1:\n\n", s.ListWant, float64(s.ListWant)/(1<<20))
-	p("| metric | value |\n| --- | --- |\n")
-	if s.ListErr != "" {
-		p("| error | `%s` |\n", s.ListErr)
+	row := func(name string, cell func(*ScaleResult) string) {
+		p("| %s |", name)
+		for _, c := range cols {
+			p(" %s |", cell(c))
+		}
+		p("\n")
 	}
-	p("| bytes received | %d |\n", s.ListBytes)
-	p("| duration | %s |\n", s.ListDuration.Round(time.Millisecond))
-	if s.ListDuration > 0 {
-		p("| rate | %.0f MiB/s |\n", float64(s.ListBytes)/(1<<20)/s.ListDuration.Seconds())
+	header := func() {
+		p("| metric |")
+		for _, c := range cols {
+			p(" %s |", c.Target)
+		}
+		p("\n| --- |")
+		for range cols {
+			p(" --- |")
+		}
+		p("\n")
 	}
-	p("| fanout idle RSS before | %.1f MiB |\n", s.ListIdleRSSMiB)
-	p("| fanout peak RSS (VmHWM) | %.1f MiB |\n", s.ListPeakRSSMiB)
+	header()
+	row("watches open", func(s *ScaleResult) string { return fmt.Sprintf("%d of %d", s.WatchesOpen, s.Watches) })
+	row("watch events received during the phase", func(s *ScaleResult) string {
+		return fmt.Sprintf("%d (expected about %d)", s.Events, s.ExpectedEvents)
+	})
+	row("short requests: sent / errors", func(s *ScaleResult) string { return fmt.Sprintf("%d / %d", s.Requests.Sent, s.Requests.Errors) })
+	row("short requests: throughput", func(s *ScaleResult) string { return fmt.Sprintf("%.0f req/s", s.Requests.Throughput()) })
+	row("short requests: p50 / p99 / p99.9", func(s *ScaleResult) string {
+		return fmt.Sprintf("%s / %s / %s", fmtDur(s.Lat.P50), fmtDur(s.Lat.P99), fmtDur(s.Lat.P999))
+	})
+	row("idle RSS before the watches", func(s *ScaleResult) string { return fmt.Sprintf("%.1f MiB", s.IdleRSSMiB) })
+	row("peak RSS (VmHWM)", func(s *ScaleResult) string { return fmt.Sprintf("%.1f MiB", s.PeakRSSMiB) })
+	row("CPU during the phase", func(s *ScaleResult) string {
+		return fmt.Sprintf("%.2f s (%.0f %% of one core)", s.CPUSeconds, s.CPUPercent())
+	})
+	p("\nOne LIST of at least %d bytes (%.0f MiB) streamed through a fresh proxy over HTTP/1.1:\n\n", s.ListWant, float64(s.ListWant)/(1<<20))
+	header()
+	row("error", func(s *ScaleResult) string {
+		if s.ListErr == "" {
+			return "none"
+		}
+		return "`" + s.ListErr + "`"
+	})
+	row("bytes received", func(s *ScaleResult) string { return fmt.Sprint(s.ListBytes) })
+	row("duration", func(s *ScaleResult) string { return s.ListDuration.Round(time.Millisecond).String() })
+	row("rate", func(s *ScaleResult) string {
+		if s.ListDuration <= 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.0f MiB/s", float64(s.ListBytes)/(1<<20)/s.ListDuration.Seconds())
+	})
+	row("idle RSS before", func(s *ScaleResult) string { return fmt.Sprintf("%.1f MiB", s.ListIdleRSSMiB) })
+	row("peak RSS (VmHWM)", func(s *ScaleResult) string { return fmt.Sprintf("%.1f MiB", s.ListPeakRSSMiB) })
 }
 
 func renderMicro(b *strings.Builder, m *MicroResult) {

@@ -102,9 +102,10 @@ func TestRender(t *testing.T) {
 		RealAPI: &RealAPIResult{APIServers: []string{"https://a", "https://b", "https://c"}, Rate: 100, Duration: time.Second, Rows: []RealAPIRow{
 			{Target: targetFanout, Runs: 1, Served: []int{30, 30, 40}, Sent: 100, P50: 2 * time.Millisecond, P99: 15 * time.Millisecond},
 		}},
-		Scale:    &ScaleResult{Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
-		Micro:    &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
-		Failures: []string{"scale: something broke"},
+		ScaleHAProxy: &ScaleResult{Target: targetHAProxy, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, CPUSeconds: 0.3, PeakRSSMiB: 40, ListErr: "EOF"},
+		Scale:        &ScaleResult{Target: targetFanout, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
+		Micro:        &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
+		Failures:     []string{"scale: something broke"},
 	}
 	r.Overhead.Profiles = []ProxyProfile{
 		{Target: targetFanout, Commands: []string{"perf record -F 999 -p 42"}, Top: "    12.00%  fanout  [.] crypto/aes.gcmAesEnc"},
@@ -122,8 +123,11 @@ func TestRender(t *testing.T) {
 		"fanout 6000, HAProxy 10000 (0.60×)",
 		"| fanout RSS ≤ 64 MiB with 2000 watches | 70.0 MiB peak with 2000 watches open | **not met** |",
 		"| fanout | 1 | 100 | 0 | 0 | 2000 µs | 15.0 ms | 30 (30.0 %) | 30 (30.0 %) | 40 (40.0 %) |",
-		"| fanout CPU during the phase | 1.50 s (50 % of one core) |",
-		"| fanout peak RSS (VmHWM) | 33.3 MiB |",
+		"| metric | fanout | haproxy |",
+		"| CPU during the phase | 1.50 s (50 % of one core) | 0.30 s (10 % of one core) |",
+		"| peak RSS (VmHWM) | 70.0 MiB | 40.0 MiB |",
+		"| peak RSS (VmHWM) | 33.3 MiB | 0.0 MiB |",
+		"| error | none | `EOF` |",
 		"| BenchmarkPick/rr | 1 | 12.3 | — | 0 |",
 		"flat flat% sum%",
 		"- scale: something broke",

@@ -11,9 +11,10 @@ import (
 	"time"
 )
 
-// ScaleResult is section 3 of the report: fanout alone, against the fast
+// ScaleResult is section 3 of the report for one proxy, against the fast
 // backends.
 type ScaleResult struct {
+	Target         string
 	Watches        int
 	WatchesOpen    int // watches that got their response headers
 	WatchInterval  time.Duration
@@ -40,18 +41,14 @@ func (s *ScaleResult) CPUPercent() float64 {
 	return 100 * s.CPUSeconds / s.Duration.Seconds()
 }
 
-// runScale opens opts.Watches watches through a fresh fanout, then adds
-// opts.ScaleRate short requests per second for opts.ScaleDuration while the
-// watches receive their events; then a fresh fanout streams one LIST of
-// opts.ListBytes.
-func runScale(ctx context.Context, env *overheadEnv) (*ScaleResult, error) {
+// runScale opens opts.Watches watches through a fresh proxy (fanout or
+// HAProxy), then adds opts.ScaleRate short requests per second for
+// opts.ScaleDuration while the watches receive their events; then a fresh
+// proxy streams one LIST of opts.ListBytes.
+func runScale(ctx context.Context, env *overheadEnv, target string) (*ScaleResult, error) {
 	o := env.opts
-	res := &ScaleResult{Watches: o.Watches, WatchInterval: o.WatchInterval, Duration: o.ScaleDuration, Rate: o.ScaleRate, ListWant: o.ListBytes}
-	var eps []string
-	for _, b := range env.backends {
-		eps = append(eps, "https://"+b)
-	}
-	f, err := StartFanout(ctx, env.fanout, env.dir, "scale-fanout", env.kubecfg, eps)
+	res := &ScaleResult{Target: target, Watches: o.Watches, WatchInterval: o.WatchInterval, Duration: o.ScaleDuration, Rate: o.ScaleRate, ListWant: o.ListBytes}
+	f, err := env.startProxy(ctx, target, "scale-"+target)
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +65,8 @@ func runScale(ctx context.Context, env *overheadEnv) (*ScaleResult, error) {
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	wc := newH1Client(o.Watches)
+	// A watch that never gets its headers must not stall the opening loop.
+	wc.Transport.(*http.Transport).ResponseHeaderTimeout = 30 * time.Second
 	defer wc.CloseIdleConnections()
 	var events atomic.Int64
 	var open atomic.Int64
@@ -109,9 +108,9 @@ func runScale(ctx context.Context, env *overheadEnv) (*ScaleResult, error) {
 	}
 	res.WatchesOpen = int(open.Load())
 	if p := firstErr.Load(); p != nil {
-		return nil, fmt.Errorf("opening %d watches through fanout (%d open): %w", o.Watches, open.Load(), *p)
+		return nil, fmt.Errorf("opening %d watches through %s (%d open): %w", o.Watches, target, open.Load(), *p)
 	}
-	env.logf("scale: %d watches open", res.WatchesOpen)
+	env.logf("scale: %s: %d watches open", target, res.WatchesOpen)
 
 	before, err := f.Usage()
 	if err != nil {
@@ -130,20 +129,20 @@ func runScale(ctx context.Context, env *overheadEnv) (*ScaleResult, error) {
 	}
 	res.CPUSeconds = after.CPUSeconds() - before.CPUSeconds()
 	res.PeakRSSMiB = float64(after.HWMKiB) / 1024
-	env.logf("scale: %d events, %.0f req/s, fanout cpu %.2fs, peak rss %.1f MiB", res.Events, res.Requests.Throughput(), res.CPUSeconds, res.PeakRSSMiB)
+	env.logf("scale: %s: %d events, %.0f req/s, cpu %.2fs, peak rss %.1f MiB", target, res.Events, res.Requests.Throughput(), res.CPUSeconds, res.PeakRSSMiB)
 	stopWatches()
 	wg.Wait()
 	f.Stop()
 
-	if err := runList(ctx, env, eps, res); err != nil {
+	if err := runList(ctx, env, target, res); err != nil {
 		res.ListErr = err.Error()
 	}
 	return res, nil
 }
 
-// runList streams one big LIST through a fresh fanout.
-func runList(ctx context.Context, env *overheadEnv, eps []string, res *ScaleResult) error {
-	f, err := StartFanout(ctx, env.fanout, env.dir, "list-fanout", env.kubecfg, eps)
+// runList streams one big LIST through a fresh proxy.
+func runList(ctx context.Context, env *overheadEnv, target string, res *ScaleResult) error {
+	f, err := env.startProxy(ctx, target, "list-"+target)
 	if err != nil {
 		return err
 	}
@@ -180,6 +179,6 @@ func runList(ctx context.Context, env *overheadEnv, eps []string, res *ScaleResu
 		return err
 	}
 	res.ListPeakRSSMiB = float64(u.HWMKiB) / 1024
-	env.logf("scale: LIST of %d bytes in %s, fanout peak rss %.1f MiB", n, res.ListDuration.Round(time.Millisecond), res.ListPeakRSSMiB)
+	env.logf("scale: %s: LIST of %d bytes in %s, peak rss %.1f MiB", target, n, res.ListDuration.Round(time.Millisecond), res.ListPeakRSSMiB)
 	return nil
 }
