@@ -190,7 +190,7 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 	p("the load generator talks plain HTTP/1.1 to them with client-go's keep-alive pool (25 idle connections per host). ")
 	p("Fixed rates are open loop on a fixed schedule, latency counted from each request's due time; saturation is closed loop. ")
 	p("Each cell is the median of %d run(s); the order of the three rotates between runs.\n\n", o.Runs)
-	p("| path | load | runs | requests | errors | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | req / CPU-s | peak RSS (MiB) |\n")
+	p("| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | req / CPU-s | peak RSS (MiB) |\n")
 	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range o.Rows {
 		p("| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n",
@@ -233,7 +233,7 @@ func renderRealAPI(b *strings.Builder, r *RealAPIResult) {
 	p("A client-go clientset (GET of a ConfigMap and LIST of 20, alternating) at %.0f req/s open loop for %s per run, against etcd and %d kube-apiservers (%s) of the e2e harness, ",
 		r.Rate, r.Duration, len(r.APIServers), strings.Join(r.APIServers, ", "))
 	p("each path with a user of its own; shares come from the apiservers' audit logs (health probes left out; each run's warm-up requests included). Latency: median over runs, after a warm-up at the same rate.\n\n")
-	p("| path | runs | requests | errors | throughput (req/s) | p50 | p99 |")
+	p("| path | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 |")
 	for i := range r.APIServers {
 		p(" apiserver %d |", i+1)
 	}
