@@ -312,7 +312,7 @@ func renderScale(b *strings.Builder, f, h *ScaleResult) {
 	header()
 	row("watches open", func(s *ScaleResult) string { return fmt.Sprintf("%d of %d", s.WatchesOpen, s.Watches) })
 	row("watch events received during the phase", func(s *ScaleResult) string {
-		return fmt.Sprintf("%d (expected about %d)", s.Events, s.ExpectedEvents)
+		return fmt.Sprintf("%d (expected about %d in %s)", s.Events, s.ExpectedEvents, s.Elapsed.Round(10*time.Millisecond))
 	})
 	row("short requests: sent / errors", func(s *ScaleResult) string { return fmt.Sprintf("%d / %d", s.Requests.Sent, s.Requests.Errors) })
 	row("short requests: throughput", func(s *ScaleResult) string { return fmt.Sprintf("%.0f req/s", s.Requests.Throughput()) })
@@ -322,7 +322,7 @@ func renderScale(b *strings.Builder, f, h *ScaleResult) {
 	row("idle RSS before the watches", func(s *ScaleResult) string { return fmt.Sprintf("%.1f MiB", s.IdleRSSMiB) })
 	row("peak RSS (VmHWM)", func(s *ScaleResult) string { return fmt.Sprintf("%.1f MiB", s.PeakRSSMiB) })
 	row("CPU during the phase", func(s *ScaleResult) string {
-		return fmt.Sprintf("%.2f s (%.0f %% of one core)", s.CPUSeconds, s.CPUPercent())
+		return fmt.Sprintf("%.2f s in %s (%s %% of one core)", s.CPUSeconds, s.Elapsed.Round(10*time.Millisecond), fmtF(s.CPUPercent(), 0))
 	})
 	p("\nOne LIST of at least %d bytes (%.0f MiB) streamed through a fresh proxy over HTTP/1.1:\n\n", s.ListWant, float64(s.ListWant)/(1<<20))
 	header()

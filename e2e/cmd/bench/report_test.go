@@ -102,8 +102,8 @@ func TestRender(t *testing.T) {
 		RealAPI: &RealAPIResult{APIServers: []string{"https://a", "https://b", "https://c"}, Rate: 100, Duration: time.Second, Rows: []RealAPIRow{
 			{Target: targetFanout, Runs: 1, Served: []int{30, 30, 40}, Sent: 100, P50: 2 * time.Millisecond, P99: 15 * time.Millisecond},
 		}},
-		ScaleHAProxy: &ScaleResult{Target: targetHAProxy, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, CPUSeconds: 0.3, PeakRSSMiB: 40, ListErr: "EOF"},
-		Scale:        &ScaleResult{Target: targetFanout, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
+		ScaleHAProxy: &ScaleResult{Target: targetHAProxy, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 0.3, PeakRSSMiB: 40, ListErr: "EOF"},
+		Scale:        &ScaleResult{Target: targetFanout, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
 		Micro:        &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
 		Failures:     []string{"scale: something broke"},
 	}
@@ -124,7 +124,7 @@ func TestRender(t *testing.T) {
 		"| fanout RSS ≤ 64 MiB with 2000 watches | 70.0 MiB peak with 2000 watches open | **not met** |",
 		"| fanout | 1 | 100 | 0 | 0 | 2000 µs | 15.0 ms | 30 (30.0 %) | 30 (30.0 %) | 40 (40.0 %) |",
 		"| metric | fanout | haproxy |",
-		"| CPU during the phase | 1.50 s (50 % of one core) | 0.30 s (10 % of one core) |",
+		"| CPU during the phase | 1.50 s in 3s (50 % of one core) | 0.30 s in 3s (10 % of one core) |",
 		"| peak RSS (VmHWM) | 70.0 MiB | 40.0 MiB |",
 		"| peak RSS (VmHWM) | 33.3 MiB | 0.0 MiB |",
 		"| error | none | `EOF` |",

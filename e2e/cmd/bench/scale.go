@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -14,11 +15,14 @@ import (
 // ScaleResult is section 3 of the report for one proxy, against the fast
 // backends.
 type ScaleResult struct {
-	Target         string
-	Watches        int
-	WatchesOpen    int // watches that got their response headers
-	WatchInterval  time.Duration
-	Duration       time.Duration
+	Target        string
+	Watches       int
+	WatchesOpen   int // watches that got their response headers
+	WatchInterval time.Duration
+	Duration      time.Duration
+	// Elapsed is how long the phase really took (the open loop ends when
+	// its last response does).
+	Elapsed        time.Duration
 	Rate           float64
 	Events         int64 // watch events received during the measured phase
 	ExpectedEvents int64
@@ -35,10 +39,13 @@ type ScaleResult struct {
 	ListErr        string
 }
 
-// CPUPercent is fanout's CPU use during the measured phase, in % of one
+// CPUPercent is the proxy's CPU use during the measured phase, in % of one
 // core.
 func (s *ScaleResult) CPUPercent() float64 {
-	return 100 * s.CPUSeconds / s.Duration.Seconds()
+	if s.Elapsed <= 0 {
+		return math.NaN()
+	}
+	return 100 * s.CPUSeconds / s.Elapsed.Seconds()
 }
 
 // runScale opens opts.Watches watches through a fresh proxy (fanout or
@@ -117,11 +124,13 @@ func runScale(ctx context.Context, env *overheadEnv, target string) (*ScaleResul
 		return nil, err
 	}
 	ev0 := events.Load()
+	t0 := time.Now()
 	rc := newH1Client(o.IdlePerHost)
 	defer rc.CloseIdleConnections()
 	res.Requests = OpenLoop(ctx, getter(rc, f.URL+shortPath, 10*time.Second), o.ScaleRate, o.ScaleDuration, o.MaxInflight)
 	res.Events = events.Load() - ev0
-	res.ExpectedEvents = int64(float64(o.Watches) * o.ScaleDuration.Seconds() / o.WatchInterval.Seconds())
+	res.Elapsed = time.Since(t0)
+	res.ExpectedEvents = int64(float64(o.Watches) * res.Elapsed.Seconds() / o.WatchInterval.Seconds())
 	res.Lat = Summarize(res.Requests.Latencies)
 	after, err := f.Usage()
 	if err != nil {
