@@ -78,7 +78,6 @@ func backendsMain(args []string) error {
 				MinVersion:   tls.VersionTLS12,
 			},
 			HTTP2:       &http.HTTP2Config{MaxConcurrentStreams: 1000},
-			ErrorLog:    nil,
 			IdleTimeout: 5 * time.Minute,
 		}
 		srv.Protocols = new(http.Protocols)
