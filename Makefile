@@ -63,8 +63,16 @@ fuzz:
 	  done; \
 	done
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+## bench: not part of `make test`. Installs HAProxy when missing, builds
+## fanout and e2e/cmd/bench, which runs the micro benchmarks (with a CPU
+## profile), then fanout vs direct vs HAProxy, and writes docs/benchmarks.md.
+## `make bench BENCH_ARGS=-quick` is a short smoke run, labelled as such.
+BENCH_ARGS ?=
+bench: build
+	@command -v haproxy >/dev/null || apt-get install -y haproxy || { apt-get update && apt-get install -y haproxy; }
+	@command -v perf >/dev/null || apt-get install -y linux-perf || echo "bench: no perf: the report will have no profiles of the proxy processes"
+	cd e2e && $(GO) build -o $(abspath $(BIN))/fanout-bench ./cmd/bench
+	cd e2e && FANOUT_BENCH_VIA="make bench BENCH_ARGS='$(BENCH_ARGS)'" $(abspath $(BIN))/fanout-bench -fanout $(abspath $(BIN))/fanout $(BENCH_ARGS)
 
 demo:
 	cd e2e && $(GO) run ./cmd/demo $(ARGS)

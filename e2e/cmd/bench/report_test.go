@@ -1,0 +1,225 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func overheadFixture(fanoutP99, directP99 time.Duration, fanoutRPC, haproxyRPC, idle float64) *OverheadResult {
+	return &OverheadResult{
+		Runs:       1,
+		IdleRSSMiB: map[string]float64{targetFanout: idle, targetHAProxy: 9},
+		Order:      [][]string{{targetDirect, targetFanout, targetHAProxy}},
+		Rows: []OverheadRow{
+			{Target: targetDirect, Phase: "1k", Runs: 1, P99: directP99, CPUPer10k: math.NaN(), ReqPerCPUSecond: math.NaN(), PeakRSSMiB: math.NaN()},
+			{Target: targetFanout, Phase: "1k", Runs: 1, P99: fanoutP99},
+			{Target: targetFanout, Phase: "saturation", Runs: 1, ReqPerCPUSecond: fanoutRPC},
+			{Target: targetHAProxy, Phase: "saturation", Runs: 1, ReqPerCPUSecond: haproxyRPC},
+		},
+	}
+}
+
+func TestTargets(t *testing.T) {
+	micro := func(allocs ...float64) *MicroResult {
+		m := &MicroResult{}
+		for _, a := range allocs {
+			m.Benches = append(m.Benches, MicroBench{Name: "BenchmarkPick/x", AllocsPerOp: a})
+		}
+		// Not Pick: its allocations do not count.
+		m.Benches = append(m.Benches, MicroBench{Name: "BenchmarkServeShort", AllocsPerOp: 30})
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		r    Report
+		want []string // statuses in Targets order
+	}{
+		{
+			name: "all met",
+			r: Report{
+				Overhead: overheadFixture(1200*time.Microsecond, 1000*time.Microsecond, 12000, 10000, 20),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 50},
+				Micro:    micro(0, 0),
+			},
+			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet},
+		},
+		{
+			name: "all missed",
+			r: Report{
+				Overhead: overheadFixture(1300*time.Microsecond, 1000*time.Microsecond, 6000, 10000, 31),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 64.1},
+				Micro:    micro(0, 1),
+			},
+			want: []string{statusNotMet, statusNotMet, statusNotMet, statusNotMet, statusNotMet},
+		},
+		{
+			name: "boundaries are met",
+			r: Report{
+				Overhead: overheadFixture(1250*time.Microsecond, 1000*time.Microsecond, 10000, 10000, 30),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 64},
+				Micro:    micro(0),
+			},
+			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet},
+		},
+		{
+			name: "nothing measured",
+			r:    Report{},
+			want: []string{statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured},
+		},
+		{
+			name: "too few watches gives no verdict; NaN CPU is not measured",
+			r: Report{
+				Overhead: overheadFixture(1000*time.Microsecond, 1000*time.Microsecond, math.NaN(), 10000, 20),
+				Scale:    &ScaleResult{WatchesOpen: 1999, PeakRSSMiB: 10},
+			},
+			want: []string{statusNotMeasured, statusMet, statusMet, statusNotMeasured, statusNotMeasured},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := Targets(&tc.r)
+			if len(rows) != len(tc.want) {
+				t.Fatalf("%d rows, want %d", len(rows), len(tc.want))
+			}
+			for i, row := range rows {
+				if row.Status != tc.want[i] {
+					t.Errorf("%s: %s (measured %s), want %s", row.Target, row.Status, row.Measured, tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestRender(t *testing.T) {
+	r := &Report{
+		Started:  time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC),
+		Finished: time.Date(2026, 11, 30, 6, 20, 0, 0, time.UTC),
+		Command:  "fanout-bench -quick", Via: "make bench BENCH_ARGS=-quick",
+		Quick:    true,
+		Machine:  Machine{CPUs: 2, CPUModel: "Test CPU", MemTotal: "4.0 GiB", Kernel: "Linux 6.1", Go: "go1.26", HAProxy: "HAProxy version 2.6.12", LoadAvg: "1.00 2.00 3.00"},
+		Overhead: overheadFixture(1300*time.Microsecond, 1000*time.Microsecond, 6000, 10000, 21.5),
+		RealAPI: &RealAPIResult{APIServers: []string{"https://a", "https://b", "https://c"}, Rate: 100, Duration: time.Second, Rows: []RealAPIRow{
+			{Target: targetFanout, Runs: 1, Served: []int{30, 30, 40}, Sent: 100, P50: 2 * time.Millisecond, P99: 15 * time.Millisecond},
+		}},
+		ScaleHAProxy: &ScaleResult{Target: targetHAProxy, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 0.3, PeakRSSMiB: 40, ListErr: "EOF"},
+		Scale:        &ScaleResult{Target: targetFanout, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
+		Micro:        &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
+		Failures:     []string{"scale: something broke"},
+	}
+	r.Overhead.Profiles = []ProxyProfile{
+		{Target: targetFanout, Commands: []string{"perf record -F 999 -p 42"}, Top: "    12.00%  fanout  [.] crypto/aes.gcmAesEnc"},
+		{Target: targetHAProxy, Err: "no permission"},
+	}
+	md := Render(r)
+	for _, want := range []string{
+		"QUICK RUN",
+		"Quick run: these verdicts come from a smoke run",
+		"- Command: `make bench BENCH_ARGS=-quick`, which ran `fanout-bench -quick` in `e2e/`",
+		"| CPUs (nproc) | 2 |", "| CPU model | Test CPU |", "| RAM | 4.0 GiB |", "| kernel | Linux 6.1 |", "| HAProxy | HAProxy version 2.6.12 |",
+		"2026-11-30T06:00:00Z", "(20m0s)",
+		"| fanout RSS ≤ 30 MiB idle | 21.5 MiB | met |",
+		"| p99 added over direct ≤ 250 µs at 1k req/s | +300 µs (fanout 1300 µs, direct 1000 µs) | **not met** |",
+		"fanout 6000, HAProxy 10000 (0.60×)",
+		"| fanout RSS ≤ 64 MiB with 2000 watches | 70.0 MiB peak with 2000 watches open | **not met** |",
+		"| fanout | 1 | 100 | 0 | 0 | 2000 µs | 15.0 ms | 30 (30.0 %) | 30 (30.0 %) | 40 (40.0 %) |",
+		"| metric | fanout | haproxy |",
+		"| CPU during the phase | 1.50 s in 3s (50 % of one core) | 0.30 s in 3s (10 % of one core) |",
+		"| peak RSS (VmHWM) | 70.0 MiB | 40.0 MiB |",
+		"| peak RSS (VmHWM) | 33.3 MiB | 0.0 MiB |",
+		"| error | none | `EOF` |",
+		"| BenchmarkPick/rr | 1 | 12.3 | — | 0 |",
+		"flat flat% sum%",
+		"- scale: something broke",
+		"run 1: direct → fanout → haproxy;",
+		"### Where fanout spends its CPU at saturation",
+		"perf record -F 999 -p 42",
+		"    12.00%  fanout  [.] crypto/aes.gcmAesEnc",
+		"perf failed: `no permission`",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// A direct row has no proxy: its proxy columns must say so, not 0.
+	if !strings.Contains(md, "| direct | 1k | 1 | 0 | 0 | 0 | 0 µs | 1000 µs | 0 µs | — | — | — |") {
+		t.Errorf("direct row does not show — for proxy columns:\n%s", md)
+	}
+	r.Quick = false
+	if full := Render(r); strings.Contains(full, "QUICK RUN") || strings.Contains(full, "Quick run") {
+		t.Error("a full run is labelled quick")
+	}
+}
+
+func TestFmtDur(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{250 * time.Microsecond, "250 µs"},
+		{9999 * time.Microsecond, "9999 µs"},
+		{15 * time.Millisecond, "15.0 ms"},
+		{1966 * time.Millisecond, "1.97 s"},
+		{12 * time.Second, "12.00 s"},
+	} {
+		if got := fmtDur(tc.d); got != tc.want {
+			t.Errorf("fmtDur(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestPerfTop(t *testing.T) {
+	report := `# To display the perf.data header info, please use --header/--header-only options.
+#
+# Samples: 1K of event 'cpu-clock:ppp'
+#
+# Overhead  Shared Object  Symbol
+# ........  .............  ......
+#
+     5.00%  fanout         [.] runtime.mallocgc
+     8.00%  [kernel]       [k] _raw_spin_unlock_irqrestore         -      -
+    12.00%  fanout         [.] crypto/aes.gcmAesEnc                -      -
+
+
+#
+# (Tip: use --percent-limit)
+#
+`
+	if got, want := PerfTop(report, 2), "    12.00%  fanout         [.] crypto/aes.gcmAesEnc\n     8.00%  [kernel]       [k] _raw_spin_unlock_irqrestore"; got != want {
+		t.Errorf("PerfTop(2) =\n%s\nwant\n%s", got, want)
+	}
+	if got := PerfTop(report, 10); strings.Count(got, "\n") != 2 || strings.Contains(got, "#") {
+		t.Errorf("PerfTop(10) =\n%s", got)
+	}
+}
+
+func TestPerfByPackage(t *testing.T) {
+	report := `# header
+#
+    10.00%  fanout             [.] runtime.mallocgc
+     5.00%  fanout             [.] runtime.(*mspan).writeHeapBitsSmall
+     7.50%  fanout             [.] net/textproto.CanonicalMIMEHeaderKey
+     2.50%  fanout             [.] net/http.(*Transport).roundTrip
+     4.00%  fanout             [.] github.com/fanout-dev/fanout/components/proxy.(*Handler).ServeHTTP
+     1.00%  fanout             [.] golang.org/x/net/http2.(*Framer).ReadFrame
+     3.00%  fanout             [.] aeshashbody
+    20.00%  [kernel.kallsyms]  [k] finish_task_switch.isra.0
+     6.00%  libc.so.6          [.] _int_malloc
+`
+	want := strings.Join([]string{
+		"  20.00%  kernel",
+		"  15.00%  runtime",
+		"   7.50%  net/textproto",
+		"   6.00%  libc.so.6",
+		"   4.00%  github.com/fanout-dev/fanout/components/proxy",
+		"   3.00%  fanout",
+		"   2.50%  net/http",
+		"   1.00%  golang.org/x/net/http2",
+	}, "\n")
+	if got := PerfByPackage(report, 10); got != want {
+		t.Errorf("PerfByPackage =\n%s\nwant\n%s", got, want)
+	}
+	if got := PerfByPackage(report, 2); strings.Count(got, "\n") != 1 {
+		t.Errorf("PerfByPackage(2) =\n%s", got)
+	}
+}
