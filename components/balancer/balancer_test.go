@@ -357,7 +357,7 @@ func TestStatusJSON(t *testing.T) {
 	if err := json.Unmarshal(raw, &got); err != nil {
 		t.Fatal(err)
 	}
-	keys := []string{"address", "state", "inflight_short", "inflight_long", "latency_score", "requests_total", "errors_total", "ejected_until", "consecutive_failures", "probe_ready", "draining", "slow_start_weight"}
+	keys := []string{"address", "state", "inflight_short", "inflight_long", "latency_score", "requests_total", "errors_total", "ejected_until", "consecutive_failures", "probe_ready", "draining", "slow_start_weight", "ejections_total"}
 	for _, m := range got {
 		for _, k := range keys {
 			if _, ok := m[k]; !ok {

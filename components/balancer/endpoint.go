@@ -130,6 +130,9 @@ type Endpoint struct {
 	inflight [2]atomic.Int64
 	requests atomic.Uint64
 	errors   atomic.Uint64
+	// ejectionsTotal counts ejections ever, for
+	// fanout_endpoint_ejections_total.
+	ejectionsTotal atomic.Uint64
 
 	// score is the latency estimate relative to the class baselines
 	// (float64 bits): 1 is as fast as usual for the requests it served, 2
@@ -363,6 +366,7 @@ func (e *Endpoint) observe(c Class, sample time.Duration, penalty bool, now, sam
 // answered. Concurrent failures keep the latest deadline.
 func (e *Endpoint) eject(now int64) {
 	e.failures.Add(1)
+	e.ejectionsTotal.Add(1)
 	n := e.ejections.Add(1)
 	d := e.p.ejectBase
 	for i := int64(1); i < n && d < e.p.ejectMax; i++ {
@@ -436,6 +440,8 @@ type EndpointStatus struct {
 	LatencyScore  float64 `json:"latency_score"`
 	RequestsTotal uint64  `json:"requests_total"`
 	ErrorsTotal   uint64  `json:"errors_total"`
+	// EjectionsTotal counts the endpoint's passive ejections.
+	EjectionsTotal uint64 `json:"ejections_total"`
 	// EjectedUntil is RFC 3339 (UTC, with fractional seconds), empty when
 	// the endpoint is not ejected.
 	EjectedUntil        string `json:"ejected_until"`
@@ -472,6 +478,7 @@ func (e *Endpoint) status(now, samples int64) EndpointStatus {
 		LatencyScore:        e.estimate(now, samples),
 		RequestsTotal:       e.requests.Load(),
 		ErrorsTotal:         e.errors.Load(),
+		EjectionsTotal:      e.ejectionsTotal.Load(),
 		ConsecutiveFailures: e.failures.Load(),
 		ProbeReady:          !e.notReady.Load(),
 		Draining:            e.draining.Load(),

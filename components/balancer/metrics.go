@@ -13,6 +13,7 @@ type collector struct {
 	inflight *prometheus.Desc
 	requests *prometheus.Desc
 	errors   *prometheus.Desc
+	ejected  *prometheus.Desc
 	score    *prometheus.Desc
 	baseline *prometheus.Desc
 	ready    *prometheus.Desc
@@ -33,6 +34,9 @@ func (b *Balancer) Collector() prometheus.Collector {
 		errors: prometheus.NewDesc("fanout_endpoint_errors_total",
 			"Finished requests to the endpoint that failed: transport error, 429 or 5xx.",
 			[]string{"endpoint"}, nil),
+		ejected: prometheus.NewDesc("fanout_endpoint_ejections_total",
+			"Times passive outlier detection ejected the endpoint after consecutive failures.",
+			[]string{"endpoint"}, nil),
 		score: prometheus.NewDesc("fanout_endpoint_latency_score",
 			"Peak-EWMA estimate of the endpoint's latency to response headers for short requests, relative to the usual latency of the same request class on any endpoint (1 = usual, 2 = twice as slow).",
 			[]string{"endpoint"}, nil),
@@ -52,6 +56,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.inflight
 	ch <- c.requests
 	ch <- c.errors
+	ch <- c.ejected
 	ch <- c.score
 	ch <- c.baseline
 	ch <- c.ready
@@ -77,6 +82,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(s.InflightLong), s.Address, Long.String())
 		ch <- prometheus.MustNewConstMetric(c.requests, prometheus.CounterValue, float64(s.RequestsTotal), s.Address)
 		ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(s.ErrorsTotal), s.Address)
+		ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.CounterValue, float64(s.EjectionsTotal), s.Address)
 		ch <- prometheus.MustNewConstMetric(c.score, prometheus.GaugeValue, s.LatencyScore, s.Address)
 		ch <- prometheus.MustNewConstMetric(c.ready, prometheus.GaugeValue, up, s.Address)
 	}

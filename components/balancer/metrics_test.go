@@ -72,8 +72,8 @@ fanout_endpoints{state="ready"} 1
 	}
 
 	// The other series must match Status, which the tests above pin down.
-	if n := testutil.CollectAndCount(c); n != 2*6+4 {
-		t.Errorf("collected %d series, want %d", n, 2*6+4)
+	if n := testutil.CollectAndCount(c); n != 2*7+4 {
+		t.Errorf("collected %d series, want %d", n, 2*7+4)
 	}
 	var inflight float64
 	for _, s := range b.Endpoints() {
@@ -94,6 +94,9 @@ fanout_endpoints{state="ready"} 1
 	}
 	if inflight != 3 {
 		t.Errorf("in flight across endpoints = %v, want 3", inflight)
+	}
+	if a, b := onlySeries(t, c, "fanout_endpoint_ejections_total", "a:1"), onlySeries(t, c, "fanout_endpoint_ejections_total", "b:1"); a != 0 || b != 1 {
+		t.Errorf("ejections_total a:1 = %v, b:1 = %v; want 0 and 1 (b was ejected once)", a, b)
 	}
 	if got := onlySeries(t, c, "fanout_endpoint_errors_total", "a:1"); got != 1 {
 		t.Errorf("a:1 errors_total = %v, want 1 (the 500)", got)
