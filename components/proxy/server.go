@@ -35,9 +35,18 @@ func NewServer(cfg Config, h *Handler) *Server {
 	// net/http's own h2c, prior knowledge only: no "Upgrade: h2c" dance,
 	// which would collide with the upgrades kubectl exec uses.
 	protocols.SetUnencryptedHTTP2(true)
+	if cfg.TLS != nil {
+		// TLS: HTTP/2 by ALPN, so client-go multiplexes every request on
+		// one connection and health-checks it with its own pings.
+		protocols = http.Protocols{}
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+	}
 	srv := &http.Server{
-		Addr:              cfg.ListenAddress,
-		Handler:           WithRejectProxyRequests(h),
+		Addr: cfg.ListenAddress,
+		Handler: withLimits(WithRejectProxyRequests(h), cfg.MaxInflight, cfg.MaxLongRunning,
+			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
+		TLSConfig:         cfg.TLS,
 		Protocols:         &protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -72,11 +81,19 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConnections, s.handler.metrics.limits)
 	s.ln = ln
 	s.served = make(chan struct{})
 	go func() {
 		defer close(s.served)
-		err := s.srv.Serve(ln)
+		var err error
+		if s.cfg.TLS != nil {
+			// The certificate is in TLSConfig; the listener is limited
+			// before TLS, so a handshake flood counts against it too.
+			err = s.srv.ServeTLS(ln, "", "")
+		} else {
+			err = s.srv.Serve(ln)
+		}
 		if !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr = err
 		}
