@@ -33,6 +33,14 @@ type Options struct {
 	// InCluster uses the pod's ServiceAccount token and CA instead of
 	// Kubeconfig (--in-cluster).
 	InCluster bool
+	// Limits bound what local clients can make fanout hold (limits.go).
+	Limits LimitOptions
+	// EnablePprof serves /debug/pprof/ on the admin address to loopback
+	// clients.
+	EnablePprof bool
+	// ListenTLS serves TLS with a per-pod CA and requires its client
+	// certificate, both written into WriteKubeconfig.
+	ListenTLS bool
 }
 
 // DiscoveryInCluster is the --discovery-kubeconfig value that selects the
@@ -48,6 +56,7 @@ func NewOptions() *Options {
 		ShutdownGrace: 30 * time.Second,
 		ProbeInterval: 2 * time.Second,
 		LogFormat:     "text",
+		Limits:        NewLimitOptions(),
 	}
 }
 
@@ -83,6 +92,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials. An endpoint whose probe fails gets no requests until a probe passes; 0 disables probing.")
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: text or json.")
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
+	fs.BoolVar(&o.ListenTLS, "listen-tls", o.ListenTLS,
+		"Serve TLS on --listen-address (HTTP/2 and HTTP/1.1) with a CA generated in memory at start, and require a client certificate from that CA. "+
+			"The CA and the client certificate and key are written into --write-kubeconfig (mode 0600, so the client must run as the same user), which is then the only way in: for pods that share loopback with other processes (hostNetwork). Requires --write-kubeconfig.")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof,
+		"Serve Go's /debug/pprof/ profiles on --admin-address, to loopback clients only (use kubectl port-forward). CPU profiles and traces: ?seconds=20 at most.")
+	o.Limits.AddFlags(fs)
 }
 
 // Validate checks the flags and says what to change.
@@ -119,6 +134,12 @@ func (o *Options) Validate() error {
 	}
 	if o.Verbosity < 0 {
 		errs = append(errs, fmt.Errorf("-v must not be negative, got %d", o.Verbosity))
+	}
+	if o.ListenTLS && o.WriteKubeconfig == "" {
+		errs = append(errs, errors.New("--listen-tls needs --write-kubeconfig: the client certificate it requires exists only in the kubeconfig fanout writes"))
+	}
+	if err := o.Limits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
