@@ -77,13 +77,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSServerName, "tls-server-name", o.TLSServerName,
 		"Server name verified on every endpoint's certificate. Default: the kubeconfig's tls-server-name, else the host of its server URL.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress,
-		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client. Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request.")
+		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client (TLS with --listen-tls). Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request.")
 	fs.BoolVar(&o.AllowRemote, "allow-remote", o.AllowRemote,
 		"Allow a non-loopback --listen-address. Anyone who reaches it acts with the client's identity.")
 	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress,
 		"Admin listener for /metrics, /healthz, /readyz and /debug/endpoints (loopback clients only). Carries no credentials and proxies nothing.")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig,
-		"Once the listener is ready, atomically write a kubeconfig without credentials that points at http://<listen-address>, for the client container.")
+		"Once the listener is ready, atomically write a kubeconfig that points at http://<listen-address>, for the client container: without credentials (mode 0644), or with --listen-tls at https:// with the loopback CA and client certificate and key (mode 0600).")
 	fs.StringVar(&o.Balancer, "balancer", o.Balancer,
 		"Balancing policy: least-request (power of two choices over in-flight requests weighted by peak-EWMA latency) or round-robin.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace,

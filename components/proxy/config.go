@@ -44,13 +44,13 @@ type Config struct {
 	MaxReceiveBufferPerConnection int
 
 	// MaxConnections bounds open client connections, upgraded ones
-	// included; more are closed at accept. Default 4096. With HTTP/1.1,
+	// included; more are closed at accept. Default 8192. With HTTP/1.1,
 	// client-go opens one connection per watch.
 	MaxConnections int
 	// MaxInflight bounds short requests served at once, MaxLongRunning
 	// long-running ones (watch, logs, exec, attach, port-forward, proxy);
 	// over either budget fanout answers 429 with Retry-After. Defaults 1000
-	// and 2000. The budgets are apart so that many watches never starve
+	// and 4096. The budgets are apart so that many watches never starve
 	// short requests, and a burst of short requests never stops watches.
 	MaxInflight    int
 	MaxLongRunning int
@@ -84,9 +84,9 @@ const (
 	DefaultMaxConcurrentStreams          = 1000
 	DefaultMaxReceiveBufferPerStream     = 1 << 20
 	DefaultMaxReceiveBufferPerConnection = 4 << 20
-	DefaultMaxConnections                = 4096
+	DefaultMaxConnections                = 8192
 	DefaultMaxInflight                   = 1000
-	DefaultMaxLongRunning                = 2000
+	DefaultMaxLongRunning                = 4096
 	DefaultRequestBodyTimeout            = 60 * time.Second
 )
 

@@ -2,16 +2,20 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -288,4 +292,51 @@ func TestRequestBodyTimeout(t *testing.T) {
 			t.Errorf("apiserver got %q", g.bodies)
 		}
 	})
+}
+
+// TestMaxConcurrentStreams: the h2c listener advertises its stream limit,
+// so a client that honours it strictly runs at most that many requests on
+// its one connection.
+func TestMaxConcurrentStreams(t *testing.T) {
+	g, p, u := newGateBackend(t)
+	_, _, base := startProxy(t, Config{MaxConcurrentStreams: 2}, p, u, nil)
+	var dials atomic.Int32
+	tr := &http2.Transport{
+		AllowHTTP:                  true,
+		StrictMaxConcurrentStreams: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	done := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			resp, err := client.Get(fmt.Sprintf("%s/api/v1/pods?watch=true&block=%d", base, i))
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+	}
+	<-g.started
+	<-g.started
+	select {
+	case u := <-g.started:
+		t.Fatalf("a third stream (%s) ran on a connection limited to 2", u)
+	case <-time.After(500 * time.Millisecond):
+	}
+	g.open()
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
 }

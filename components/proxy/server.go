@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -46,7 +47,11 @@ func NewServer(cfg Config, h *Handler) *Server {
 		Addr: cfg.ListenAddress,
 		Handler: withLimits(WithRejectProxyRequests(h), cfg.MaxInflight, cfg.MaxLongRunning,
 			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
-		TLSConfig:         cfg.TLS,
+		TLSConfig: cfg.TLS,
+		// Failed TLS handshakes and malformed requests are logged by
+		// net/http once each; any local process can cause them, so they go
+		// to the debug level (-v 1) rather than flood the log.
+		ErrorLog:          slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
