@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
 // gateBackend answers "ok" at once, except paths containing "block", which
@@ -339,4 +341,46 @@ func TestMaxConcurrentStreams(t *testing.T) {
 	if n := dials.Load(); n != 1 {
 		t.Errorf("%d connections, want 1", n)
 	}
+}
+
+// TestUpgradesCountAgainstLimits: an upgraded (hijacked) exec session
+// holds a connection slot and a long-running slot until it ends.
+func TestUpgradesCountAgainstLimits(t *testing.T) {
+	ca := testpki.NewCA(t)
+	b := newUpgradeBackend(t, ca, 0)
+	rig := newUpgradeRig(t, ca, Config{MaxConnections: 1, MaxLongRunning: 1}, b.addr)
+	spdy := upgradeRequest{upgrade: "SPDY/3.1", headers: map[string]string{"X-Stream-Protocol-Version": "v4.channel.k8s.io"}}
+	c, br, resp := dialUpgrade(t, rig.proxy, spdy)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status = %d, want 101", resp.StatusCode)
+	}
+	echo(t, c, br, "hello")
+	if got := testutil.ToFloat64(rig.m.limits.inflight.WithLabelValues("long")); got != 1 {
+		t.Errorf("long-running in flight during an exec session = %v, want 1", got)
+	}
+	// The session's connection is the only one allowed.
+	c2, err := net.Dial("tcp", rig.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.SetDeadline(time.Now().Add(waitLimit))
+	io.WriteString(c2, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(c2), nil); err == nil {
+		t.Error("a second connection was served while an exec session held the only slot")
+	}
+	c2.Close()
+	if got := testutil.ToFloat64(rig.m.limits.rejected.WithLabelValues(rejectConnections)); got != 1 {
+		t.Errorf("fanout_rejected_total{reason=connections} = %v, want 1", got)
+	}
+	echo(t, c, br, "still there")
+	// Ending the session frees both slots.
+	c.Close()
+	eventually(t, "the exec session's slots to be freed", func() bool {
+		return testutil.ToFloat64(rig.m.limits.connections) == 0 && testutil.ToFloat64(rig.m.limits.inflight.WithLabelValues("long")) == 0
+	})
+	c3, br3, resp := dialUpgrade(t, rig.proxy, spdy)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("after the first session ended: status = %d, want 101", resp.StatusCode)
+	}
+	echo(t, c3, br3, "again")
 }
