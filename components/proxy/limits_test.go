@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -383,4 +384,15 @@ func TestUpgradesCountAgainstLimits(t *testing.T) {
 		t.Fatalf("after the first session ended: status = %d, want 101", resp.StatusCode)
 	}
 	echo(t, c3, br3, "again")
+}
+
+func TestServerLogWriter(t *testing.T) {
+	var buf strings.Builder
+	w := serverLogWriter{slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	fmt.Fprint(w, "http: TLS handshake error from 127.0.0.1:4000: tls: client didn't provide a certificate\n")
+	fmt.Fprint(w, "http: Accept error: accept tcp: too many open files; retrying in 5ms\n")
+	out := buf.String()
+	if !strings.Contains(out, "level=DEBUG msg=\"http: TLS handshake error") || !strings.Contains(out, "level=WARN msg=\"http: Accept error") {
+		t.Errorf("server log lines:\n%s\nwant the handshake error at debug and the accept error as a warning", out)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -47,11 +48,8 @@ func NewServer(cfg Config, h *Handler) *Server {
 		Addr: cfg.ListenAddress,
 		Handler: withLimits(WithRejectProxyRequests(h), cfg.MaxInflight, cfg.MaxLongRunning,
 			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
-		TLSConfig: cfg.TLS,
-		// Failed TLS handshakes and malformed requests are logged by
-		// net/http once each; any local process can cause them, so they go
-		// to the debug level (-v 1) rather than flood the log.
-		ErrorLog:          slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
+		TLSConfig:         cfg.TLS,
+		ErrorLog:          log.New(serverLogWriter{slog.Default()}, "", 0),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -182,4 +180,21 @@ func quoteURI(uri string) string {
 		uri = uri[:max] + "..."
 	}
 	return fmt.Sprintf("%q", uri)
+}
+
+// serverLogWriter takes net/http's server error lines. A failed TLS
+// handshake is logged once per connection and any local process can cause
+// one, so those go to the debug level (-v 1) rather than flood the log;
+// the rest (accept errors such as running out of file descriptors, panics)
+// stay warnings.
+type serverLogWriter struct{ log *slog.Logger }
+
+func (w serverLogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelWarn
+	if strings.Contains(msg, "TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	w.log.Log(context.Background(), level, msg)
+	return len(p), nil
 }
