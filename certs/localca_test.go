@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -78,11 +77,11 @@ func TestLocalCA(t *testing.T) {
 
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}
 	defer tr.CloseIdleConnections()
+	// The error is the server's alert (certificate required) or, by
+	// timing, a broken pipe; either way nothing is served.
 	if resp, err := (&http.Client{Transport: tr}).Get(srv.URL); err == nil {
 		resp.Body.Close()
 		t.Fatal("a client without a certificate was served")
-	} else if !strings.Contains(err.Error(), "certificate required") {
-		t.Errorf("error without a certificate = %v, want the handshake refused with certificate required", err)
 	}
 }
 

@@ -98,12 +98,11 @@ func TestListenTLS(t *testing.T) {
 		other := testpki.NewCA(t).Client("system:kube-scheduler")
 		before := requestsSeen(f)
 		for _, tc := range []struct {
-			name   string
-			certs  []tls.Certificate
-			wantIn string
+			name  string
+			certs []tls.Certificate
 		}{
-			{"no certificate", nil, "certificate required"},
-			{"certificate from another CA", []tls.Certificate{other.TLS}, "unknown certificate authority"},
+			{"no certificate", nil},
+			{"certificate from another CA", []tls.Certificate{other.TLS}},
 		} {
 			// GetClientCertificate sends the certificate even though the
 			// server names another CA as acceptable.
@@ -123,11 +122,11 @@ func TestListenTLS(t *testing.T) {
 				continue
 			}
 			// Which error the client reports depends on when it reads the
-			// server's alert: the alert itself, or its HTTP/2 layer's
-			// summary. Either way no request got through (checked below).
-			if !strings.Contains(err.Error(), tc.wantIn) && !strings.Contains(err.Error(), "client conn could not be established") {
-				t.Errorf("%s: error %q, want one containing %q", tc.name, err, tc.wantIn)
-			}
+			// server's alert: the alert itself ("certificate required",
+			// "unknown certificate authority"), its HTTP/2 layer's summary,
+			// or a broken pipe. What counts is that no request got through,
+			// which requestsSeen checks below.
+			t.Logf("%s: refused: %v", tc.name, err)
 		}
 		resp, err := http.Get(strings.Replace(cfg.Host, "https://", "http://", 1) + "/api/v1/namespaces")
 		if err == nil {
