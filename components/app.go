@@ -52,6 +52,10 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 	if o.TLSServerName != "" {
 		serverName = o.TLSServerName
 	}
+	proxyCfg, localCA, err := listenerConfig(o)
+	if err != nil {
+		return fx.Error(err)
+	}
 	return fx.Options(
 		fx.WithLogger(func() fxevent.Logger {
 			if o.Verbosity >= 2 {
@@ -69,8 +73,8 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			resolverMetrics,
 			o.Resilience.balancer(o.Balancer),
 			transport.Config{ServerName: serverName},
-			proxyConfig(o),
-			admin.Config{ListenAddress: o.AdminAddress},
+			proxyCfg,
+			admin.Config{ListenAddress: o.AdminAddress, EnablePprof: o.EnablePprof},
 		),
 		Metrics,
 		fx.Invoke(func(reg prometheus.Registerer) error { return reg.Register(resolverMetrics) }),
@@ -98,15 +102,19 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			lc.Append(fx.StartHook(func() error {
 				// The proxy module's start hook has run: the listener is bound.
 				addr := s.Addr().String()
-				log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c")
+				if localCA != nil {
+					log.Info("proxy listening", "address", addr, "protocols", "HTTP/2 and HTTP/1.1 over TLS, client certificate required")
+				} else {
+					log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c")
+				}
 				if o.WriteKubeconfig == "" {
 					startup.Done()
 					return nil
 				}
-				if err := certs.WriteKubeconfig(o.WriteKubeconfig, addr); err != nil {
+				if err := writeClientKubeconfig(o.WriteKubeconfig, addr, localCA); err != nil {
 					return fmt.Errorf("--write-kubeconfig: %w", err)
 				}
-				log.Info("wrote client kubeconfig", "path", o.WriteKubeconfig, "server", "http://"+addr)
+				log.Info("wrote client kubeconfig", "path", o.WriteKubeconfig, "server", clientURL(addr, localCA))
 				startup.Done()
 				return nil
 			}))

@@ -104,6 +104,12 @@ type fixture struct {
 // connection must verify the kubeconfig's tls-server-name.
 func startSidecar(t *testing.T, token string, policy string, extra ...fx.Option) *fixture {
 	t.Helper()
+	return startSidecarWith(t, token, policy, nil, extra...)
+}
+
+// startSidecarWith is startSidecar with flags changed by mutate.
+func startSidecarWith(t *testing.T, token string, policy string, mutate func(*Options), extra ...fx.Option) *fixture {
+	t.Helper()
 	ca := testpki.NewCA(t)
 	serving := ca.Serving("kubernetes")
 	client := ca.Client("system:kube-scheduler")
@@ -144,6 +150,9 @@ current-context: ctx
 	o.AdminAddress = "127.0.0.1:0"
 	o.WriteKubeconfig = filepath.Join(dir, "client.kubeconfig")
 	o.Balancer = policy
+	if mutate != nil {
+		mutate(o)
+	}
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,14 @@ type Options struct {
 	// InCluster uses the pod's ServiceAccount token and CA instead of
 	// Kubeconfig (--in-cluster).
 	InCluster bool
+	// Limits bound what local clients can make fanout hold (limits.go).
+	Limits LimitOptions
+	// EnablePprof serves /debug/pprof/ on the admin address to loopback
+	// clients.
+	EnablePprof bool
+	// ListenTLS serves TLS with a per-pod CA and requires its client
+	// certificate, both written into WriteKubeconfig.
+	ListenTLS bool
 }
 
 // DiscoveryInCluster is the --discovery-kubeconfig value that selects the
@@ -50,6 +58,7 @@ func NewOptions() *Options {
 		ProbeInterval: 2 * time.Second,
 		Resilience:    defaultResilience(),
 		LogFormat:     "text",
+		Limits:        NewLimitOptions(),
 	}
 }
 
@@ -70,13 +79,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSServerName, "tls-server-name", o.TLSServerName,
 		"Server name verified on every endpoint's certificate. Default: the kubeconfig's tls-server-name, else the host of its server URL.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress,
-		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client. Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request.")
+		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client (TLS with --listen-tls). Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request.")
 	fs.BoolVar(&o.AllowRemote, "allow-remote", o.AllowRemote,
 		"Allow a non-loopback --listen-address. Anyone who reaches it acts with the client's identity.")
 	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress,
 		"Admin listener for /metrics, /healthz, /readyz and /debug/endpoints (loopback clients only). Carries no credentials and proxies nothing.")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig,
-		"Once the listener is ready, atomically write a kubeconfig without credentials that points at http://<listen-address>, for the client container.")
+		"Once the listener is ready, atomically write a kubeconfig that points at http://<listen-address>, for the client container: without credentials (mode 0644), or with --listen-tls at https:// with the loopback CA and client certificate and key (mode 0600).")
 	fs.StringVar(&o.Balancer, "balancer", o.Balancer,
 		"Balancing policy: least-request (power of two choices over in-flight requests weighted by peak-EWMA latency) or round-robin.")
 	fs.DurationVar(&o.ShutdownGrace, "shutdown-grace", o.ShutdownGrace,
@@ -86,6 +95,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Resilience.addFlags(fs)
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: text or json.")
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
+	fs.BoolVar(&o.ListenTLS, "listen-tls", o.ListenTLS,
+		"Serve TLS on --listen-address (HTTP/2 and HTTP/1.1) with a CA generated in memory at start, and require a client certificate from that CA. "+
+			"The CA and the client certificate and key are written into --write-kubeconfig (mode 0600, so the client must run as the same user), which is then the only way in: for pods that share loopback with other processes (hostNetwork). Requires --write-kubeconfig.")
+	fs.BoolVar(&o.EnablePprof, "enable-pprof", o.EnablePprof,
+		"Serve Go's /debug/pprof/ profiles on --admin-address, to loopback clients only (use kubectl port-forward). CPU profiles and traces: ?seconds=20 at most.")
+	o.Limits.AddFlags(fs)
 }
 
 // Validate checks the flags and says what to change.
@@ -125,6 +140,12 @@ func (o *Options) Validate() error {
 	}
 	if o.Verbosity < 0 {
 		errs = append(errs, fmt.Errorf("-v must not be negative, got %d", o.Verbosity))
+	}
+	if o.ListenTLS && o.WriteKubeconfig == "" {
+		errs = append(errs, errors.New("--listen-tls needs --write-kubeconfig: the client certificate it requires exists only in the kubeconfig fanout writes"))
+	}
+	if err := o.Limits.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -36,6 +36,13 @@ func TestValidate(t *testing.T) {
 		{"ejected fraction above 1", func(o *Options) { o.Resilience.MaxEjectedFraction = 1.5 }, "--max-ejected-fraction"},
 		{"probe rise 0", func(o *Options) { o.Resilience.ProbeRise = 0 }, "--probe-rise"},
 		{"outlier failures 0", func(o *Options) { o.Resilience.ConsecutiveFailures = 0 }, "--outlier-consecutive-failures"},
+		{"listen-tls without write-kubeconfig", func(o *Options) { o.ListenTLS = true }, "--listen-tls needs --write-kubeconfig"},
+		{"listen-tls", func(o *Options) { o.ListenTLS, o.WriteKubeconfig = true, "/shared/kubeconfig" }, ""},
+		{"zero max-connections", func(o *Options) { o.Limits.MaxConnections = 0 }, "--max-connections must be positive"},
+		{"negative max-inflight", func(o *Options) { o.Limits.MaxInflight = -1 }, "--max-inflight must be positive"},
+		{"zero max-long-running", func(o *Options) { o.Limits.MaxLongRunning = 0 }, "--max-long-running must be positive"},
+		{"zero body timeout", func(o *Options) { o.Limits.RequestBodyTimeout = 0 }, "--request-body-timeout must be positive"},
+		{"zero idle timeout", func(o *Options) { o.Limits.IdleTimeout = 0 }, "--idle-timeout must be positive"},
 		{"negative probe interval", func(o *Options) { o.ProbeInterval = -time.Second }, "--probe-interval must not be negative"},
 	}
 	for _, tt := range tests {

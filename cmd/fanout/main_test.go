@@ -39,6 +39,11 @@ func TestFlags(t *testing.T) {
 		wantOut  string
 	}{
 		{"help", []string{"--help"}, 0, "--write-kubeconfig"},
+		{"help lists the limits", []string{"--help"}, 0, "--max-long-running"},
+		{"help lists listen-tls", []string{"--help"}, 0, "--listen-tls"},
+		{"help lists pprof", []string{"--help"}, 0, "--enable-pprof"},
+		{"listen-tls needs a kubeconfig to write", []string{"--kubeconfig", "x", "--listen-tls"}, 2, "--listen-tls needs --write-kubeconfig"},
+		{"limits must be positive", []string{"--kubeconfig", "x", "--max-inflight", "0"}, 2, "--max-inflight must be positive"},
 		{"no kubeconfig", nil, 2, "--kubeconfig is required"},
 		{"remote listener refused", []string{"--kubeconfig", "x", "--listen-address", "0.0.0.0:7080"}, 2, "--allow-remote"},
 		{"unknown flag", []string{"--nope"}, 2, "unknown flag"},

@@ -42,6 +42,8 @@ type ResolverStatus interface {
 type Config struct {
 	// ListenAddress is host:port; ":7081" listens on every interface.
 	ListenAddress string
+	// EnablePprof serves /debug/pprof/ to loopback clients (WithPprof).
+	EnablePprof bool
 }
 
 // Server is the admin HTTP server.

@@ -182,3 +182,32 @@ func TestServerLifecycle(t *testing.T) {
 		t.Fatal("server still answers after Stop")
 	}
 }
+
+func TestPprofLoopbackOnly(t *testing.T) {
+	_, inner := newTestHandler(t)
+	for _, tc := range []struct {
+		name   string
+		h      http.Handler
+		remote string
+		path   string
+		want   int
+	}{
+		{"off", inner, "127.0.0.1:4000", "/debug/pprof/", http.StatusNotFound},
+		{"loopback", WithPprof(inner), "127.0.0.1:4000", "/debug/pprof/", http.StatusOK},
+		{"IPv6 loopback", WithPprof(inner), "[::1]:4000", "/debug/pprof/cmdline", http.StatusOK},
+		{"pod network", WithPprof(inner), "10.1.2.3:4000", "/debug/pprof/", http.StatusForbidden},
+		{"pod network, heap", WithPprof(inner), "10.1.2.3:4000", "/debug/pprof/heap", http.StatusForbidden},
+		{"pod network, no slash", WithPprof(inner), "10.1.2.3:4000", "/debug/pprof", http.StatusForbidden},
+		{"other paths pass", WithPprof(inner), "10.1.2.3:4000", "/healthz", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+			req.RemoteAddr = tc.remote
+			rec := httptest.NewRecorder()
+			tc.h.ServeHTTP(rec, req)
+			if rec.Code != tc.want {
+				t.Errorf("%s from %s: %d, want %d", tc.path, tc.remote, rec.Code, tc.want)
+			}
+		})
+	}
+}

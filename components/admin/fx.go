@@ -12,7 +12,11 @@ import (
 var Module = fx.Module("admin",
 	fx.Provide(
 		func(p Params) *Server {
-			return NewServer(p.Config, p.Startup.Wrap(NewHandler(p.State, p.Gatherer, p.Resolver)), p.Log)
+			h := NewHandler(p.State, p.Gatherer, p.Resolver)
+			if p.Config.EnablePprof {
+				h = WithPprof(h)
+			}
+			return NewServer(p.Config, p.Startup.Wrap(h), p.Log)
 		},
 	),
 	fx.Invoke(func(lc fx.Lifecycle, s *Server) {

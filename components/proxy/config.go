@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -42,6 +43,28 @@ type Config struct {
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 
+	// MaxConnections bounds open client connections, upgraded ones
+	// included; more are closed at accept. Default 8192. With HTTP/1.1,
+	// client-go opens one connection per watch.
+	MaxConnections int
+	// MaxInflight bounds short requests served at once, MaxLongRunning
+	// long-running ones (watch, logs, exec, attach, port-forward, proxy);
+	// over either budget fanout answers 429 with Retry-After. Defaults 1000
+	// and 4096. The budgets are apart so that many watches never starve
+	// short requests, and a burst of short requests never stops watches.
+	MaxInflight    int
+	MaxLongRunning int
+	// RequestBodyTimeout bounds how long a short request may take to send
+	// its body. Default 60s, kube-apiserver's own request timeout.
+	// Long-running requests and upgrades are exempt: exec and port-forward
+	// stream their input for hours.
+	RequestBodyTimeout time.Duration
+
+	// TLS, when set, makes the listener serve TLS with it (HTTP/1.1 and
+	// HTTP/2 by ALPN) instead of plaintext HTTP/1.1 and h2c
+	// (--listen-tls). Set ClientAuth in it to require client certificates.
+	TLS *tls.Config
+
 	// ShutdownGrace bounds how long Stop waits for short requests
 	// (--shutdown-grace); zero means until Stop's context is done.
 	// Long-running requests are ended at once either way.
@@ -73,6 +96,10 @@ const (
 	DefaultRetryBudgetRatio              = 0.1
 	DefaultRetryBudgetMin                = 10
 	DefaultRetryBudgetWindow             = 10 * time.Second
+	DefaultMaxConnections                = 8192
+	DefaultMaxInflight                   = 1000
+	DefaultMaxLongRunning                = 4096
+	DefaultRequestBodyTimeout            = 60 * time.Second
 )
 
 // MaxReplayBodyLimit caps MaxReplayBody: kube-apiserver rejects bodies over
@@ -98,6 +125,10 @@ func (c Config) Validate() error {
 	}
 	if c.MaxReceiveBufferPerConnection != 0 && c.MaxReceiveBufferPerConnection < 65535 {
 		return fmt.Errorf("proxy HTTP/2 connection receive buffer must be at least 65535 bytes (the initial window), got %d", c.MaxReceiveBufferPerConnection)
+	}
+	if c.MaxConnections < 0 || c.MaxInflight < 0 || c.MaxLongRunning < 0 || c.RequestBodyTimeout < 0 {
+		return fmt.Errorf("proxy limits must not be negative, got max connections %d, max in-flight %d, max long-running %d, request body timeout %v",
+			c.MaxConnections, c.MaxInflight, c.MaxLongRunning, c.RequestBodyTimeout)
 	}
 	if c.MaxReceiveBufferPerStream < 0 {
 		return fmt.Errorf("proxy HTTP/2 stream receive buffer must not be negative, got %d", c.MaxReceiveBufferPerStream)
@@ -146,6 +177,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryBudgetWindow < time.Second {
 		c.RetryBudgetWindow = DefaultRetryBudgetWindow
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.MaxLongRunning <= 0 {
+		c.MaxLongRunning = DefaultMaxLongRunning
+	}
+	if c.RequestBodyTimeout <= 0 {
+		c.RequestBodyTimeout = DefaultRequestBodyTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -23,6 +23,7 @@ type Metrics struct {
 	upstreamErrors *prometheus.CounterVec
 	openLong       prometheus.Gauge
 	upgrades       upgradeMetrics
+	limits         limitMetrics
 }
 
 // Reasons for fanout_upstream_errors_total and fanout_retries_total.
@@ -65,9 +66,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Long-running requests (watch, logs, exec, proxy) currently open.",
 		}),
 		upgrades: newUpgradeMetrics(),
+		limits:   newLimitMetrics(),
 	}
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong}, m.upgrades.collectors()...) {
+		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong}, append(m.upgrades.collectors(), m.limits.collectors()...)...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

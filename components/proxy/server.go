@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -35,9 +37,19 @@ func NewServer(cfg Config, h *Handler) *Server {
 	// net/http's own h2c, prior knowledge only: no "Upgrade: h2c" dance,
 	// which would collide with the upgrades kubectl exec uses.
 	protocols.SetUnencryptedHTTP2(true)
+	if cfg.TLS != nil {
+		// TLS: HTTP/2 by ALPN, so client-go multiplexes every request on
+		// one connection and health-checks it with its own pings.
+		protocols = http.Protocols{}
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(true)
+	}
 	srv := &http.Server{
-		Addr:              cfg.ListenAddress,
-		Handler:           WithRejectProxyRequests(h),
+		Addr: cfg.ListenAddress,
+		Handler: withLimits(WithRejectProxyRequests(h), cfg.MaxInflight, cfg.MaxLongRunning,
+			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
+		TLSConfig:         cfg.TLS,
+		ErrorLog:          log.New(serverLogWriter{slog.Default()}, "", 0),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
@@ -72,11 +84,19 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
 	}
+	ln = newLimitListener(ln, s.cfg.MaxConnections, s.handler.metrics.limits)
 	s.ln = ln
 	s.served = make(chan struct{})
 	go func() {
 		defer close(s.served)
-		err := s.srv.Serve(ln)
+		var err error
+		if s.cfg.TLS != nil {
+			// The certificate is in TLSConfig; the listener is limited
+			// before TLS, so a handshake flood counts against it too.
+			err = s.srv.ServeTLS(ln, "", "")
+		} else {
+			err = s.srv.Serve(ln)
+		}
 		if !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr = err
 		}
@@ -160,4 +180,21 @@ func quoteURI(uri string) string {
 		uri = uri[:max] + "..."
 	}
 	return fmt.Sprintf("%q", uri)
+}
+
+// serverLogWriter takes net/http's server error lines. A failed TLS
+// handshake is logged once per connection and any local process can cause
+// one, so those go to the debug level (-v 1) rather than flood the log;
+// the rest (accept errors such as running out of file descriptors, panics)
+// stay warnings.
+type serverLogWriter struct{ log *slog.Logger }
+
+func (w serverLogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(string(p))
+	level := slog.LevelWarn
+	if strings.Contains(msg, "TLS handshake error") {
+		level = slog.LevelDebug
+	}
+	w.log.Log(context.Background(), level, msg)
+	return len(p), nil
 }

@@ -1,0 +1,400 @@
+//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; this test's h2c client still uses it, like the transport.
+
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/net/http2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/internal/testpki"
+)
+
+// gateBackend answers "ok" at once, except paths containing "block", which
+// wait until release is closed. started gets a value per blocked request.
+type gateBackend struct {
+	started chan string
+	release chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	bodies  []string
+}
+
+func newGateBackend(t *testing.T) (*gateBackend, *fakePicker, *fakeUpstream) {
+	t.Helper()
+	g := &gateBackend{started: make(chan string, 100), release: make(chan struct{})}
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		g.mu.Lock()
+		g.bodies = append(g.bodies, string(b))
+		g.mu.Unlock()
+		if strings.Contains(r.URL.RawQuery, "block") {
+			w.WriteHeader(200)
+			w.(http.Flusher).Flush()
+			g.started <- r.URL.String()
+			select {
+			case <-g.release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+			time.Sleep(d)
+		}
+		io.WriteString(w, "ok")
+	}), false)
+	t.Cleanup(g.open)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	return g, newFakePicker(addr), u
+}
+
+func (g *gateBackend) open() { g.once.Do(func() { close(g.release) }) }
+
+func (g *gateBackend) bodyCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.bodies)
+}
+
+func TestInflightBudgets(t *testing.T) {
+	for _, h2c := range []bool{false, true} {
+		t.Run(fmt.Sprintf("h2c=%v", h2c), func(t *testing.T) {
+			g, p, u := newGateBackend(t)
+			m, _ := NewMetrics(nil)
+			_, _, base := startProxy(t, Config{MaxInflight: 2, MaxLongRunning: 3}, p, u, m)
+			client := newClient(t, h2c)
+			get := func(path string) *http.Response {
+				t.Helper()
+				resp, err := client.Get(base + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			expect429 := func(path string, kind string) {
+				t.Helper()
+				resp := get(path)
+				if resp.StatusCode != http.StatusTooManyRequests {
+					resp.Body.Close()
+					t.Fatalf("%s over the %s budget: status %d, want 429", path, kind, resp.StatusCode)
+				}
+				if resp.Header.Get("Retry-After") != "1" {
+					t.Errorf("429 without Retry-After: 1 (got %q); client-go would not retry it", resp.Header.Get("Retry-After"))
+				}
+				st := readStatus(t, resp)
+				if st.Reason != metav1.StatusReasonTooManyRequests || !strings.Contains(st.Message, kind+" requests in flight") {
+					t.Errorf("Status = %q %q", st.Reason, st.Message)
+				}
+			}
+			expectOK := func(path string) {
+				t.Helper()
+				resp := get(path)
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(b) != "ok" {
+					t.Fatalf("%s: %d %q, want 200 ok: a full budget of the other kind refused it", path, resp.StatusCode, b)
+				}
+			}
+
+			// Fill the long-running budget with watches.
+			var open []*http.Response
+			for i := range 3 {
+				open = append(open, get(fmt.Sprintf("/api/v1/pods?watch=true&block=%d", i)))
+				<-g.started
+			}
+			expect429("/api/v1/configmaps?watch=true&block=x", "long")
+			// Short requests have their own budget.
+			expectOK("/api/v1/pods")
+			expectOK("/api/v1/namespaces/default/configmaps/x")
+
+			// Fill the short budget with slow GETs.
+			for i := range 2 {
+				open = append(open, get(fmt.Sprintf("/api/v1/pods/x?block=%d", i)))
+				<-g.started
+			}
+			expect429("/api/v1/namespaces", "short")
+
+			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectLong)); got != 1 {
+				t.Errorf("fanout_rejected_total{reason=long_inflight} = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectShort)); got != 1 {
+				t.Errorf("fanout_rejected_total{reason=short_inflight} = %v, want 1", got)
+			}
+			if got := testutil.ToFloat64(m.limits.inflight.WithLabelValues("long")); got != 3 {
+				t.Errorf("fanout_downstream_inflight_requests{kind=long} = %v, want 3", got)
+			}
+
+			// Budgets are given back.
+			g.open()
+			for _, r := range open {
+				io.Copy(io.Discard, r.Body)
+				r.Body.Close()
+			}
+			deadline := time.Now().Add(waitLimit)
+			for testutil.ToFloat64(m.limits.inflight.WithLabelValues("short")) != 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			expectOK("/api/v1/namespaces")
+		})
+	}
+}
+
+func TestConnectionLimit(t *testing.T) {
+	p, u := okBackend(t)
+	m, _ := NewMetrics(nil)
+	s, _, _ := startProxy(t, Config{MaxConnections: 2}, p, u, m)
+	addr := s.Addr().String()
+
+	// keepAlive opens a connection and proves it is served.
+	keepAlive := func() (net.Conn, error) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		c.SetDeadline(time.Now().Add(waitLimit))
+		io.WriteString(c, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return c, nil
+	}
+	var held []net.Conn
+	for range 2 {
+		c, err := keepAlive()
+		if err != nil {
+			t.Fatalf("a connection within the limit was not served: %v", err)
+		}
+		held = append(held, c)
+	}
+	if got := testutil.ToFloat64(m.limits.connections); got != 2 {
+		t.Errorf("fanout_downstream_connections = %v, want 2", got)
+	}
+	if c, err := keepAlive(); err == nil {
+		c.Close()
+		t.Fatal("a third connection was served with --max-connections 2")
+	}
+	if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectConnections)); got != 1 {
+		t.Errorf("fanout_rejected_total{reason=connections} = %v, want 1", got)
+	}
+	// A closed connection frees its slot.
+	held[0].Close()
+	var err error
+	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var c net.Conn
+		if c, err = keepAlive(); err == nil {
+			held[0] = c
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("no connection served after one of two closed: %v", err)
+	}
+	for _, c := range held {
+		c.Close()
+	}
+}
+
+func TestRequestBodyTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	t.Run("a stalled body is cut", func(t *testing.T) {
+		g, p, u := newGateBackend(t)
+		m, _ := NewMetrics(nil)
+		s, _, _ := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
+		c, err := net.Dial("tcp", s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(waitLimit))
+		start := time.Now()
+		io.WriteString(c, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("stalled body answered %d; want the connection closed", resp.StatusCode)
+		}
+		if el := time.Since(start); el > waitLimit/2 {
+			t.Fatalf("the stalled body was held for %v", el)
+		}
+		if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {
+			t.Errorf("fanout_rejected_total{reason=body_timeout} = %v, want 1", got)
+		}
+		if n := g.bodyCount(); n != 0 {
+			t.Errorf("the apiserver got %d requests; a cut body must not reach it", n)
+		}
+	})
+	for _, tc := range []struct{ h2c, chunked bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
+		t.Run(fmt.Sprintf("deadline lifted once the body is in, h2c=%v chunked=%v", tc.h2c, tc.chunked), func(t *testing.T) {
+			// The apiserver takes 3x the body timeout to answer: the
+			// response must still arrive, and the connection serve on.
+			_, p, u := newGateBackend(t)
+			m, _ := NewMetrics(nil)
+			_, _, base := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
+			client := newClient(t, tc.h2c)
+			for range 2 {
+				var body io.Reader = strings.NewReader(`{"kind":"ConfigMap"}`)
+				if tc.chunked {
+					body = io.MultiReader(body) // length unknown to the client
+				}
+				resp, err := client.Post(base+"/api/v1/namespaces/default/configmaps?sleep="+(3*timeout).String(), "application/json", body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || string(b) != "ok" {
+					t.Fatalf("slow answer after a quick body: %d %q", resp.StatusCode, b)
+				}
+			}
+			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectBodyTimeout)); got != 0 {
+				t.Errorf("fanout_rejected_total{reason=body_timeout} = %v, want 0", got)
+			}
+		})
+	}
+	t.Run("long-running requests are exempt", func(t *testing.T) {
+		// A body that trickles in over 3x the timeout to a long-running
+		// path (the proxy subresource) is not cut.
+		g, p, u := newGateBackend(t)
+		m, _ := NewMetrics(nil)
+		_, _, base := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
+		pr, pw := io.Pipe()
+		go func() {
+			for range 3 {
+				time.Sleep(timeout)
+				io.WriteString(pw, "chunk ")
+			}
+			pw.Close()
+		}()
+		resp, err := newClient(t, false).Post(base+"/api/v1/namespaces/default/pods/p/proxy/upload", "text/plain", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("slow body to a long-running path: %d %q", resp.StatusCode, b)
+		}
+		if n := g.bodyCount(); n != 1 || g.bodies[0] != "chunk chunk chunk " {
+			t.Errorf("apiserver got %q", g.bodies)
+		}
+	})
+}
+
+// TestMaxConcurrentStreams: the h2c listener advertises its stream limit,
+// so a client that honours it strictly runs at most that many requests on
+// its one connection.
+func TestMaxConcurrentStreams(t *testing.T) {
+	g, p, u := newGateBackend(t)
+	_, _, base := startProxy(t, Config{MaxConcurrentStreams: 2}, p, u, nil)
+	var dials atomic.Int32
+	tr := &http2.Transport{
+		AllowHTTP:                  true,
+		StrictMaxConcurrentStreams: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			dials.Add(1)
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr)
+		},
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := &http.Client{Transport: tr}
+	done := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			resp, err := client.Get(fmt.Sprintf("%s/api/v1/pods?watch=true&block=%d", base, i))
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+	}
+	<-g.started
+	<-g.started
+	select {
+	case u := <-g.started:
+		t.Fatalf("a third stream (%s) ran on a connection limited to 2", u)
+	case <-time.After(500 * time.Millisecond):
+	}
+	g.open()
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+}
+
+// TestUpgradesCountAgainstLimits: an upgraded (hijacked) exec session
+// holds a connection slot and a long-running slot until it ends.
+func TestUpgradesCountAgainstLimits(t *testing.T) {
+	ca := testpki.NewCA(t)
+	b := newUpgradeBackend(t, ca, 0)
+	rig := newUpgradeRig(t, ca, Config{MaxConnections: 1, MaxLongRunning: 1}, b.addr)
+	spdy := upgradeRequest{upgrade: "SPDY/3.1", headers: map[string]string{"X-Stream-Protocol-Version": "v4.channel.k8s.io"}}
+	c, br, resp := dialUpgrade(t, rig.proxy, spdy)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status = %d, want 101", resp.StatusCode)
+	}
+	echoLine(t, c, br, "hello")
+	if got := testutil.ToFloat64(rig.m.limits.inflight.WithLabelValues("long")); got != 1 {
+		t.Errorf("long-running in flight during an exec session = %v, want 1", got)
+	}
+	// The session's connection is the only one allowed.
+	c2, err := net.Dial("tcp", rig.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.SetDeadline(time.Now().Add(waitLimit))
+	io.WriteString(c2, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(c2), nil); err == nil {
+		t.Error("a second connection was served while an exec session held the only slot")
+	}
+	c2.Close()
+	if got := testutil.ToFloat64(rig.m.limits.rejected.WithLabelValues(rejectConnections)); got != 1 {
+		t.Errorf("fanout_rejected_total{reason=connections} = %v, want 1", got)
+	}
+	echoLine(t, c, br, "still there")
+	// Ending the session frees both slots.
+	c.Close()
+	eventually(t, "the exec session's slots to be freed", func() bool {
+		return testutil.ToFloat64(rig.m.limits.connections) == 0 && testutil.ToFloat64(rig.m.limits.inflight.WithLabelValues("long")) == 0
+	})
+	c3, br3, resp := dialUpgrade(t, rig.proxy, spdy)
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("after the first session ended: status = %d, want 101", resp.StatusCode)
+	}
+	echoLine(t, c3, br3, "again")
+}
+
+func TestServerLogWriter(t *testing.T) {
+	var buf strings.Builder
+	w := serverLogWriter{slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	fmt.Fprint(w, "http: TLS handshake error from 127.0.0.1:4000: tls: client didn't provide a certificate\n")
+	fmt.Fprint(w, "http: Accept error: accept tcp: too many open files; retrying in 5ms\n")
+	out := buf.String()
+	if !strings.Contains(out, "level=DEBUG msg=\"http: TLS handshake error") || !strings.Contains(out, "level=WARN msg=\"http: Accept error") {
+		t.Errorf("server log lines:\n%s\nwant the handshake error at debug and the accept error as a warning", out)
+	}
+}
