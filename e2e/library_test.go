@@ -2,10 +2,15 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +28,8 @@ import (
 // instead of run as a sidecar: the program's own rest.Config, wrapped
 // once. Its requests spread evenly over the three apiservers, and it sees
 // no error while one of them restarts gracefully under load, with an
-// informer watching throughout.
+// informer watching throughout. The controller-runtime example, built and
+// run as a program of its own, spreads its reconciles' requests too.
 func TestLibrary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane of its own")
@@ -71,7 +77,11 @@ func TestLibrary(t *testing.T) {
 		}
 	}
 
-	// 2. Graceful restart under load, as TestGracefulRestartUnderLoad
+	// 2. A controller-runtime manager (examples/controller-runtime) that
+	// opted in with one call, as its own user.
+	runControllerRuntimeExample(ctx, t, cp)
+
+	// 3. Graceful restart under load, as TestGracefulRestartUnderLoad
 	// does through the sidecar, with an informer on the same config.
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -147,5 +157,105 @@ func TestLibrary(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("the informer holds ConfigMaps %v, the apiserver %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+}
+
+// runControllerRuntimeExample builds examples/controller-runtime (a module
+// of its own), runs it as user e2e-library-manager on a namespace, creates
+// ConfigMaps for it to reconcile (each reconcile is one live GET) and checks
+// that every apiserver served a fair share of the program's requests and
+// that it exits cleanly on SIGTERM.
+func runControllerRuntimeExample(ctx context.Context, t *testing.T, cp *harness.ControlPlane) {
+	t.Helper()
+	const user, ns, objects = "e2e-library-manager", "e2e-library-cr", 90
+	modDir, err := harness.ModuleDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "controller-runtime-example")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
+	build.Dir = filepath.Join(filepath.Dir(modDir), "examples", "controller-runtime")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building examples/controller-runtime: %v\n%s", err, out)
+	}
+	kubeconfig, err := cp.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userNamespace(ctx, t, cp, ns, user)
+	logPath := filepath.Join(dir, "manager.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--namespace", ns, "--metrics-address", "0",
+		"--endpoints", strings.Join(cp.Endpoints(), ","))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("last lines of the manager's log:\n%s", harness.Tail(logPath, 30))
+		}
+	}()
+	reconciled := func() int {
+		b, _ := os.ReadFile(logPath)
+		return strings.Count(string(b), `"reconciled"`)
+	}
+	started := func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "Starting workers")
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !started(); time.Sleep(200 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			t.Fatalf("the controller-runtime example exited before starting its workers: %v\n%s", err, harness.Tail(logPath, 30))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the controller-runtime example did not start its workers within 2 minutes")
+		}
+	}
+	for i := range objects {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cr-%d", i)}, Data: map[string]string{"i": fmt.Sprint(i)}}
+		if _, err := cp.AdminClient.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(time.Minute); reconciled() < objects; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the controller-runtime example reconciled %d of %d ConfigMaps within a minute", reconciled(), objects)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the controller-runtime example exited with %v after SIGTERM, want 0", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the controller-runtime example did not exit within a minute of SIGTERM")
+	}
+	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("controller-runtime example: %d reconciles; served: %s", reconciled(), harness.FormatShares(counts))
+	checkServedAll(t, counts, objects)
+	for i, s := range harness.Shares(counts) {
+		if s < 0.2 {
+			t.Errorf("apiserver %d served %.1f%% of the controller-runtime example's requests, want at least 20%% (%s)", i+1, 100*s, harness.FormatShares(counts))
+		}
 	}
 }

@@ -1,7 +1,7 @@
 // Command controller-runtime is a controller-runtime manager whose
 // requests fanout balances over every kube-apiserver, linked in (package
-// github.com/fanout-dev/fanout/client), no sidecar. Its reconciler counts
-// the ConfigMaps of a namespace; fanout's metrics join the manager's on
+// github.com/fanout-dev/fanout/client), no sidecar. Its reconciler reads
+// each ConfigMap of a namespace live from the apiservers; fanout's metrics join the manager's on
 // its /metrics endpoint.
 //
 //	cd examples/controller-runtime
@@ -19,7 +19,6 @@ import (
 	"os"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,7 +38,6 @@ func main() {
 }
 
 func run() error {
-	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the controller's user (client certificate or token)")
 	endpoints := flag.String("endpoints", "", "fanout endpoint spec: https://h:p,https://h:p, dns:///name:port or endpointslice:///default/kubernetes (default: the kubeconfig's server alone)")
 	namespace := flag.String("namespace", "default", "namespace whose ConfigMaps to reconcile")
 	metricsAddr := flag.String("metrics-address", "127.0.0.1:8080", "where the manager serves /metrics; 0 for nowhere")
@@ -47,7 +45,9 @@ func run() error {
 	ctrl.SetLogger(zap.New())
 	log := ctrl.Log.WithName("example")
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	// --kubeconfig, $KUBECONFIG, in-cluster or ~/.kube/config, as any
+	// controller-runtime program.
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return err
 	}
@@ -68,15 +68,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	c := mgr.GetClient()
+	// The cached client reads from the informers; the API reader asks the
+	// apiservers, so each reconcile is one request fanout balances.
+	live := mgr.GetAPIReader()
 	err = ctrl.NewControllerManagedBy(mgr).
 		For(&corev1.ConfigMap{}).
 		Complete(reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			var list corev1.ConfigMapList
-			if err := c.List(ctx, &list, client.InNamespace(req.Namespace)); err != nil {
-				return reconcile.Result{}, err
+			var cm corev1.ConfigMap
+			if err := live.Get(ctx, req.NamespacedName, &cm); err != nil {
+				return reconcile.Result{}, client.IgnoreNotFound(err)
 			}
-			log.Info("reconciled", "configmap", req.NamespacedName, "configmaps_in_namespace", len(list.Items))
+			log.Info("reconciled", "configmap", req.NamespacedName, "keys", len(cm.Data))
 			return reconcile.Result{}, nil
 		}))
 	if err != nil {
