@@ -1,0 +1,19 @@
+// Package client is fanout as a library: it turns a client-go
+// *rest.Config into one whose requests are balanced one by one across
+// every kube-apiserver, inside the program, without the sidecar.
+//
+//	cfg, closer, err := client.Wrap(restConfig, client.WithEndpoints("dns:///apiservers.example:6443"))
+//	if err != nil { ... }
+//	defer closer.Close()
+//	clientset := kubernetes.NewForConfigOrDie(cfg)
+//
+// The returned config works for typed clientsets, dynamic clients,
+// informers and controller-runtime managers: they all build their HTTP
+// client from rest.Config.Transport, which Wrap sets to the sidecar's
+// request path (components/proxy Handler.RoundTripper). The resolver,
+// balancer, readiness prober, connection pools, retries of requests the
+// apiserver never processed and watch handling are the sidecar's own
+// code; this package only wires them (as components/app.go does for the
+// sidecar) and takes the credentials from the rest.Config instead of a
+// kubeconfig file. See docs/library.md.
+package client
