@@ -5,7 +5,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
 E2E_TIMEOUT ?= 75m
 
-.PHONY: all build test unit e2e lint bench demo clean tools fuzz image image-binaries
+.PHONY: all build test unit e2e lint bench demo clean tools fuzz image image-binaries vulncheck
 
 all: build
 
@@ -63,6 +63,21 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "./$$dir" || exit 1; \
 	  done; \
 	done
+
+## vulncheck: govulncheck against the Go vulnerability database taken
+## offline from the golang.org/x/vulndb module (indexed once into the cache).
+## Exits non-zero when the code calls a known-vulnerable function.
+GOVULNCHECK_VERSION ?= v1.9.0
+VULNDB_VERSION ?= v0.0.0-20261105234957-e22db6528018
+vulncheck:
+	$(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
+	@set -e; out="$${XDG_CACHE_HOME:-$$HOME/.cache}/fanout-vulndb/$(VULNDB_VERSION)"; \
+	if [ ! -f "$$out/index/db.json" ]; then \
+	  src=$$(cd /tmp && $(GO) mod download -json golang.org/x/vulndb@$(VULNDB_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  echo "indexing $$src/data/osv into $$out"; \
+	  (cd /tmp && $(GO) run golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION) -vulns "$$src/data/osv" -out "$$out"); \
+	fi; \
+	"$$($(GO) env GOPATH)/bin/govulncheck" -db "file://$$out" ./...
 
 ## bench: not part of `make test`. Installs HAProxy when missing, builds
 ## fanout and e2e/cmd/bench, which runs the micro benchmarks (with a CPU

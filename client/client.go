@@ -141,7 +141,7 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 	collectors := append([]prometheus.Collector{b.balancer.Collector(), resolverMetrics}, b.transports.Collectors()...)
 	sinks := []endpointSink{b.balancer}
 	if o.probeInterval > 0 {
-		b.prober, err = health.New(health.Config{Interval: o.probeInterval}, b.transports, probeSink(b.balancer, res), o.log)
+		b.prober, err = health.New(health.Config{Interval: o.probeInterval}, b.transports, health.WithResolveOnFailure(b.balancer, res), o.log)
 		if err != nil {
 			return nil, fmt.Errorf("fanout client: %w", err)
 		}
@@ -254,32 +254,6 @@ func (b *Balancer) runResolver(r resolver.Resolver, sinks []endpointSink) <-chan
 		}
 	}()
 	return first
-}
-
-// resolveNower is a resolver that can look up sooner than its interval
-// (*resolver.DNS).
-type resolveNower interface{ ResolveNow() }
-
-// probeSink is the sidecar's: probe results go to the balancer, and a
-// failed probe asks a DNS resolver to look up again at once, as the
-// apiserver may have moved.
-func probeSink(b health.Sink, r resolver.Resolver) health.Sink {
-	if rn, ok := r.(resolveNower); ok {
-		return resolveOnFailure{Sink: b, resolver: rn}
-	}
-	return b
-}
-
-type resolveOnFailure struct {
-	health.Sink
-	resolver resolveNower
-}
-
-func (s resolveOnFailure) SetReady(address string, ready bool) {
-	s.Sink.SetReady(address, ready)
-	if !ready {
-		s.resolver.ResolveNow()
-	}
 }
 
 // upstreamFrom reads what fanout needs from cfg, refusing what it cannot

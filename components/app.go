@@ -183,43 +183,10 @@ func probing(interval time.Duration, r ResilienceOptions) fx.Option {
 		fx.Provide(
 			newProbeTransports,
 			func(t *ProbeTransports) health.Upstream { return t },
-			func(b *balancer.Balancer, r resolver.Resolver) health.Sink { return probeSink(b, r) },
+			func(b *balancer.Balancer, r resolver.Resolver) health.Sink { return health.WithResolveOnFailure(b, r) },
 		),
 		health.Module,
 	)
-}
-
-// resolveNower is a resolver that can look up sooner than its interval
-// (*resolver.DNS); it coalesces and rate-limits the requests itself.
-type resolveNower interface {
-	ResolveNow()
-}
-
-// probeSink returns the sink of probe results: the balancer, decorated
-// with resolveOnFailure when the resolver is a resolveNower.
-func probeSink(b health.Sink, r resolver.Resolver) health.Sink {
-	if rn, ok := r.(resolveNower); ok {
-		return resolveOnFailure{Sink: b, resolver: rn}
-	}
-	return b
-}
-
-// resolveOnFailure passes probe results on to Sink and asks the resolver
-// to look up again when an endpoint fails its probe: the apiserver may
-// have moved to another address, and waiting for the next interval would
-// keep clients on the old one. SetReady is called after every probe, so
-// a failing endpoint asks once per probe interval; ResolveNow neither
-// blocks nor looks up more than once a second.
-type resolveOnFailure struct {
-	health.Sink
-	resolver resolveNower
-}
-
-func (s resolveOnFailure) SetReady(address string, ready bool) {
-	s.Sink.SetReady(address, ready)
-	if !ready {
-		s.resolver.ResolveNow()
-	}
 }
 
 // endpointSink receives resolver snapshots.
@@ -331,7 +298,6 @@ var (
 	_ endpointSink          = (*resolver.Metrics)(nil)
 	_ health.Upstream       = (*transport.Transports)(nil)
 	_ health.Sink           = (*balancer.Balancer)(nil)
-	_ health.Sink           = resolveOnFailure{}
-	_ resolveNower          = (*resolver.DNS)(nil)
+	_ health.ResolveNower   = (*resolver.DNS)(nil)
 	_ poolRetainer          = (*transport.Transports)(nil)
 )

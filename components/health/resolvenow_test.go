@@ -1,10 +1,9 @@
-package components
+package health
 
 import (
 	"reflect"
 	"testing"
 
-	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -21,25 +20,27 @@ func (s *recordingSink) SetReady(address string, ready bool) {
 	s.reports = append(s.reports, readyReport{address, ready})
 }
 
+// plainResolver cannot look up early.
+type plainResolver struct{}
+
 // nowResolver is a resolver that counts ResolveNow calls.
 type nowResolver struct {
-	resolver.Static
 	calls int
 }
 
 func (r *nowResolver) ResolveNow() { r.calls++ }
 
-func TestProbeSink(t *testing.T) {
+func TestWithResolveOnFailure(t *testing.T) {
 	t.Run("resolver without ResolveNow gets the sink itself", func(t *testing.T) {
 		sink := &recordingSink{}
-		if got := probeSink(sink, resolver.Static{}); got != health.Sink(sink) {
+		if got := WithResolveOnFailure(sink, plainResolver{}); got != Sink(sink) {
 			t.Fatalf("probeSink = %#v, want the sink itself", got)
 		}
 	})
 	t.Run("a failed probe asks the resolver to look up", func(t *testing.T) {
 		sink := &recordingSink{}
 		r := &nowResolver{}
-		s := probeSink(sink, r)
+		s := WithResolveOnFailure(sink, r)
 		steps := []struct {
 			report    readyReport
 			wantCalls int
@@ -66,8 +67,8 @@ func TestProbeSink(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := probeSink(&recordingSink{}, r).(resolveOnFailure); !ok {
-			t.Fatal("probeSink did not decorate the sink for a dns resolver")
+		if _, ok := WithResolveOnFailure(&recordingSink{}, r).(resolveOnFailure); !ok {
+			t.Fatal("WithResolveOnFailure did not decorate the sink for a dns resolver")
 		}
 		// Without Run, requests only coalesce: this must not block.
 		r.(*resolver.DNS).ResolveNow()
