@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -261,12 +262,14 @@ func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, ns stri
 // ratedLoad cycles ConfigMaps from workers goroutines through a client limited to
 // qps requests a second, recording every failed cycle and when it failed.
 type ratedLoad struct {
-	sent    atomic.Int64
-	mu      sync.Mutex
-	failed  []time.Time
-	errs    []error
-	stop    context.CancelFunc
-	workers sync.WaitGroup
+	sent   atomic.Int64
+	mu     sync.Mutex
+	failed []time.Time
+	errs   []error
+	// failedErr is the error of each failed cycle, in the order of failed.
+	failedErr []error
+	stop      context.CancelFunc
+	workers   sync.WaitGroup
 }
 
 func startRatedLoad(ctx context.Context, t *testing.T, cfg *rest.Config, ns, prefix string, workers int, qps float32) *ratedLoad {
@@ -290,6 +293,7 @@ func startRatedLoad(ctx context.Context, t *testing.T, cfg *rest.Config, ns, pre
 				if err != nil && ctx.Err() == nil {
 					l.mu.Lock()
 					l.failed = append(l.failed, time.Now())
+					l.failedErr = append(l.failedErr, err)
 					if len(l.errs) < 5 {
 						l.errs = append(l.errs, fmt.Errorf("worker %d cycle %d: %w", wk, i, err))
 					}
@@ -668,6 +672,7 @@ func testNetworkCut(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 	if err := victim.Reconnect(); err != nil {
 		t.Fatal(err)
 	}
+	reconnected := time.Now()
 	time.Sleep(10 * time.Second)
 	load.Stop()
 	stopInformers()
@@ -687,10 +692,23 @@ func testNetworkCut(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 	if maxGap > 15*time.Second {
 		t.Errorf("an informer went %s without an event while the workload wrote several a second, want at most 15 s", maxGap.Round(time.Millisecond))
 	}
-	for _, at := range failed {
-		if at.Sub(cut) > 12*time.Second {
-			t.Errorf("a cycle failed %s after the cut: only requests in flight on the cut host may fail", at.Sub(cut).Round(time.Millisecond))
+	load.mu.Lock()
+	failedErr := slices.Clone(load.failedErr)
+	load.mu.Unlock()
+	for i, at := range failed {
+		if at.Sub(cut) <= 12*time.Second {
+			continue
 		}
+		// The cut also severed the host's own apiserver from etcd. Once the
+		// host is back, that apiserver may answer a request it received
+		// with an etcd error of its own until its etcd client recovers: a
+		// failure of the apiserver, not of the path fanout chose.
+		if at.After(reconnected) && apiserverStorageError(failedErr[i]) {
+			t.Logf("tolerated: a cycle failed %s after the cut, %s after the host came back, with the apiserver's own etcd error: %v",
+				at.Sub(cut).Round(time.Millisecond), at.Sub(reconnected).Round(time.Millisecond), failedErr[i])
+			continue
+		}
+		t.Errorf("a cycle failed %s after the cut: only requests in flight on the cut host may fail: %v", at.Sub(cut).Round(time.Millisecond), failedErr[i])
 	}
 	leaseAfter := waitLease(ctx, t, cp)
 	t.Logf("kube-controller-manager lease: holder %s, %d transitions before the cut; %s, %d after",
@@ -772,4 +790,16 @@ func testConsistency(ctx context.Context, t *testing.T, cp *harness.ControlPlane
 	if used < 2 {
 		t.Errorf("all reads and writes went to one apiserver (%v): the test checked nothing across instances", counts)
 	}
+}
+
+// apiserverStorageError reports whether err is kube-apiserver's own answer
+// (a Status, not fanout's) relaying a failed etcd call, which it words as
+// a gRPC error.
+func apiserverStorageError(err error) bool {
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	msg := se.ErrStatus.Message
+	return !strings.HasPrefix(msg, "fanout") && strings.Contains(msg, "rpc error: code = ")
 }
