@@ -803,3 +803,23 @@ func apiserverStorageError(err error) bool {
 	msg := se.ErrStatus.Message
 	return !strings.HasPrefix(msg, "fanout") && strings.Contains(msg, "rpc error: code = ")
 }
+
+func TestAPIServerStorageError(t *testing.T) {
+	status := func(msg string) error {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError, Message: msg}}
+	}
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{status("rpc error: code = Unavailable desc = keepalive ping failed to receive ACK within timeout"), true},
+		{fmt.Errorf("create: %w", status("rpc error: code = DeadlineExceeded desc = context deadline exceeded")), true},
+		{status("fanout: request to kube-apiserver 10.0.0.3:6443 failed: rpc error: code = Unavailable"), false},
+		{status("fanout: request to kube-apiserver 10.0.0.3:6443 failed: http2: client connection lost"), false},
+		{errors.New("rpc error: code = Unavailable desc = x"), false},
+	} {
+		if got := apiserverStorageError(tt.err); got != tt.want {
+			t.Errorf("apiserverStorageError(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
