@@ -4,8 +4,7 @@ package proxy
 
 import (
 	"bufio"
-	"context"
-	"crypto/tls"
+	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,12 +12,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/internal/testpki"
@@ -64,6 +63,16 @@ func newGateBackend(t *testing.T) (*gateBackend, *fakePicker, *fakeUpstream) {
 }
 
 func (g *gateBackend) open() { g.once.Do(func() { close(g.release) }) }
+
+// waitStarted waits for a blocked request to reach the backend.
+func (g *gateBackend) waitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.started:
+	case <-time.After(waitLimit):
+		t.Fatal("a request within the limits did not reach the apiserver")
+	}
+}
 
 func (g *gateBackend) bodyCount() int {
 	g.mu.Lock()
@@ -115,7 +124,7 @@ func TestInflightBudgets(t *testing.T) {
 			var open []*http.Response
 			for i := range 3 {
 				open = append(open, get(fmt.Sprintf("/api/v1/pods?watch=true&block=%d", i)))
-				<-g.started
+				g.waitStarted(t)
 			}
 			expect429("/api/v1/configmaps?watch=true&block=x", "long")
 			// Short requests have their own budget.
@@ -125,7 +134,7 @@ func TestInflightBudgets(t *testing.T) {
 			// Fill the short budget with slow GETs.
 			for i := range 2 {
 				open = append(open, get(fmt.Sprintf("/api/v1/pods/x?block=%d", i)))
-				<-g.started
+				g.waitStarted(t)
 			}
 			expect429("/api/v1/namespaces", "short")
 
@@ -299,50 +308,96 @@ func TestRequestBodyTimeout(t *testing.T) {
 	})
 }
 
-// TestMaxConcurrentStreams: the h2c listener advertises its stream limit,
-// so a client that honours it strictly runs at most that many requests on
-// its one connection.
+// TestMaxConcurrentStreams: the h2c listener advertises its stream limit
+// in its SETTINGS and refuses a stream beyond it. The test speaks HTTP/2
+// frames itself: x/net's StrictMaxConcurrentStreams client can deadlock
+// when a reserved request waits behind one that holds the header lock
+// (seen here with v0.60.0), which made an earlier client-based version of
+// this test hang.
 func TestMaxConcurrentStreams(t *testing.T) {
 	g, p, u := newGateBackend(t)
-	_, _, base := startProxy(t, Config{MaxConcurrentStreams: 2}, p, u, nil)
-	var dials atomic.Int32
-	tr := &http2.Transport{
-		AllowHTTP:                  true,
-		StrictMaxConcurrentStreams: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			dials.Add(1)
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
+	s, _, _ := startProxy(t, Config{MaxConcurrentStreams: 2}, p, u, nil)
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(tr.CloseIdleConnections)
-	client := &http.Client{Transport: tr}
-	done := make(chan error, 3)
-	for i := range 3 {
-		go func() {
-			resp, err := client.Get(fmt.Sprintf("%s/api/v1/pods?watch=true&block=%d", base, i))
-			if err == nil {
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-			done <- err
-		}()
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitLimit))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
 	}
-	<-g.started
-	<-g.started
-	select {
-	case u := <-g.started:
-		t.Fatalf("a third stream (%s) ran on a connection limited to 2", u)
-	case <-time.After(500 * time.Millisecond):
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
 	}
-	g.open()
-	for range 3 {
-		if err := <-done; err != nil {
+	// The server's first frame is its SETTINGS.
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok || sf.IsAck() {
+		t.Fatalf("first frame from the server: %v, want its SETTINGS", f)
+	}
+	if v, ok := sf.Value(http2.SettingMaxConcurrentStreams); !ok || v != 2 {
+		t.Fatalf("SETTINGS_MAX_CONCURRENT_STREAMS = %d (sent: %v), want 2", v, ok)
+	}
+	if err := fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+	var hbuf bytes.Buffer
+	enc := hpack.NewEncoder(&hbuf)
+	open := func(id uint32) {
+		t.Helper()
+		hbuf.Reset()
+		for _, hf := range [][2]string{{":method", "GET"}, {":scheme", "http"}, {":authority", "127.0.0.1"}, {":path", fmt.Sprintf("/api/v1/pods?watch=true&block=%d", id)}} {
+			enc.WriteField(hpack.HeaderField{Name: hf[0], Value: hf[1]})
+		}
+		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hbuf.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := dials.Load(); n != 1 {
-		t.Errorf("%d connections, want 1", n)
+	open(1)
+	g.waitStarted(t)
+	open(3)
+	g.waitStarted(t)
+	open(5)
+	// The third stream is reset; the first two go on.
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for the third stream to be refused: %v", err)
+		}
+		if rst, ok := f.(*http2.RSTStreamFrame); ok {
+			if rst.StreamID != 5 {
+				t.Fatalf("stream %d reset (%v); only stream 5 is over the limit", rst.StreamID, rst.ErrCode)
+			}
+			if rst.ErrCode != http2.ErrCodeProtocol && rst.ErrCode != http2.ErrCodeRefusedStream {
+				t.Errorf("stream 5 reset with %v, want PROTOCOL_ERROR or REFUSED_STREAM", rst.ErrCode)
+			}
+			break
+		}
+		if ga, ok := f.(*http2.GoAwayFrame); ok {
+			t.Fatalf("GOAWAY %v: the connection was ended, not just the extra stream", ga.ErrCode)
+		}
+	}
+	select {
+	case u := <-g.started:
+		t.Fatalf("a third stream (%s) ran on a connection limited to 2", u)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// Let the two watches end, and read them to their end, so that their
+	// handlers are done before the server stops.
+	g.open()
+	ended := map[uint32]bool{}
+	for !ended[1] || !ended[3] {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for the watches to end: %v", err)
+		}
+		if f.Header().Flags.Has(http2.FlagDataEndStream) || f.Header().Type == http2.FrameRSTStream {
+			ended[f.Header().StreamID] = true
+		}
 	}
 }
 
