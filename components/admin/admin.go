@@ -7,7 +7,6 @@ package admin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/internal/serve"
 )
 
 // State is what the admin server reports on. *balancer.Balancer satisfies
@@ -48,11 +48,8 @@ type Config struct {
 
 // Server is the admin HTTP server.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	srv    *http.Server
-	ln     net.Listener
-	served chan struct{}
+	cfg Config
+	*serve.Server
 }
 
 // NewHandler returns the admin mux. gatherer serves /metrics. resolver may
@@ -122,55 +119,22 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 	fmt.Fprintln(w, msg)
 }
 
-// NewServer builds the admin server; Start listens.
+// NewServer builds the admin server; Start listens. It stays up until the
+// proxy has drained (fx stops modules in reverse order), so probes keep
+// answering; Stop lets in-flight scrapes finish until its context ends.
 func NewServer(cfg Config, h http.Handler, log *slog.Logger) *Server {
-	if log == nil {
-		log = slog.Default()
-	}
 	return &Server{
 		cfg: cfg,
-		log: log,
-		srv: &http.Server{
+		Server: serve.New("admin server", "--admin-address", &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
 			IdleTimeout:       60 * time.Second,
 			MaxHeaderBytes:    64 << 10,
-		},
+		}, log),
 	}
 }
 
-// Start listens and serves in the background.
-func (s *Server) Start(context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.ListenAddress)
-	if err != nil {
-		return fmt.Errorf("admin: listen on --admin-address %s: %w", s.cfg.ListenAddress, err)
-	}
-	s.ln = ln
-	s.served = make(chan struct{})
-	s.log.Info("admin server listening", "address", ln.Addr().String())
-	go func() {
-		defer close(s.served)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admin server stopped", "error", err)
-		}
-	}()
-	return nil
-}
-
-// Addr is the bound address; valid after Start.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
-// Stop shuts the server down. The admin server stays up until the proxy has
-// drained (fx stops modules in reverse order), so probes keep answering.
-func (s *Server) Stop(ctx context.Context) error {
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		_ = s.srv.Close()
-	}
-	if s.served != nil {
-		<-s.served
-	}
-	return err
-}
+// Start listens on the configured address and serves in the background.
+func (s *Server) Start(context.Context) error { return s.Server.Start(s.cfg.ListenAddress) }

@@ -3,12 +3,12 @@ package injector
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/serve"
 )
 
 // CertificateSource supplies the serving certificate for each TLS
@@ -28,11 +28,8 @@ type ServerConfig struct {
 // Server serves the admission handler over TLS at /mutate and answers
 // /healthz.
 type Server struct {
-	cfg    ServerConfig
-	log    *slog.Logger
-	srv    *http.Server
-	ln     net.Listener
-	served chan struct{}
+	cfg ServerConfig
+	*serve.Server
 }
 
 // NewServer builds the HTTPS server; Start listens.
@@ -48,8 +45,7 @@ func NewServer(cfg ServerConfig, h *Handler, certs CertificateSource, log *slog.
 	})
 	return &Server{
 		cfg: cfg,
-		log: log,
-		srv: &http.Server{
+		Server: serve.New("admission webhook (/mutate)", "", &http.Server{
 			Handler: mux,
 			TLSConfig: &tls.Config{
 				MinVersion:     tls.VersionTLS12,
@@ -60,39 +56,10 @@ func NewServer(cfg ServerConfig, h *Handler, certs CertificateSource, log *slog.
 			WriteTimeout:      10 * time.Second,
 			IdleTimeout:       90 * time.Second,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		},
+		}, log),
 	}
 }
 
-// Start listens and serves in the background.
-func (s *Server) Start(context.Context) error {
-	ln, err := net.Listen("tcp", s.cfg.ListenAddress)
-	if err != nil {
-		return fmt.Errorf("injector: listen on %s: %w", s.cfg.ListenAddress, err)
-	}
-	s.ln = ln
-	s.served = make(chan struct{})
-	s.log.Info("admission webhook listening", "address", ln.Addr().String(), "path", "/mutate")
-	go func() {
-		defer close(s.served)
-		if err := s.srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("admission webhook stopped", "error", err)
-		}
-	}()
-	return nil
-}
-
-// Addr is the bound address; valid after Start.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
-// Stop lets in-flight reviews finish until ctx ends.
-func (s *Server) Stop(ctx context.Context) error {
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		_ = s.srv.Close()
-	}
-	if s.served != nil {
-		<-s.served
-	}
-	return err
-}
+// Start listens on the configured address and serves TLS in the
+// background; Stop lets in-flight reviews finish until its context ends.
+func (s *Server) Start(context.Context) error { return s.Server.Start(s.cfg.ListenAddress) }
