@@ -87,9 +87,9 @@ func TestResilience(t *testing.T) {
 		t.Run("client death via haproxy", func(t *testing.T) { testClientDeath(ctx, t, cp, hap.Config.Host, ns, false) })
 	}
 	t.Run("rolling restart", func(t *testing.T) { testRollingRestart(ctx, t, cp, sidecar, hap, ns, user, haproxyUser) })
-	t.Run("sigkill", func(t *testing.T) { testAPIServerKill(ctx, t, cp, sidecar, ns) })
-	t.Run("overload", func(t *testing.T) { testOverload(ctx, t, cp, sidecar, ns, user) })
-	t.Run("network cut", func(t *testing.T) { testNetworkCut(ctx, t, cp, sidecar, ns) })
+	t.Run("sigkill", func(t *testing.T) { testAPIServerKill(ctx, t, cp, sidecar, hap, ns) })
+	t.Run("overload", func(t *testing.T) { testOverload(ctx, t, cp, sidecar, hap, ns, user, haproxyUser) })
+	t.Run("network cut", func(t *testing.T) { testNetworkCut(ctx, t, cp, sidecar, hap, ns) })
 	t.Run("consistency", func(t *testing.T) { testConsistency(ctx, t, cp, sidecar, ns, user) })
 }
 
@@ -428,9 +428,13 @@ func testRollingRestart(ctx context.Context, t *testing.T, cp *harness.ControlPl
 
 // testAPIServerKill SIGKILLs one apiserver under load: only requests in
 // flight on it may fail, so every failure must come right at the kill.
-func testAPIServerKill(ctx context.Context, t *testing.T, cp *harness.ControlPlane, sidecar *harness.Fanout, ns string) {
+func testAPIServerKill(ctx context.Context, t *testing.T, cp *harness.ControlPlane, sidecar *harness.Fanout, hap *harness.HAProxy, ns string) {
 	victim := cp.APIServers[1]
 	load := startRatedLoad(ctx, t, sidecar.Config, ns, "kill", 8, 200)
+	var hapLoad *ratedLoad
+	if hap != nil {
+		hapLoad = startRatedLoad(ctx, t, hap.Config, ns, "hkill", 8, 200)
+	}
 	time.Sleep(5 * time.Second)
 	killed := time.Now()
 	if err := victim.Kill(); err != nil {
@@ -438,6 +442,12 @@ func testAPIServerKill(ctx context.Context, t *testing.T, cp *harness.ControlPla
 	}
 	time.Sleep(15 * time.Second)
 	load.Stop()
+	if hapLoad != nil {
+		hapLoad.Stop()
+		hapFailed, hapErrs := hapLoad.failures()
+		t.Logf("through HAProxy in the same kill: %d requests sent, %d cycles failed, %d of them more than 2 s after the kill (first: %v)",
+			hapLoad.sent.Load(), len(hapFailed), countAfter(hapFailed, killed.Add(2*time.Second)), hapErrs)
+	}
 	failed, errs := load.failures()
 	t.Logf("SIGKILL of apiserver %d: %d requests sent, %d cycles failed: %v", victim.Index+1, load.sent.Load(), len(failed), errs)
 	// At most one request per worker was in flight; an error reports up to
@@ -458,9 +468,9 @@ func testAPIServerKill(ctx context.Context, t *testing.T, cp *harness.ControlPla
 // testOverload lowers one apiserver's in-flight limits: it must serve a
 // smaller share than the others, and its 429s are counted at the
 // apiserver (the client retries them, and fanout moves them).
-func testOverload(ctx context.Context, t *testing.T, cp *harness.ControlPlane, sidecar *harness.Fanout, ns, user string) {
+func testOverload(ctx context.Context, t *testing.T, cp *harness.ControlPlane, sidecar *harness.Fanout, hap *harness.HAProxy, ns, user, haproxyUser string) {
 	victim := cp.APIServers[2]
-	rejectingLevel(ctx, t, cp, user)
+	rejectingLevel(ctx, t, cp, user, haproxyUser)
 	if err := victim.RestartWith(ctx, "--max-requests-inflight=4", "--max-mutating-requests-inflight=2"); err != nil {
 		t.Fatal(err)
 	}
@@ -470,6 +480,36 @@ func testOverload(ctx context.Context, t *testing.T, cp *harness.ControlPlane, s
 		}
 	}()
 	time.Sleep(15 * time.Second) // probe rise and slow start
+	o := overloadPhase(ctx, t, cp, victim, sidecar.Config, ns, user, "ovl")
+	t.Logf("overload of apiserver %d: %d requests sent, %d cycles failed, %v APF rejections at it; served (429s excluded): %s",
+		victim.Index+1, o.sent, o.failed, o.rejected, harness.FormatShares(o.counts))
+	if o.rejected == 0 {
+		t.Errorf("apiserver %d rejected nothing: the load did not overload it, so the test proves nothing", victim.Index+1)
+	}
+	for i, c := range o.counts {
+		if i != victim.Index && o.counts[victim.Index] >= c {
+			t.Errorf("overloaded apiserver %d served %d, not less than apiserver %d's %d", victim.Index+1, o.counts[victim.Index], i+1, c)
+		}
+	}
+	if hap != nil {
+		// The same load through HAProxy, after fanout's: logged only.
+		h := overloadPhase(ctx, t, cp, victim, hap.Config, ns, haproxyUser, "hovl")
+		t.Logf("through HAProxy, the same overload: %d requests sent, %d cycles failed, %v APF rejections at it; served (429s excluded): %s",
+			h.sent, h.failed, h.rejected, harness.FormatShares(h.counts))
+	}
+}
+
+type overloadResult struct {
+	sent     int64
+	failed   int
+	rejected float64 // APF rejections at the victim during the phase
+	counts   []int   // requests of user served per apiserver, 429s excluded
+}
+
+// overloadPhase runs three rated loads of 1,000 qps as user through cfg
+// for 30 s.
+func overloadPhase(ctx context.Context, t *testing.T, cp *harness.ControlPlane, victim *harness.APIServer, cfg *rest.Config, ns, user, prefix string) overloadResult {
+	t.Helper()
 	rejectedBefore, err := victim.Metric(ctx, "apiserver_flowcontrol_rejected_requests_total")
 	if err != nil {
 		t.Fatal(err)
@@ -477,48 +517,50 @@ func testOverload(ctx context.Context, t *testing.T, cp *harness.ControlPlane, s
 	from := time.Now()
 	var loads []*ratedLoad
 	for i := range 3 {
-		loads = append(loads, startRatedLoad(ctx, t, sidecar.Config, ns, fmt.Sprintf("ovl%d-", i), 8, 1000))
+		loads = append(loads, startRatedLoad(ctx, t, cfg, ns, fmt.Sprintf("%s%d-", prefix, i), 8, 1000))
 	}
 	time.Sleep(30 * time.Second)
-	var sent int64
-	var failed int
+	var r overloadResult
 	for _, l := range loads {
 		l.Stop()
 		f, _ := l.failures()
-		sent += l.sent.Load()
-		failed += len(f)
+		r.sent += l.sent.Load()
+		r.failed += len(f)
 	}
 	to := time.Now()
 	rejected, err := victim.Metric(ctx, "apiserver_flowcontrol_rejected_requests_total")
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts, err := cp.ServedPerAPIServerWhere(func(e *harness.AuditEvent) bool {
+	r.rejected = rejected - rejectedBefore
+	r.counts, err = cp.ServedPerAPIServerWhere(func(e *harness.AuditEvent) bool {
 		return e.User.Username == user && e.StageTimestamp.After(from) && e.StageTimestamp.Before(to) &&
 			(e.ResponseStatus == nil || e.ResponseStatus.Code != 429)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("overload of apiserver %d: %d requests sent, %d cycles failed, %v APF rejections at it; served (429s excluded): %s",
-		victim.Index+1, sent, failed, rejected-rejectedBefore, harness.FormatShares(counts))
-	if rejected-rejectedBefore == 0 {
-		t.Errorf("apiserver %d rejected nothing: the load did not overload it, so the test proves nothing", victim.Index+1)
-	}
-	for i, c := range counts {
-		if i != victim.Index && counts[victim.Index] >= c {
-			t.Errorf("overloaded apiserver %d served %d, not less than apiserver %d's %d", victim.Index+1, counts[victim.Index], i+1, c)
-		}
-	}
+	return r
 }
 
-// rejectingLevel puts user's resource requests in a priority level of
+// countAfter counts the times after t.
+func countAfter(times []time.Time, t time.Time) int {
+	n := 0
+	for _, at := range times {
+		if at.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// rejectingLevel puts the users' resource requests in a priority level of
 // their own that rejects at once rather than queue. APF objects are
 // cluster-wide, but each apiserver derives the level's seats from its own
 // in-flight limits: the normal apiservers give it dozens, the one with
 // lowered limits one or two, so only that one rejects. With the default
 // levels, which queue for up to 15 s, it would be slow rather than reject.
-func rejectingLevel(ctx context.Context, t *testing.T, cp *harness.ControlPlane, user string) {
+func rejectingLevel(ctx context.Context, t *testing.T, cp *harness.ControlPlane, users ...string) {
 	t.Helper()
 	fc := cp.AdminClient.FlowcontrolV1()
 	pl := &flowcontrolv1.PriorityLevelConfiguration{
@@ -534,6 +576,10 @@ func rejectingLevel(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 	if _, err := fc.PriorityLevelConfigurations().Create(ctx, pl, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	var subjects []flowcontrolv1.Subject
+	for _, u := range users {
+		subjects = append(subjects, flowcontrolv1.Subject{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: u}})
+	}
 	fs := &flowcontrolv1.FlowSchema{
 		ObjectMeta: metav1.ObjectMeta{Name: "e2e-reject"},
 		Spec: flowcontrolv1.FlowSchemaSpec{
@@ -541,7 +587,7 @@ func rejectingLevel(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 			MatchingPrecedence:         500,
 			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
 			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: user}}},
+				Subjects: subjects,
 				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
 					Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"},
 				}},
@@ -609,7 +655,7 @@ func (s *silence) event(i int) {
 // while the workload writes several a second, and a kube-controller-manager
 // with leader election behind its own sidecar keeps its lease (it must
 // renew within 10 s).
-func testNetworkCut(ctx context.Context, t *testing.T, cp *harness.ControlPlane, sidecar *harness.Fanout, ns string) {
+func testNetworkCut(ctx context.Context, t *testing.T, cp *harness.ControlPlane, sidecar *harness.Fanout, hap *harness.HAProxy, ns string) {
 	// Not the first: the admin client talks to the first directly.
 	victim := cp.APIServers[len(cp.APIServers)-1]
 	kcmKubeconfig, err := cp.ControllerManagerKubeconfig()
@@ -655,14 +701,24 @@ func testNetworkCut(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 		t.Fatal("informers did not sync")
 	}
 	load := startRatedLoad(ctx, t, cfg, ns, "cut", 8, 100)
+	// The same load through HAProxy, logged only.
+	var hapSlow slowest
+	var hapLoad *ratedLoad
+	if hap != nil {
+		hcfg := rest.CopyConfig(hap.Config)
+		hcfg.WrapTransport = hapSlow.wrap
+		hapLoad = startRatedLoad(ctx, t, hcfg, ns, "hcut", 8, 100)
+	}
 	time.Sleep(5 * time.Second)
 	// Forget the gaps before the cut: the informers' start is not the test.
 	gaps.mu.Lock()
 	clear(gaps.max)
 	gaps.mu.Unlock()
-	slow.mu.Lock()
-	slow.max = 0
-	slow.mu.Unlock()
+	for _, s := range []*slowest{&slow, &hapSlow} {
+		s.mu.Lock()
+		s.max = 0
+		s.mu.Unlock()
+	}
 
 	cut := time.Now()
 	if err := victim.Disconnect(); err != nil {
@@ -676,6 +732,14 @@ func testNetworkCut(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 	time.Sleep(10 * time.Second)
 	load.Stop()
 	stopInformers()
+	if hapLoad != nil {
+		hapLoad.Stop()
+		hapFailed, hapErrs := hapLoad.failures()
+		hapSlow.mu.Lock()
+		t.Logf("through HAProxy in the same cut: %d requests sent, %d cycles failed, %d of them more than 12 s after the cut (first: %v); longest short request %s (%s after the cut)",
+			hapLoad.sent.Load(), len(hapFailed), countAfter(hapFailed, cut.Add(12*time.Second)), hapErrs, hapSlow.max.Round(time.Millisecond), hapSlow.at.Sub(cut).Round(time.Millisecond))
+		hapSlow.mu.Unlock()
+	}
 	failed, errs := load.failures()
 	slow.mu.Lock()
 	longest, longestAt, longestURL := slow.max, slow.at, slow.url
