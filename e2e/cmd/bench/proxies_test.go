@@ -126,6 +126,7 @@ func TestEstimate(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, q := Estimate(full), Estimate(quick)
+	t.Logf("estimates: full %s, quick %s", f, q)
 	// 5 runs × 5 paths × 3 phases × 20 s of overhead alone is 25 min.
 	if f < 25*time.Minute || f > 60*time.Minute {
 		t.Errorf("full run estimate %s, want between 25 and 60 min", f)

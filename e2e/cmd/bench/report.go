@@ -201,7 +201,8 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 	}
 	p("\nPeak RSS is the proxy's VmHWM at the end of the phase (phases run in table order on one process per run), CPU is utime+stime from /proc/<pid>/stat during the phase. ")
 	p("The last column is the load generator's own utime+stime (/proc/self/stat) per 10,000 successful requests: the client side of each path. ")
-	p("The library has no process of its own, so its proxy CPU is what it adds to the load generator: its last column minus direct's, per run and phase (median of the differences; — without a direct run to subtract), and req / CPU-s is 10,000 over that. ")
+	p("The library has no process of its own, so its proxy CPU is what it adds to the load generator: its last column minus direct's, per run and phase (median of the differences; — without a direct run to subtract), and req / CPU-s is 10,000 over that (— when the difference is not positive). ")
+	p("Being a difference of two measurements of the same process, it is only as good as the two runs are alike: on a loaded machine, or when one of them failed many requests, it can come out near zero or negative. ")
 	p("Its peak RSS cannot be told apart from the load generator's and is not shown.\n")
 	p("\nIdle RSS (VmRSS after start and readiness, health probes running, no requests yet; for the library, how much the load generator's VmRSS grew while `client.New` started and idled, each reading after a GC that returns freed memory to the OS):")
 	for _, t := range []string{targetFanout, targetFanoutTLS, targetHAProxy, targetLibrary} {
@@ -296,7 +297,7 @@ func renderScale(b *strings.Builder, results ...*ScaleResult) {
 	s := cols[0]
 	p("%d watches through one proxy process (each on its own HTTP/1.1 connection, as client-go's over http://; "+
 		"to fanout-tls, fanout with `--listen-tls`, over HTTP/2 with the kubeconfig fanout wrote, as client-go's over https://, so they share connections up to fanout's `--max-concurrent-streams` each), "+
-		"each receiving one event per %s, plus %.0f req/s of short GETs (open loop) for %s; each proxy fresh. Client connections are the connections the load generator dialed to the proxy.\n\n",
+		"each receiving one event per %s, plus %.0f req/s of short GETs (open loop) for %s; each proxy fresh. Client connections are the load generator's TCP connections to the proxy; over HTTP/2, requests that start together may each dial one, and net/http closes the surplus.\n\n",
 		s.Watches, s.WatchInterval, s.Rate, s.Duration)
 	row := func(name string, cell func(*ScaleResult) string) {
 		p("| %s |", name)
@@ -318,7 +319,8 @@ func renderScale(b *strings.Builder, results ...*ScaleResult) {
 	}
 	header()
 	row("watches open", func(s *ScaleResult) string { return fmt.Sprintf("%d of %d", s.WatchesOpen, s.Watches) })
-	row("client connections: watches / short requests", func(s *ScaleResult) string { return fmt.Sprintf("%d / %d", s.WatchConns, s.RequestConns) })
+	row("client connections open with the watches open (dialed)", func(s *ScaleResult) string { return fmt.Sprintf("%d (%d)", s.WatchConns, s.WatchDials) })
+	row("client connections dialed for the short requests", func(s *ScaleResult) string { return fmt.Sprint(s.RequestConns) })
 	row("watch events received during the phase", func(s *ScaleResult) string {
 		return fmt.Sprintf("%d (expected about %d in %s)", s.Events, s.ExpectedEvents, s.Elapsed.Round(10*time.Millisecond))
 	})
@@ -332,7 +334,7 @@ func renderScale(b *strings.Builder, results ...*ScaleResult) {
 	row("CPU during the phase", func(s *ScaleResult) string {
 		return fmt.Sprintf("%.2f s in %s (%s %% of one core)", s.CPUSeconds, s.Elapsed.Round(10*time.Millisecond), fmtF(s.CPUPercent(), 0))
 	})
-	p("\nOne LIST of at least %d bytes (%.0f MiB) streamed through a fresh proxy over HTTP/1.1:\n\n", s.ListWant, float64(s.ListWant)/(1<<20))
+	p("\nOne LIST of at least %d bytes (%.0f MiB) streamed through a fresh proxy over HTTP/1.1 (to fanout-tls: HTTP/2 over TLS):\n\n", s.ListWant, float64(s.ListWant)/(1<<20))
 	header()
 	row("error", func(s *ScaleResult) string {
 		if s.ListErr == "" {

@@ -152,15 +152,38 @@ func proxyClient(p *Proc, idlePerHost int) *http.Client {
 	return newH1Client(idlePerHost)
 }
 
-// countDials makes c's transport count the connections it opens.
-func countDials(c *http.Client, n *atomic.Int64) {
+// connCount counts a client's connections: dialed ever and open now. Over
+// HTTP/2, requests that start together before the first connection is up
+// may each dial one, and net/http then closes the surplus: the open count
+// is the one that says how many connections the client holds.
+type connCount struct {
+	dialed, open atomic.Int64
+}
+
+// countConns makes c's transport count its connections in n.
+func countConns(c *http.Client, n *connCount) {
 	tr := c.Transport.(*http.Transport)
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
-		if err == nil {
-			n.Add(1)
+		if err != nil {
+			return nil, err
 		}
-		return conn, err
+		n.dialed.Add(1)
+		n.open.Add(1)
+		return &countedConn{Conn: conn, n: n}, nil
 	}
+}
+
+type countedConn struct {
+	net.Conn
+	n      *connCount
+	closed atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if !c.closed.Swap(true) {
+		c.n.open.Add(-1)
+	}
+	return c.Conn.Close()
 }
