@@ -12,16 +12,20 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	if testing.CoverMode() != "" {
 		t.Skip("coverage instrumentation changes allocations")
 	}
-	infos := []PickInfo{
-		{Kind: Short, Class: ClassGet},
-		{Kind: Long},
-		{Kind: Short, Class: ClassList, Avoid: "10.0.0.2:6443"},
-		{Kind: Short, Unloaded: true, Avoid: "10.0.0.1:6443"},
-		{Kind: Long, Oldest: true},
+	infos := []struct {
+		name string
+		info PickInfo
+	}{
+		{"get", PickInfo{Kind: Short, Class: ClassGet}},
+		{"watch", PickInfo{Kind: Long}},
+		{"list retried elsewhere", PickInfo{Kind: Short, Class: ClassList, Avoid: "10.0.0.2:6443"}},
+		{"unloaded", PickInfo{Kind: Short, Unloaded: true, Avoid: "10.0.0.1:6443"}},
+		{"oldest", PickInfo{Kind: Long, Oldest: true}},
 	}
 	for _, pol := range policies {
-		for _, info := range infos {
-			t.Run(fmt.Sprintf("%s/%+v", pol, info), func(t *testing.T) {
+		for _, tc := range infos {
+			info := tc.info
+			t.Run(fmt.Sprintf("%s/%s", pol, tc.name), func(t *testing.T) {
 				b, err := New(Config{Policy: pol})
 				if err != nil {
 					t.Fatal(err)
@@ -42,4 +46,18 @@ func TestPickDoesNotAllocate(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestNewPickDoneOnce checks the Picks fakes make: Done reaches the hook
+// once however often it is called, and a zero Pick's Done does nothing.
+func TestNewPickDoneOnce(t *testing.T) {
+	var got []DoneInfo
+	p := NewPick(NewEndpoint("a:1"), func(di DoneInfo) { got = append(got, di) })
+	p.Done(DoneInfo{StatusCode: 200})
+	p.Done(DoneInfo{StatusCode: 500})
+	if len(got) != 1 || got[0].StatusCode != 200 {
+		t.Errorf("hook got %+v, want the first DoneInfo only", got)
+	}
+	var zero Pick
+	zero.Done(DoneInfo{}) // must not panic
 }
