@@ -81,7 +81,9 @@ vulncheck:
 
 ## bench: not part of `make test`. Installs HAProxy when missing, builds
 ## fanout and e2e/cmd/bench, which runs the micro benchmarks (with a CPU
-## profile), then fanout vs direct vs HAProxy, and writes docs/benchmarks.md.
+## profile), then fanout vs direct vs HAProxy vs the library (package client
+## in the load generator) vs fanout --listen-tls (-targets picks some), and
+## writes docs/benchmarks.md.
 ## `make bench BENCH_ARGS=-quick` is a short smoke run, labelled as such.
 BENCH_ARGS ?=
 bench: build

@@ -12,6 +12,7 @@ package balancer
 
 import (
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -151,12 +152,48 @@ type DoneInfo struct {
 	Overloaded bool
 }
 
-// Pick is the result of a successful pick.
+// Pick is the result of a successful pick. It is a plain value so that
+// Pick does not allocate: the request it counts is released by Done.
+//
+// Concurrency contract: Done must be called when the request has finished
+// (response body closed or the round trip failed). Only the first call
+// through one Pick counts; later calls, concurrent ones included, do
+// nothing. The flag that decides this lives in the Pick value itself, so
+// call Done through one variable (or a method value of it, pick.Done,
+// which binds its address): Done on two copies of a Pick counts the
+// request twice. A Pick must not be copied once Done may have run.
 type Pick struct {
 	Endpoint *Endpoint
-	// Done must be called exactly once, when the request has finished
-	// (response body closed or the round trip failed).
-	Done func(DoneInfo)
+
+	kind  Kind
+	class Class
+	// done is set by the first Done (atomically, see Done).
+	done uint32
+	// hook replaces the balancer's bookkeeping in Picks made by NewPick.
+	hook func(DoneInfo)
+}
+
+// NewPick returns a Pick of e whose Done calls done (once, as for the
+// balancer's own picks) instead of the balancer's bookkeeping. It is for
+// fakes of Picker in other packages' tests.
+func NewPick(e *Endpoint, done func(DoneInfo)) Pick {
+	return Pick{Endpoint: e, hook: done}
+}
+
+// Done reports how the picked request ended and stops counting it in
+// flight. See Pick for the concurrency contract.
+func (p *Pick) Done(di DoneInfo) {
+	// A plain uint32 with atomic functions rather than an atomic.Bool:
+	// Pick is returned and passed by value, which vet's copylocks check
+	// forbids for the atomic types.
+	if p.Endpoint == nil || !atomic.CompareAndSwapUint32(&p.done, 0, 1) {
+		return
+	}
+	if p.hook != nil {
+		p.hook(di)
+		return
+	}
+	p.Endpoint.finish(p.kind, p.class, di)
 }
 
 // Picker picks an endpoint. Implementations are immutable and safe for

@@ -125,16 +125,8 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 	} else {
 		e = b.policy.pick(c, info)
 	}
-	kind, class := info.Kind, info.Class
-	e.inflight[kindIndex(kind)].Add(1)
-	var called atomic.Bool
-	return Pick{Endpoint: e, Done: func(di DoneInfo) {
-		// A second call must not decrement another request's slot.
-		if called.Swap(true) {
-			return
-		}
-		e.finish(kind, class, di)
-	}}, nil
+	e.inflight[kindIndex(info.Kind)].Add(1)
+	return Pick{Endpoint: e, kind: info.Kind, class: info.Class}, nil
 }
 
 // Endpoints returns the status of every current endpoint, sorted by

@@ -80,11 +80,11 @@ func (p *fakePicker) Pick(info balancer.PickInfo) (balancer.Pick, error) {
 	}
 	i := len(p.picks)
 	p.picks = append(p.picks, pickRecord{info: info, addr: ep.Address()})
-	return balancer.Pick{Endpoint: ep, Done: func(di balancer.DoneInfo) {
+	return balancer.NewPick(ep, func(di balancer.DoneInfo) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.picks[i].dones = append(p.picks[i].dones, di)
-	}}, nil
+	}), nil
 }
 
 func (p *fakePicker) records() []pickRecord {

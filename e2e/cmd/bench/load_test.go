@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,5 +101,44 @@ func TestClosedLoop(t *testing.T) {
 	// Two workers, 10 ms each: at most ~60 successes in 300 ms.
 	if res.OK > 80 {
 		t.Errorf("%d ok from 2 workers in 300 ms: not closed loop", res.OK)
+	}
+}
+
+// TestCountConns checks the connection counter against a real HTTP/1.1
+// server: concurrent requests each need a connection, and closing the
+// idle ones brings the open count back to zero.
+func TestCountConns(t *testing.T) {
+	release := make(chan struct{})
+	var arrived sync.WaitGroup
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		<-release
+	}))
+	defer srv.Close()
+	c := newH1Client(10)
+	var n connCount
+	countConns(c, &n)
+	const parallel = 3
+	arrived.Add(parallel)
+	var done sync.WaitGroup
+	for range parallel {
+		done.Go(func() {
+			resp, err := c.Get(srv.URL)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	arrived.Wait()
+	if d, o := n.dialed.Load(), n.open.Load(); d != parallel || o != parallel {
+		t.Errorf("with %d requests in flight: dialed %d, open %d; want %d and %d", parallel, d, o, parallel, parallel)
+	}
+	close(release)
+	done.Wait()
+	c.CloseIdleConnections()
+	if o := n.open.Load(); o != 0 {
+		t.Errorf("after CloseIdleConnections: %d open, want 0", o)
 	}
 }

@@ -1,15 +1,18 @@
 // Command bench measures fanout next to the alternatives users compare it
 // with, in one run on one machine, and writes docs/benchmarks.md:
 //
-//  1. proxy overhead: direct (HTTP/2 mTLS), fanout and HAProxy (L7) in front
-//     of three fast TLS HTTP/2 backends, at fixed rates (open loop) and at
-//     saturation (closed loop), with each proxy's CPU and peak RSS read from
-//     /proc;
+//  1. proxy overhead: direct (HTTP/2 mTLS), fanout, HAProxy (L7), fanout
+//     linked into the client as a library (package client) and fanout with
+//     --listen-tls (HTTP/2 over TLS from the client) in front of three fast
+//     TLS HTTP/2 backends, at fixed rates (open loop) and at saturation
+//     (closed loop), with each proxy's CPU and peak RSS read from /proc, and
+//     the load generator's own CPU (which is where the library's shows);
 //  2. real apiservers: a client-go workload against the e2e harness's
 //     control plane, directly, through HAProxy and through fanout, with each
 //     apiserver's share from the audit logs;
-//  3. scale: 2,000 watches plus 500 req/s through fanout, and a LIST of
-//     100 MiB streamed through it;
+//  3. scale: 2,000 watches plus 500 req/s through fanout (plaintext and
+//     --listen-tls) and HAProxy, with the client connections each needed,
+//     and a LIST of 100 MiB streamed through each;
 //  4. the Go micro benchmarks of Pick and the proxy's hot path, with the top
 //     of a CPU profile.
 //
@@ -42,7 +45,7 @@ import (
 type Options struct {
 	Quick         bool
 	Sections      map[string]bool
-	Targets       []string // direct, fanout, haproxy
+	Targets       []string // direct, fanout, haproxy, library, fanout-tls
 	Runs          int
 	Phases        []Phase
 	PhaseDuration time.Duration
@@ -106,7 +109,7 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	listMiB := fs.Int64("list-mib", 100, "size of the streamed LIST in MiB")
 	microCount := fs.Int("micro-count", 5, "go test -count of the micro benchmarks")
 	microTime := fs.String("micro-benchtime", "1s", "go test -benchtime of the micro benchmarks")
-	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure, for debugging a single one (the Targets table needs all three)")
+	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); the Targets table needs the first three, library's CPU figure needs direct")
 	fs.StringVar(&out, "out", "", "report path (default docs/benchmarks.md in the repository)")
 	fs.StringVar(&fanoutBin, "fanout", "", "fanout binary (default: built from the repository)")
 	fs.BoolVar(&keep, "keep", false, "keep the work directory (logs, configs, profiles)")
@@ -242,6 +245,11 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 					fail("scale (fanout)", err)
 				}
 			}
+			if o.Sections["scale"] && ctx.Err() == nil && slices.Contains(o.Targets, targetFanoutTLS) {
+				if r.ScaleTLS, err = runScale(ctx, env, targetFanoutTLS); err != nil {
+					fail("scale (fanout-tls)", err)
+				}
+			}
 			if o.Sections["scale"] && ctx.Err() == nil && slices.Contains(o.Targets, targetHAProxy) {
 				if r.ScaleHAProxy, err = runScale(ctx, env, targetHAProxy); err != nil {
 					fail("scale (HAProxy)", err)
@@ -308,10 +316,22 @@ func Estimate(o Options) time.Duration {
 	if o.Sections["overhead"] {
 		perTarget := start + o.IdleWait + o.Warmup + time.Duration(len(o.Phases))*o.PhaseDuration
 		d += time.Duration(o.Runs*len(o.Targets)) * perTarget
-		d += 2 * (o.PhaseDuration + 5*time.Second) // the perf phases of fanout and HAProxy
+		procs := 0 // the perf phases of the proxy processes
+		for _, t := range o.Targets {
+			if !inProcess(t) {
+				procs++
+			}
+		}
+		d += time.Duration(procs) * (o.PhaseDuration + 5*time.Second)
 	}
 	if o.Sections["scale"] {
-		d += 2 * (2*(start+o.IdleWait) + 10*time.Second + o.ScaleDuration) // fanout, then HAProxy
+		scaled := 1 // fanout always, then fanout-tls and HAProxy if asked for
+		for _, t := range []string{targetFanoutTLS, targetHAProxy} {
+			if slices.Contains(o.Targets, t) {
+				scaled++
+			}
+		}
+		d += time.Duration(scaled) * (2*(start+o.IdleWait) + 10*time.Second + o.ScaleDuration)
 	}
 	if o.Sections["realapi"] {
 		d += 30 * time.Second // the control plane

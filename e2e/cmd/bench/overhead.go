@@ -13,14 +13,15 @@ import (
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
 
-// The three ways a client reaches the apiservers.
+// The ways a client reaches the apiservers; see targets.go for library
+// and fanout-tls.
 const (
 	targetDirect  = "direct"
 	targetFanout  = "fanout"
 	targetHAProxy = "haproxy"
 )
 
-var allTargets = []string{targetDirect, targetFanout, targetHAProxy}
+var allTargets = []string{targetDirect, targetFanout, targetHAProxy, targetLibrary, targetFanoutTLS}
 
 // rotated returns targets starting at run modulo their count, so each
 // target goes first, second and last equally often across runs and none
@@ -44,25 +45,38 @@ type Phase struct {
 // PhaseMeasure is one target's numbers for one phase of one run.
 type PhaseMeasure struct {
 	Target, Phase string
+	Run           int
 	Load          LoadResult
 	Lat           LatencySummary
-	// CPUSeconds is the proxy's utime+stime during the phase (NaN for
-	// direct); PeakRSSKiB its VmHWM at the end of the phase.
+	// CPUSeconds is the proxy process's utime+stime during the phase (NaN
+	// for direct and library, which have none); PeakRSSKiB its VmHWM at
+	// the end of the phase.
 	CPUSeconds float64
 	PeakRSSKiB float64
+	// SelfCPUSeconds is the load generator's own utime+stime during the
+	// phase: the client side of every path, and for library the library
+	// too.
+	SelfCPUSeconds float64
 }
 
 // OverheadRow is the median over runs of one target and phase.
 type OverheadRow struct {
-	Target, Phase   string
-	Rate            float64
-	Runs            int
-	Sent, Errors    int // summed over runs
-	Throughput      float64
-	P50, P99, P999  time.Duration
-	CPUPer10k       float64 // proxy CPU seconds per 10,000 requests
+	Target, Phase  string
+	Rate           float64
+	Runs           int
+	Sent, Errors   int // summed over runs
+	Throughput     float64
+	P50, P99, P999 time.Duration
+	// CPUPer10k is the proxy's CPU seconds per 10,000 requests. The
+	// library has no process of its own: its figure is the load
+	// generator's CPU per 10,000 requests beyond direct's in the same run
+	// and phase (median of the per-run differences).
+	CPUPer10k       float64
 	ReqPerCPUSecond float64
 	PeakRSSMiB      float64
+	// ClientCPUPer10k is the load generator's own CPU seconds per 10,000
+	// requests (client side, and for library the library in it).
+	ClientCPUPer10k float64
 }
 
 // OverheadResult is section 1 of the report.
@@ -98,7 +112,7 @@ func AggregateOverhead(ms []PhaseMeasure, phases []Phase, targets []string) []Ov
 	for _, t := range targets {
 		for _, ph := range phases {
 			row := OverheadRow{Target: t, Phase: ph.Name, Rate: ph.Rate}
-			var thr, p50, p99, p999, cpu10k, rpc, rss []float64
+			var thr, p50, p99, p999, cpu10k, rpc, rss, self10k []float64
 			for _, m := range ms {
 				if m.Target != t || m.Phase != ph.Name {
 					continue
@@ -117,9 +131,16 @@ func AggregateOverhead(ms []PhaseMeasure, phases []Phase, targets []string) []Ov
 						r = float64(m.Load.OK) / m.CPUSeconds
 					}
 				}
+				if t == targetLibrary {
+					c10, r = libraryCPUPer10k(m, ms), math.NaN()
+					if c10 > 0 {
+						r = 10000 / c10
+					}
+				}
 				cpu10k = append(cpu10k, c10)
 				rpc = append(rpc, r)
 				rss = append(rss, m.PeakRSSKiB/1024)
+				self10k = append(self10k, per10k(m.SelfCPUSeconds, m.Load.OK))
 			}
 			if row.Runs == 0 {
 				continue
@@ -131,10 +152,33 @@ func AggregateOverhead(ms []PhaseMeasure, phases []Phase, targets []string) []Ov
 			row.CPUPer10k = Median(cpu10k)
 			row.ReqPerCPUSecond = Median(rpc)
 			row.PeakRSSMiB = Median(rss)
+			row.ClientCPUPer10k = Median(self10k)
 			rows = append(rows, row)
 		}
 	}
 	return rows
+}
+
+// per10k is CPU seconds per 10,000 of ok requests, NaN when unknown.
+func per10k(cpu float64, ok int) float64 {
+	if math.IsNaN(cpu) || ok <= 0 {
+		return math.NaN()
+	}
+	return cpu / float64(ok) * 10000
+}
+
+// libraryCPUPer10k is what the library adds to the load generator's CPU per
+// 10,000 requests: lib's own-process CPU per 10k minus that of direct in the
+// same run and phase (both send the same requests from the same load
+// generator; direct over one HTTP/2 connection of net/http, library through
+// fanout's request path). NaN without a direct measurement to subtract.
+func libraryCPUPer10k(lib PhaseMeasure, ms []PhaseMeasure) float64 {
+	for _, d := range ms {
+		if d.Target == targetDirect && d.Phase == lib.Phase && d.Run == lib.Run {
+			return per10k(lib.SelfCPUSeconds, lib.Load.OK) - per10k(d.SelfCPUSeconds, d.Load.OK)
+		}
+	}
+	return math.NaN()
 }
 
 // overheadEnv is what every run of section 1 shares.
@@ -195,6 +239,12 @@ func (env *overheadEnv) startProxy(ctx context.Context, target, name string) (*P
 			eps = append(eps, "https://"+b)
 		}
 		return StartFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps)
+	case targetFanoutTLS:
+		var eps []string
+		for _, b := range env.backends {
+			eps = append(eps, "https://"+b)
+		}
+		return StartFanoutTLS(ctx, env.fanout, env.dir, name, env.kubecfg, eps)
 	case targetHAProxy:
 		return StartHAProxy(ctx, env.dir, name, env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM)
 	}
@@ -211,14 +261,16 @@ func (env *overheadEnv) clientTLS() (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// runTarget starts the target's proxy (none for direct), reads its idle
-// RSS, warms up, and runs every phase, reading the proxy's CPU around each.
+// runTarget starts the target's proxy (none for direct, the in-process
+// library for library), reads its idle RSS, warms up, and runs every
+// phase, reading the proxy's CPU and the load generator's own around each.
 // With profile, an extra saturation phase runs under perf (when installed).
 func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, profile bool) (_ []PhaseMeasure, _ float64, _ *ProxyProfile, err error) {
 	o := env.opts
 	var proxy *Proc
 	var client *http.Client
 	var url string
+	idleKiB := math.NaN()
 	switch target {
 	case targetDirect:
 		tc, err := env.clientTLS()
@@ -226,6 +278,15 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 			return nil, 0, nil, err
 		}
 		client, url = newH2Client(tc), "https://"+env.backends[0]+shortPath
+	case targetLibrary:
+		lib, idle, err := env.libraryIdle(ctx, o.IdleWait)
+		if err != nil {
+			return nil, 0, nil, fmt.Errorf("starting the library: %w", err)
+		}
+		defer lib.Close()
+		idleKiB = idle
+		// The URL's host is ignored: the library picks the backend.
+		client, url = &http.Client{Transport: lib.RoundTripper()}, "https://"+env.backends[0]+shortPath
 	default:
 		proxy, err = env.startProxy(ctx, target, fmt.Sprintf("overhead-%s-run%d", target, run))
 	}
@@ -234,11 +295,10 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 	}
 	if proxy != nil {
 		defer proxy.Stop()
-		client, url = newH1Client(o.IdlePerHost), proxy.URL+shortPath
+		client, url = proxyClient(proxy, o.IdlePerHost), proxy.URL+shortPath
 	}
 	defer client.CloseIdleConnections()
 
-	idleKiB := math.NaN()
 	if proxy != nil {
 		sleepCtx(ctx, o.IdleWait)
 		u, err := proxy.Usage()
@@ -259,6 +319,10 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 				return nil, 0, nil, err
 			}
 		}
+		selfBefore, err := selfUsage()
+		if err != nil {
+			return nil, 0, nil, err
+		}
 		var lr LoadResult
 		if ph.Rate > 0 {
 			lr = OpenLoop(ctx, do, ph.Rate, o.PhaseDuration, o.MaxInflight)
@@ -268,7 +332,12 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 		if ctx.Err() != nil {
 			return nil, 0, nil, ctx.Err()
 		}
-		m := PhaseMeasure{Target: target, Phase: ph.Name, Load: lr, Lat: Summarize(lr.Latencies), CPUSeconds: math.NaN(), PeakRSSKiB: math.NaN()}
+		selfAfter, err := selfUsage()
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		m := PhaseMeasure{Target: target, Phase: ph.Name, Run: run, Load: lr, Lat: Summarize(lr.Latencies), CPUSeconds: math.NaN(), PeakRSSKiB: math.NaN(),
+			SelfCPUSeconds: selfAfter.CPUSeconds() - selfBefore.CPUSeconds()}
 		if proxy != nil {
 			after, err := proxy.Usage()
 			if err != nil {
@@ -280,7 +349,7 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 		if lr.Errors > 0 {
 			env.logf("overhead: %s %s: %d of %d requests failed, first: %v", target, ph.Name, lr.Errors, lr.Sent, lr.FirstErr)
 		}
-		env.logf("overhead: %s %s: %.0f req/s, p50 %s p99 %s, cpu %.2fs", target, ph.Name, lr.Throughput(), m.Lat.P50, m.Lat.P99, m.CPUSeconds)
+		env.logf("overhead: %s %s: %.0f req/s, p50 %s p99 %s, proxy cpu %.2fs, load generator cpu %.2fs", target, ph.Name, lr.Throughput(), m.Lat.P50, m.Lat.P99, m.CPUSeconds, m.SelfCPUSeconds)
 		out = append(out, m)
 	}
 	var prof *ProxyProfile

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,11 +19,15 @@ import (
 // can be read from /proc.
 type Proc struct {
 	Name string
-	// URL is where the client sends plain HTTP/1.1.
-	URL     string
-	LogPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
+	// URL is where the client sends plain HTTP/1.1, or with ClientTLS
+	// HTTP/2 over TLS.
+	URL string
+	// ClientTLS is set when the proxy serves TLS: the client's
+	// configuration (CA and client certificate).
+	ClientTLS *tls.Config
+	LogPath   string
+	cmd       *exec.Cmd
+	done      chan struct{}
 }
 
 // PID is the process id.
@@ -115,6 +120,11 @@ func freeAddr() (string, error) {
 // endpoints (https URLs), and waits until its /readyz passes and a request
 // through it succeeds.
 func StartFanout(ctx context.Context, bin, dir, name, kubeconfig string, endpoints []string) (*Proc, error) {
+	return startFanout(ctx, bin, dir, name, kubeconfig, endpoints, "http")
+}
+
+// startFanout is StartFanout with extra flags; scheme is the listener's.
+func startFanout(ctx context.Context, bin, dir, name, kubeconfig string, endpoints []string, scheme string, extraArgs ...string) (*Proc, error) {
 	listen, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -123,16 +133,16 @@ func StartFanout(ctx context.Context, bin, dir, name, kubeconfig string, endpoin
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProc("fanout", filepath.Join(dir, name+".log"), []string{bin,
+	p, err := startProc("fanout", filepath.Join(dir, name+".log"), append([]string{bin,
 		"--kubeconfig", kubeconfig,
 		"--endpoints", strings.Join(endpoints, ","),
 		"--listen-address", listen,
 		"--admin-address", admin,
-	})
+	}, extraArgs...))
 	if err != nil {
 		return nil, err
 	}
-	p.URL = "http://" + listen
+	p.URL = scheme + "://" + listen
 	c := newH1Client(2)
 	if err := p.waitOK(ctx, c, "http://"+admin+"/readyz", 1); err != nil {
 		p.Stop()

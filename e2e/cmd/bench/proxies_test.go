@@ -79,11 +79,40 @@ func TestQuickShortensOnlyWhatWasNotSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Quick || o.Runs != 5 || o.PhaseDuration.Seconds() != 20 || len(o.Targets) != 3 || len(o.Sections) != 4 {
+	if o.Quick || o.Runs != 5 || o.PhaseDuration.Seconds() != 20 || len(o.Targets) != 5 || len(o.Sections) != 4 {
 		t.Errorf("default options = %+v", o)
 	}
 	if _, _, _, _, err := parseFlags([]string{"-sections", "nope"}); err == nil {
 		t.Error("unknown section accepted")
+	}
+}
+
+func TestTargetsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		arg     string
+		want    string
+		wantErr bool
+	}{
+		{arg: "direct,fanout,haproxy,library,fanout-tls", want: "direct fanout haproxy library fanout-tls"},
+		{arg: "library,direct", want: "library direct"},
+		{arg: "fanout-tls", want: "fanout-tls"},
+		{arg: "fanout,tls", wantErr: true},
+		{arg: "librar", wantErr: true},
+	} {
+		o, _, _, _, err := parseFlags([]string{"-targets", tc.arg})
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("-targets %s accepted: %v", tc.arg, o.Targets)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("-targets %s: %v", tc.arg, err)
+			continue
+		}
+		if got := strings.Join(o.Targets, " "); got != tc.want {
+			t.Errorf("-targets %s = %q, want %q", tc.arg, got, tc.want)
+		}
 	}
 }
 
@@ -97,9 +126,19 @@ func TestEstimate(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, q := Estimate(full), Estimate(quick)
-	// 5 runs × 3 paths × 3 phases × 20 s of overhead alone is 15 min.
-	if f < 15*time.Minute || f > 45*time.Minute {
-		t.Errorf("full run estimate %s, want between 15 and 45 min", f)
+	t.Logf("estimates: full %s, quick %s", f, q)
+	// 5 runs × 5 paths × 3 phases × 20 s of overhead alone is 25 min.
+	if f < 25*time.Minute || f > 60*time.Minute {
+		t.Errorf("full run estimate %s, want between 25 and 60 min", f)
+	}
+	// Fewer paths, shorter run: the perf and scale phases of the proxies
+	// left out are not counted.
+	three, _, _, _, err := parseFlags([]string{"-targets", "direct,fanout,haproxy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e3 := Estimate(three); e3 >= f || f-e3 < 2*5*3*20*time.Second {
+		t.Errorf("estimate with three paths %s, all five %s: want at least the 10 min of overhead phases less", e3, f)
 	}
 	if q >= f/5 {
 		t.Errorf("quick estimate %s is not much shorter than the full %s", q, f)

@@ -120,12 +120,22 @@ func runRealAPI(ctx context.Context, o Options, dir string, logf func(string, ..
 				if err == nil {
 					cfg, stop = &rest.Config{Host: hp.URL}, hp.Stop
 				}
-			case targetFanout:
+			case targetFanout, targetFanoutTLS:
+				var extra []string
+				if t == targetFanoutTLS {
+					// The harness reads the kubeconfig fanout writes:
+					// https:// with the loopback CA and client certificate.
+					extra = append(extra, "--listen-tls")
+				}
 				var f *harness.Fanout
-				f, err = cp.StartFanout(ctx, nil, fmt.Sprintf("bench-run%d", run), p.kc)
+				f, err = cp.StartFanout(ctx, nil, fmt.Sprintf("bench-%s-run%d", t, run), p.kc, extra...)
 				if err == nil {
 					cfg, stop = f.Config, func() { _ = f.Stop() }
 				}
+			case targetLibrary:
+				cfg, stop, err = wrapLibrary(p.kc, cp.Endpoints())
+			default:
+				err = fmt.Errorf("no real-apiserver setup for path %q", t)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("realapi %s: %w", t, err)

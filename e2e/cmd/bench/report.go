@@ -24,9 +24,9 @@ type Report struct {
 	Micro    *MicroResult
 	Overhead *OverheadResult
 	RealAPI  *RealAPIResult
-	// Scale is fanout's; ScaleHAProxy the same load through HAProxy, for
-	// comparison.
-	Scale, ScaleHAProxy *ScaleResult
+	// Scale is fanout's; ScaleTLS fanout --listen-tls's and ScaleHAProxy
+	// HAProxy's under the same load, for comparison.
+	Scale, ScaleTLS, ScaleHAProxy *ScaleResult
 	// Failures are sections that could not be measured, with why.
 	Failures []string
 }
@@ -172,7 +172,7 @@ func Render(r *Report) string {
 
 	renderOverhead(&b, r.Overhead)
 	renderRealAPI(&b, r.RealAPI)
-	renderScale(&b, r.Scale, r.ScaleHAProxy)
+	renderScale(&b, r.Scale, r.ScaleTLS, r.ScaleHAProxy)
 	renderMicro(&b, r.Micro)
 	return b.String()
 }
@@ -188,18 +188,24 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 	p("**direct**: the load generator talks HTTP/2 over mTLS to one backend, as client-go does to an apiserver. ")
 	p("**fanout** and **HAProxy** (L7, round robin, h2 TLS backends with the client certificate, `/readyz` health checks) each run as a process of their own; ")
 	p("the load generator talks plain HTTP/1.1 to them with client-go's keep-alive pool (25 idle connections per host). ")
+	p("**fanout-tls** is fanout with `--listen-tls`: the load generator talks HTTP/2 over TLS to it, with the loopback CA and client certificate of the kubeconfig fanout wrote, as client-go does to an https:// server (one connection). ")
+	p("**library** is fanout linked into the load generator (`client.New` on a rest.Config with the same client certificate and CA, `--endpoints` the three backends): its RoundTripper sends each request over HTTP/2 mTLS to the backend it picks; there is no proxy process. ")
 	p("Fixed rates are open loop on a fixed schedule, latency counted from each request's due time; saturation is closed loop. ")
-	p("Each cell is the median of %d run(s); the order of the three rotates between runs.\n\n", o.Runs)
-	p("| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | req / CPU-s | peak RSS (MiB) |\n")
-	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	p("Each cell is the median of %d run(s); the order of the paths rotates between runs.\n\n", o.Runs)
+	p("| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | req / CPU-s | peak RSS (MiB) | load generator CPU s / 10k req |\n")
+	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range o.Rows {
-		p("| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s |\n",
+		p("| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.Target, r.Phase, r.Runs, r.Sent, r.Errors, r.Throughput, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.P999),
-			fmtF(r.CPUPer10k, 3), fmtF(r.ReqPerCPUSecond, 0), fmtF(r.PeakRSSMiB, 1))
+			fmtF(r.CPUPer10k, 3), fmtF(r.ReqPerCPUSecond, 0), fmtF(r.PeakRSSMiB, 1), fmtF(r.ClientCPUPer10k, 3))
 	}
-	p("\nPeak RSS is the proxy's VmHWM at the end of the phase (phases run in table order on one process per run), CPU is utime+stime from /proc/<pid>/stat during the phase.\n")
-	p("\nIdle RSS (VmRSS after start and readiness, health probes running, no requests yet):")
-	for _, t := range []string{targetFanout, targetHAProxy} {
+	p("\nPeak RSS is the proxy's VmHWM at the end of the phase (phases run in table order on one process per run), CPU is utime+stime from /proc/<pid>/stat during the phase. ")
+	p("The last column is the load generator's own utime+stime (/proc/self/stat) per 10,000 successful requests: the client side of each path. ")
+	p("The library has no process of its own, so its proxy CPU is what it adds to the load generator: its last column minus direct's, per run and phase (median of the differences; — without a direct run to subtract), and req / CPU-s is 10,000 over that (— when the difference is not positive). ")
+	p("Being a difference of two measurements of the same process, it is only as good as the two runs are alike: on a loaded machine, or when one of them failed many requests, it can come out near zero or negative. ")
+	p("Its peak RSS cannot be told apart from the load generator's and is not shown.\n")
+	p("\nIdle RSS (VmRSS after start and readiness, health probes running, no requests yet; for the library, how much the load generator's VmRSS grew while `client.New` started and idled, each reading after a GC that returns freed memory to the OS):")
+	for _, t := range []string{targetFanout, targetFanoutTLS, targetHAProxy, targetLibrary} {
 		if v, ok := o.IdleRSSMiB[t]; ok {
 			p(" %s %.1f MiB;", t, v)
 		}
@@ -275,11 +281,11 @@ func shares(counts []int) []float64 {
 	return out
 }
 
-func renderScale(b *strings.Builder, f, h *ScaleResult) {
+func renderScale(b *strings.Builder, results ...*ScaleResult) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n## 3. Scale (fast backends)\n\n")
 	var cols []*ScaleResult
-	for _, s := range []*ScaleResult{f, h} {
+	for _, s := range results {
 		if s != nil {
 			cols = append(cols, s)
 		}
@@ -289,7 +295,9 @@ func renderScale(b *strings.Builder, f, h *ScaleResult) {
 		return
 	}
 	s := cols[0]
-	p("%d watches through one proxy process (each on its own HTTP/1.1 connection, as client-go's over http://), each receiving one event per %s, plus %.0f req/s of short GETs (open loop) for %s; each proxy fresh.\n\n",
+	p("%d watches through one proxy process (each on its own HTTP/1.1 connection, as client-go's over http://; "+
+		"to fanout-tls, fanout with `--listen-tls`, over HTTP/2 with the kubeconfig fanout wrote, as client-go's over https://, so they share connections up to fanout's `--max-concurrent-streams` each), "+
+		"each receiving one event per %s, plus %.0f req/s of short GETs (open loop) for %s; each proxy fresh. Client connections are the load generator's TCP connections to the proxy; over HTTP/2, requests that start together may each dial one, and net/http closes the surplus.\n\n",
 		s.Watches, s.WatchInterval, s.Rate, s.Duration)
 	row := func(name string, cell func(*ScaleResult) string) {
 		p("| %s |", name)
@@ -311,6 +319,8 @@ func renderScale(b *strings.Builder, f, h *ScaleResult) {
 	}
 	header()
 	row("watches open", func(s *ScaleResult) string { return fmt.Sprintf("%d of %d", s.WatchesOpen, s.Watches) })
+	row("client connections open with the watches open (dialed)", func(s *ScaleResult) string { return fmt.Sprintf("%d (%d)", s.WatchConns, s.WatchDials) })
+	row("client connections dialed for the short requests", func(s *ScaleResult) string { return fmt.Sprint(s.RequestConns) })
 	row("watch events received during the phase", func(s *ScaleResult) string {
 		return fmt.Sprintf("%d (expected about %d in %s)", s.Events, s.ExpectedEvents, s.Elapsed.Round(10*time.Millisecond))
 	})
@@ -324,7 +334,7 @@ func renderScale(b *strings.Builder, f, h *ScaleResult) {
 	row("CPU during the phase", func(s *ScaleResult) string {
 		return fmt.Sprintf("%.2f s in %s (%s %% of one core)", s.CPUSeconds, s.Elapsed.Round(10*time.Millisecond), fmtF(s.CPUPercent(), 0))
 	})
-	p("\nOne LIST of at least %d bytes (%.0f MiB) streamed through a fresh proxy over HTTP/1.1:\n\n", s.ListWant, float64(s.ListWant)/(1<<20))
+	p("\nOne LIST of at least %d bytes (%.0f MiB) streamed through a fresh proxy over HTTP/1.1 (to fanout-tls: HTTP/2 over TLS):\n\n", s.ListWant, float64(s.ListWant)/(1<<20))
 	header()
 	row("error", func(s *ScaleResult) string {
 		if s.ListErr == "" {

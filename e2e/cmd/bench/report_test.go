@@ -10,10 +10,12 @@ import (
 func overheadFixture(fanoutP99, directP99 time.Duration, fanoutRPC, haproxyRPC, idle float64) *OverheadResult {
 	return &OverheadResult{
 		Runs:       1,
-		IdleRSSMiB: map[string]float64{targetFanout: idle, targetHAProxy: 9},
+		IdleRSSMiB: map[string]float64{targetFanout: idle, targetHAProxy: 9, targetLibrary: 3.25, targetFanoutTLS: 22},
 		Order:      [][]string{{targetDirect, targetFanout, targetHAProxy}},
 		Rows: []OverheadRow{
-			{Target: targetDirect, Phase: "1k", Runs: 1, P99: directP99, CPUPer10k: math.NaN(), ReqPerCPUSecond: math.NaN(), PeakRSSMiB: math.NaN()},
+			{Target: targetDirect, Phase: "1k", Runs: 1, P99: directP99, CPUPer10k: math.NaN(), ReqPerCPUSecond: math.NaN(), PeakRSSMiB: math.NaN(), ClientCPUPer10k: 0.5},
+			{Target: targetLibrary, Phase: "1k", Runs: 1, P99: directP99 + 50*time.Microsecond, CPUPer10k: 0.25, ReqPerCPUSecond: 40000, PeakRSSMiB: math.NaN(), ClientCPUPer10k: 0.75},
+			{Target: targetFanoutTLS, Phase: "1k", Runs: 1, P99: fanoutP99 - 100*time.Microsecond, CPUPer10k: 0.9, ReqPerCPUSecond: 11111, PeakRSSMiB: 25, ClientCPUPer10k: 0.6},
 			{Target: targetFanout, Phase: "1k", Runs: 1, P99: fanoutP99},
 			{Target: targetFanout, Phase: "saturation", Runs: 1, ReqPerCPUSecond: fanoutRPC},
 			{Target: targetHAProxy, Phase: "saturation", Runs: 1, ReqPerCPUSecond: haproxyRPC},
@@ -102,7 +104,8 @@ func TestRender(t *testing.T) {
 		RealAPI: &RealAPIResult{APIServers: []string{"https://a", "https://b", "https://c"}, Rate: 100, Duration: time.Second, Rows: []RealAPIRow{
 			{Target: targetFanout, Runs: 1, Served: []int{30, 30, 40}, Sent: 100, P50: 2 * time.Millisecond, P99: 15 * time.Millisecond},
 		}},
-		ScaleHAProxy: &ScaleResult{Target: targetHAProxy, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 0.3, PeakRSSMiB: 40, ListErr: "EOF"},
+		ScaleTLS:     &ScaleResult{Target: targetFanoutTLS, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 1.2, PeakRSSMiB: 45, WatchConns: 2, WatchDials: 51, RequestConns: 1},
+		ScaleHAProxy: &ScaleResult{Target: targetHAProxy, WatchConns: 2000, WatchDials: 2000, RequestConns: 25, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 0.3, PeakRSSMiB: 40, ListErr: "EOF"},
 		Scale:        &ScaleResult{Target: targetFanout, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
 		Micro:        &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
 		Failures:     []string{"scale: something broke"},
@@ -123,11 +126,17 @@ func TestRender(t *testing.T) {
 		"fanout 6000, HAProxy 10000 (0.60×)",
 		"| fanout RSS ≤ 64 MiB with 2000 watches | 70.0 MiB peak with 2000 watches open | **not met** |",
 		"| fanout | 1 | 100 | 0 | 0 | 2000 µs | 15.0 ms | 30 (30.0 %) | 30 (30.0 %) | 40 (40.0 %) |",
-		"| metric | fanout | haproxy |",
-		"| CPU during the phase | 1.50 s in 3s (50 % of one core) | 0.30 s in 3s (10 % of one core) |",
-		"| peak RSS (VmHWM) | 70.0 MiB | 40.0 MiB |",
-		"| peak RSS (VmHWM) | 33.3 MiB | 0.0 MiB |",
-		"| error | none | `EOF` |",
+		"| metric | fanout | fanout-tls | haproxy |",
+		"| CPU during the phase | 1.50 s in 3s (50 % of one core) | 1.20 s in 3s (40 % of one core) | 0.30 s in 3s (10 % of one core) |",
+		"| peak RSS (VmHWM) | 70.0 MiB | 45.0 MiB | 40.0 MiB |",
+		"| peak RSS (VmHWM) | 33.3 MiB | 0.0 MiB | 0.0 MiB |",
+		"| error | none | none | `EOF` |",
+		"| client connections open with the watches open (dialed) | 0 (0) | 2 (51) | 2000 (2000) |",
+		"| client connections dialed for the short requests | 0 | 1 | 25 |",
+		"| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | req / CPU-s | peak RSS (MiB) | load generator CPU s / 10k req |",
+		"| library | 1k | 1 | 0 | 0 | 0 | 0 µs | 1050 µs | 0 µs | 0.250 | 40000 | — | 0.750 |",
+		"| fanout-tls | 1k | 1 | 0 | 0 | 0 | 0 µs | 1200 µs | 0 µs | 0.900 | 11111 | 25.0 | 0.600 |",
+		" fanout 21.5 MiB; fanout-tls 22.0 MiB; haproxy 9.0 MiB; library 3.2 MiB;",
 		"| BenchmarkPick/rr | 1 | 12.3 | — | 0 |",
 		"flat flat% sum%",
 		"- scale: something broke",
@@ -142,7 +151,7 @@ func TestRender(t *testing.T) {
 		}
 	}
 	// A direct row has no proxy: its proxy columns must say so, not 0.
-	if !strings.Contains(md, "| direct | 1k | 1 | 0 | 0 | 0 | 0 µs | 1000 µs | 0 µs | — | — | — |") {
+	if !strings.Contains(md, "| direct | 1k | 1 | 0 | 0 | 0 | 0 µs | 1000 µs | 0 µs | — | — | — | 0.500 |\n") {
 		t.Errorf("direct row does not show — for proxy columns:\n%s", md)
 	}
 	r.Quick = false
@@ -221,5 +230,69 @@ func TestPerfByPackage(t *testing.T) {
 	}
 	if got := PerfByPackage(report, 2); strings.Count(got, "\n") != 1 {
 		t.Errorf("PerfByPackage(2) =\n%s", got)
+	}
+}
+
+// TestAggregateOverheadLibrary checks the library's CPU: the load
+// generator's own CPU per 10k requests beyond direct's in the same run and
+// phase, the median of those differences, and none without direct.
+func TestAggregateOverheadLibrary(t *testing.T) {
+	phases := []Phase{{Name: "1k", Rate: 1000}, {Name: "saturation"}}
+	m := func(target, phase string, run, ok int, proxyCPU, self float64) PhaseMeasure {
+		return PhaseMeasure{Target: target, Phase: phase, Run: run, Load: LoadResult{OK: ok, Sent: ok, Elapsed: time.Second},
+			CPUSeconds: proxyCPU, PeakRSSKiB: math.NaN(), SelfCPUSeconds: self}
+	}
+	nan := math.NaN()
+	ms := []PhaseMeasure{
+		// Run 0: direct 1.0 s / 10k, library 1.5 s / 10k: +0.5.
+		m(targetDirect, "1k", 0, 10000, nan, 1.0),
+		m(targetLibrary, "1k", 0, 10000, nan, 1.5),
+		// Run 1: direct 2.0 / 10k, library 2.0 / 5k = 4.0 / 10k: +2.0.
+		// Pairing across runs would give other numbers.
+		m(targetDirect, "1k", 1, 10000, nan, 2.0),
+		m(targetLibrary, "1k", 1, 5000, nan, 2.0),
+		// Run 2: direct 3.0 / 10k, library 3.25 / 10k: +0.25.
+		m(targetDirect, "1k", 2, 20000, nan, 6.0),
+		m(targetLibrary, "1k", 2, 20000, nan, 6.5),
+		// Saturation of run 0 only.
+		m(targetDirect, "saturation", 0, 40000, nan, 4.0),
+		m(targetLibrary, "saturation", 0, 40000, nan, 6.0),
+		// A proxy keeps its own CPU.
+		m(targetFanoutTLS, "1k", 0, 10000, 3.0, 1.2),
+	}
+	rows := AggregateOverhead(ms, phases, []string{targetDirect, targetLibrary, targetFanoutTLS})
+	get := func(target, phase string) OverheadRow {
+		t.Helper()
+		for _, r := range rows {
+			if r.Target == target && r.Phase == phase {
+				return r
+			}
+		}
+		t.Fatalf("no row %s %s in %+v", target, phase, rows)
+		return OverheadRow{}
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if r := get(targetLibrary, "1k"); !near(r.CPUPer10k, 0.5) || !near(r.ReqPerCPUSecond, 20000) || !near(r.ClientCPUPer10k, 3.25) {
+		t.Errorf("library 1k: CPU/10k %v, req/CPU-s %v, load generator CPU/10k %v; want 0.5 (median of +0.5, +2, +0.25), 20000, 3.25", r.CPUPer10k, r.ReqPerCPUSecond, r.ClientCPUPer10k)
+	}
+	if r := get(targetLibrary, "saturation"); !near(r.CPUPer10k, 0.5) {
+		t.Errorf("library saturation: CPU/10k %v, want 0.5", r.CPUPer10k)
+	}
+	if r := get(targetDirect, "1k"); !math.IsNaN(r.CPUPer10k) || !near(r.ClientCPUPer10k, 2.0) {
+		t.Errorf("direct 1k: CPU/10k %v (want NaN: no proxy), load generator %v (want 2.0)", r.CPUPer10k, r.ClientCPUPer10k)
+	}
+	if r := get(targetFanoutTLS, "1k"); !near(r.CPUPer10k, 3.0) || !near(r.ClientCPUPer10k, 1.2) {
+		t.Errorf("fanout-tls 1k: CPU/10k %v, load generator %v; want 3.0 and 1.2", r.CPUPer10k, r.ClientCPUPer10k)
+	}
+	// Without direct there is nothing to subtract.
+	var noDirect []PhaseMeasure
+	for _, x := range ms {
+		if x.Target != targetDirect {
+			noDirect = append(noDirect, x)
+		}
+	}
+	rows = AggregateOverhead(noDirect, phases, []string{targetLibrary})
+	if r := get(targetLibrary, "1k"); !math.IsNaN(r.CPUPer10k) || !math.IsNaN(r.ReqPerCPUSecond) {
+		t.Errorf("library without direct: CPU/10k %v, req/CPU-s %v; want NaN", r.CPUPer10k, r.ReqPerCPUSecond)
 	}
 }

@@ -37,6 +37,11 @@ type ScaleResult struct {
 	ListIdleRSSMiB float64
 	ListPeakRSSMiB float64
 	ListErr        string
+	// WatchConns are the client connections open to the proxy with every
+	// watch open (WatchDials: dialed until then), RequestConns those the
+	// short requests opened during the phase (dialed): one per concurrent
+	// request over HTTP/1.1, few over HTTP/2 (fanout --listen-tls).
+	WatchConns, WatchDials, RequestConns int64
 }
 
 // CPUPercent is the proxy's CPU use during the measured phase, in % of one
@@ -68,10 +73,13 @@ func runScale(ctx context.Context, env *overheadEnv, target string) (*ScaleResul
 	res.IdleRSSMiB = float64(u.RSSKiB) / 1024
 
 	// Each watch holds one HTTP/1.1 connection, as client-go's watches do
-	// over http://.
+	// over http://; over TLS (fanout --listen-tls) they share HTTP/2
+	// connections, as client-go's do over https://.
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	wc := newH1Client(o.Watches)
+	wc := proxyClient(f, o.Watches)
+	var watchConns, reqConns connCount
+	countConns(wc, &watchConns)
 	// A watch that never gets its headers must not stall the opening loop.
 	wc.Transport.(*http.Transport).ResponseHeaderTimeout = 30 * time.Second
 	defer wc.CloseIdleConnections()
@@ -117,7 +125,11 @@ func runScale(ctx context.Context, env *overheadEnv, target string) (*ScaleResul
 	if p := firstErr.Load(); p != nil {
 		return nil, fmt.Errorf("opening %d watches through %s (%d open): %w", o.Watches, target, open.Load(), *p)
 	}
-	env.logf("scale: %s: %d watches open", target, res.WatchesOpen)
+	// Settle first: net/http closes surplus HTTP/2 connections dialed by
+	// requests that started together.
+	sleepCtx(ctx, time.Second)
+	res.WatchConns, res.WatchDials = watchConns.open.Load(), watchConns.dialed.Load()
+	env.logf("scale: %s: %d watches open on %d client connections (%d dialed)", target, res.WatchesOpen, res.WatchConns, res.WatchDials)
 
 	before, err := f.Usage()
 	if err != nil {
@@ -125,10 +137,12 @@ func runScale(ctx context.Context, env *overheadEnv, target string) (*ScaleResul
 	}
 	ev0 := events.Load()
 	t0 := time.Now()
-	rc := newH1Client(o.IdlePerHost)
+	rc := proxyClient(f, o.IdlePerHost)
+	countConns(rc, &reqConns)
 	defer rc.CloseIdleConnections()
 	res.Requests = OpenLoop(ctx, getter(rc, f.URL+shortPath, 10*time.Second), o.ScaleRate, o.ScaleDuration, o.MaxInflight)
 	res.Events = events.Load() - ev0
+	res.RequestConns = reqConns.dialed.Load()
 	res.Elapsed = time.Since(t0)
 	res.ExpectedEvents = int64(float64(o.Watches) * res.Elapsed.Seconds() / o.WatchInterval.Seconds())
 	res.Lat = Summarize(res.Requests.Latencies)
@@ -138,7 +152,7 @@ func runScale(ctx context.Context, env *overheadEnv, target string) (*ScaleResul
 	}
 	res.CPUSeconds = after.CPUSeconds() - before.CPUSeconds()
 	res.PeakRSSMiB = float64(after.HWMKiB) / 1024
-	env.logf("scale: %s: %d events, %.0f req/s, cpu %.2fs, peak rss %.1f MiB", target, res.Events, res.Requests.Throughput(), res.CPUSeconds, res.PeakRSSMiB)
+	env.logf("scale: %s: %d events, %.0f req/s, cpu %.2fs, peak rss %.1f MiB, short-request connections dialed %d", target, res.Events, res.Requests.Throughput(), res.CPUSeconds, res.PeakRSSMiB, res.RequestConns)
 	stopWatches()
 	wg.Wait()
 	f.Stop()
@@ -162,7 +176,7 @@ func runList(ctx context.Context, env *overheadEnv, target string, res *ScaleRes
 		return err
 	}
 	res.ListIdleRSSMiB = float64(u.RSSKiB) / 1024
-	c := newH1Client(1)
+	c := proxyClient(f, 1)
 	defer c.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.URL+bigListPath, nil)
 	if err != nil {

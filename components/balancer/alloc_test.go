@@ -1,0 +1,63 @@
+package balancer
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestPickDoesNotAllocate guards issue 9's target: Pick and Done run on
+// every request, and the proxy relies on them allocating nothing.
+func TestPickDoesNotAllocate(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("coverage instrumentation changes allocations")
+	}
+	infos := []struct {
+		name string
+		info PickInfo
+	}{
+		{"get", PickInfo{Kind: Short, Class: ClassGet}},
+		{"watch", PickInfo{Kind: Long}},
+		{"list retried elsewhere", PickInfo{Kind: Short, Class: ClassList, Avoid: "10.0.0.2:6443"}},
+		{"unloaded", PickInfo{Kind: Short, Unloaded: true, Avoid: "10.0.0.1:6443"}},
+		{"oldest", PickInfo{Kind: Long, Oldest: true}},
+	}
+	for _, pol := range policies {
+		for _, tc := range infos {
+			info := tc.info
+			t.Run(fmt.Sprintf("%s/%s", pol, tc.name), func(t *testing.T) {
+				b, err := New(Config{Policy: pol})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b.Update(endpoints("10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"))
+				di := DoneInfo{StatusCode: 200, Latency: 5 * time.Millisecond}
+				allocs := testing.AllocsPerRun(200, func() {
+					p, err := b.Pick(info)
+					if err != nil {
+						t.Fatal(err)
+					}
+					p.Done(di)
+					p.Done(di) // the guarded second call must not allocate either
+				})
+				if allocs != 0 {
+					t.Errorf("Pick+Done allocates %v times per request, want 0", allocs)
+				}
+			})
+		}
+	}
+}
+
+// TestNewPickDoneOnce checks the Picks fakes make: Done reaches the hook
+// once however often it is called, and a zero Pick's Done does nothing.
+func TestNewPickDoneOnce(t *testing.T) {
+	var got []DoneInfo
+	p := NewPick(NewEndpoint("a:1"), func(di DoneInfo) { got = append(got, di) })
+	p.Done(DoneInfo{StatusCode: 200})
+	p.Done(DoneInfo{StatusCode: 500})
+	if len(got) != 1 || got[0].StatusCode != 200 {
+		t.Errorf("hook got %+v, want the first DoneInfo only", got)
+	}
+	var zero Pick
+	zero.Done(DoneInfo{}) // must not panic
+}
