@@ -65,6 +65,9 @@ type Handler struct {
 	// alone (upgrade.go).
 	upgrades upgradeSet
 
+	// rebalancer, when set, may end watches between events (rebalance.go).
+	rebalancer atomic.Pointer[WatchRebalancer]
+
 	now func() time.Time
 }
 
@@ -240,6 +243,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 			}
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
 			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, info)
+			resp.Body = h.trackWatch(out, resp, st.kind, addr)
 			if st.kind == balancer.Long && goneCandidate(out, resp) {
 				resp.Body = newGoneRetryBody(resp.Body, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
 			}
