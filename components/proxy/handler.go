@@ -177,6 +177,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.prepareWatch(out, st.kind)
 	h.budget.request()
 
 	var avoid string

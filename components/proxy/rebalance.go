@@ -220,6 +220,10 @@ func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, endpoint
 		return resp.Body
 	}
 	f := framingOf(resp.Header.Get("Content-Type"))
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		// Compressed bytes have no event boundaries fanout can see.
+		f = framingNone
+	}
 	if f == framingNone {
 		return resp.Body
 	}
@@ -427,4 +431,18 @@ func (h *Handler) trackWatch(out *http.Request, resp *http.Response, kind balanc
 		return resp.Body
 	}
 	return r.track(out, resp, endpoint)
+}
+
+// prepareWatch lets the rebalancer see a WatchList's events: kube-apiserver
+// gzips WatchList streams (WatchListCompression) when the request accepts
+// gzip, which client-go's does. Without the client's Accept-Encoding the
+// HTTP/2 transport asks for gzip itself and decompresses, so the upstream
+// link stays compressed and the client gets the same events, uncompressed
+// over loopback. Plain watches are never compressed and are left alone.
+// out is the reverse proxy's own copy of the request.
+func (h *Handler) prepareWatch(out *http.Request, kind balancer.Kind) {
+	if h.rebalancer.Load() == nil || kind != balancer.Long || out.URL.Query().Get("sendInitialEvents") != "true" {
+		return
+	}
+	out.Header.Del("Accept-Encoding")
 }

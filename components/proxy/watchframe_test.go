@@ -357,3 +357,20 @@ func TestWatchStreamRecordsEvents(t *testing.T) {
 		t.Errorf("last event at %v, want %v", v.lastAt, now)
 	}
 }
+
+// TestScanApiserverWatchList feeds a WatchList stream exactly as
+// kube-apiserver v1.37.2 served it (kubectl get --raw
+// '...configmaps?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan').
+func TestScanApiserverWatchList(t *testing.T) {
+	stream := `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"rebalance-tick","namespace":"e2e-rebalance","uid":"fffb7cea-4fda-4ad5-88b9-7d27e4b815fd","resourceVersion":"400","creationTimestamp":"2026-11-30T09:36:12Z"},"data":{"i":"70"}}}
+{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"400","annotations":{"k8s.io/initial-events-end":"true"}}}}
+{"type":"MODIFIED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"rebalance-tick","namespace":"e2e-rebalance","uid":"fffb7cea-4fda-4ad5-88b9-7d27e4b815fd","resourceVersion":"401","creationTimestamp":"2026-11-30T09:36:12Z"},"data":{"i":"71"}}}
+`
+	sc := newScanner(framingJSON, true)
+	var got []frameInfo
+	sc.scan([]byte(stream), func(_ int, fi frameInfo) { got = append(got, fi) })
+	want := []frameInfo{{rv: 400}, {rv: 400, initialDone: true}, {rv: 401}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("scanned %v, want %v", got, want)
+	}
+}
