@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"context"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
