@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
@@ -64,11 +66,20 @@ func TestWatchRebalance(t *testing.T) {
 	time.Sleep(6 * time.Second)
 
 	// A write a second keeps events flowing, as in any cluster with
-	// controllers; each informer sees it.
-	writeCtx, stopWrites := context.WithCancel(ctx)
+	// controllers; each informer sees it. The writes pause while apiserver
+	// 3 restarts and for quiet after it is ready, so that the informers'
+	// last resourceVersion predates its watch cache: a watch moved then
+	// would get 410 and re-list, which the rebalancer must not cause.
+	// Writes to a Lease, which no informer watches, move the etcd revision
+	// on meanwhile, as any cluster's do, so the restarted apiserver's watch
+	// cache starts past the informers' last resourceVersion.
+	const quiet = 20 * time.Second
 	var writes sync.WaitGroup
+	writesCtx, stopAllWrites := context.WithCancel(ctx)
+	defer func() { stopAllWrites(); writes.Wait() }()
+	writes.Go(func() { tickLease(writesCtx, t, cp, ns) })
+	writeCtx, stopWrites := context.WithCancel(writesCtx)
 	writes.Go(func() { tickConfigMap(writeCtx, t, cp, ns) })
-	defer func() { stopWrites(); writes.Wait() }()
 
 	const informers = 30
 	infCtx, stopInformers := context.WithCancel(ctx)
@@ -87,11 +98,16 @@ func TestWatchRebalance(t *testing.T) {
 		t.Fatalf("the stopped apiserver holds %d watches", before[userOn][victim.Index])
 	}
 
+	stopWrites()
 	if err := victim.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ready := victim.ReadyAt()
 	t.Logf("apiserver %d ready %s after its start", victim.Index+1, ready.Sub(victim.StartedAt()).Round(time.Millisecond))
+	time.Sleep(quiet)
+	t.Logf("%s after apiserver %d was ready, with no writes since before its start: rebalancing %v; rebalancer: %s; resuming writes",
+		time.Since(ready).Round(time.Second), victim.Index+1, openWatchesOf(t, cp, userOn), fanoutMetricLines(t, sidecars[userOn].AdminAddress, "fanout_watch_"))
+	writes.Go(func() { tickConfigMap(writesCtx, t, cp, ns) })
 
 	const window, tolerance = 3 * time.Minute, 0.10
 	var converged time.Duration
@@ -202,11 +218,14 @@ func waitWatches(ctx context.Context, t *testing.T, cp *harness.ControlPlane, us
 func tickConfigMap(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns string) {
 	cms := cp.AdminClient.CoreV1().ConfigMaps(ns)
 	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "rebalance-tick"}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		cm, err = cms.Get(ctx, "rebalance-tick", metav1.GetOptions{})
+	}
 	if err != nil {
 		t.Errorf("creating the ticking ConfigMap: %v", err)
 		return
 	}
-	for i := 0; ctx.Err() == nil; i++ {
+	for i := int(time.Now().UnixNano() % 1e6); ctx.Err() == nil; i++ {
 		select {
 		case <-ctx.Done():
 			return
@@ -268,4 +287,28 @@ func fanoutMetricLines(t *testing.T, admin, prefix string) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// tickLease renews a Lease in ns about three times a second until ctx
+// ends.
+func tickLease(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns string) {
+	leases := cp.AdminClient.CoordinationV1().Leases(ns)
+	l, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "rebalance-noise"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("creating the noise Lease: %v", err)
+		return
+	}
+	for i := int32(1); ctx.Err() == nil; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+		l.Spec.LeaseTransitions = &i
+		if next, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err == nil {
+			l = next
+		} else if got, err := leases.Get(ctx, l.Name, metav1.GetOptions{}); err == nil {
+			l = got
+		}
+	}
 }
