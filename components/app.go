@@ -93,6 +93,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		admin.Module,
 		proxy.Module,
 		probing(o.ProbeInterval, o.Resilience),
+		rebalancing(o.Rebalance),
 		fx.Invoke(routeKlog),
 		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(o, log, reg) }),
 		fx.Invoke(RunResolver),

@@ -29,6 +29,7 @@ type Options struct {
 	ShutdownGrace       time.Duration
 	ProbeInterval       time.Duration
 	Resilience          ResilienceOptions
+	Rebalance           RebalanceOptions
 	LogFormat           string
 	Verbosity           int
 	// InCluster uses the pod's ServiceAccount token and CA instead of
@@ -57,6 +58,7 @@ func NewOptions() *Options {
 		ShutdownGrace: 30 * time.Second,
 		ProbeInterval: 2 * time.Second,
 		Resilience:    defaultResilience(),
+		Rebalance:     defaultRebalance(),
 		LogFormat:     "text",
 		Limits:        NewLimitOptions(),
 	}
@@ -93,6 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval,
 		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials, over connections of its own. An endpoint failing --probe-fall probes in a row gets no requests until --probe-rise probes pass; 0 disables probing.")
 	o.Resilience.addFlags(fs)
+	o.Rebalance.addFlags(fs)
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "Log format: text or json.")
 	fs.IntVarP(&o.Verbosity, "v", "v", o.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
 	fs.BoolVar(&o.ListenTLS, "listen-tls", o.ListenTLS,
@@ -128,6 +131,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--shutdown-grace must not be negative, got %s", o.ShutdownGrace))
 	}
 	if err := o.Resilience.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := o.Rebalance.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if o.ProbeInterval < 0 {

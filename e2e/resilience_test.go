@@ -218,7 +218,12 @@ func testClientDeath(ctx context.Context, t *testing.T, cp *harness.ControlPlane
 // relists counts what makes reflectors re-list: LIST calls, and watches
 // that ask for initial events (client-go's WatchList streams the list
 // through a watch).
-type relists struct{ lists, watchLists atomic.Int64 }
+type relists struct {
+	lists, watchLists atomic.Int64
+	// watchErrors counts errors the reflectors reported (a failed list or
+	// a watch that ended with an error).
+	watchErrors atomic.Int64
+}
 
 func (r *relists) total() int64 { return r.lists.Load() + r.watchLists.Load() }
 
@@ -249,6 +254,12 @@ func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, ns stri
 			},
 		}
 		inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
+		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, rf *cache.Reflector, err error) {
+			r.watchErrors.Add(1)
+			cache.DefaultWatchErrorHandler(ctx, rf, err)
+		}); err != nil {
+			t.Fatal(err)
+		}
 		go inf.RunWithContext(ctx)
 		synced = append(synced, inf.HasSynced)
 	}
@@ -404,7 +415,24 @@ func testRollingRestart(ctx context.Context, t *testing.T, cp *harness.ControlPl
 			}
 		}
 	}
-	time.Sleep(5 * time.Second)
+	// Within 3 minutes after the rollout the 50 informers' watches are
+	// spread 33% ± 10% again (placement and active rebalancing), while the
+	// load goes on writing.
+	rolled := time.Now()
+	var spread []int
+	for {
+		spread = openWatchesOf(t, cp, user)
+		if spreadWithin(spread, 50, 0.10) || time.Since(rolled) > 3*time.Minute {
+			break
+		}
+		time.Sleep(5 * time.Second)
+	}
+	spreadAfter := time.Since(rolled)
+	hapSpread := openWatchesOf(t, cp, haproxyUser)
+	t.Logf("watches of the 50 informers per apiserver %s after the roll: through fanout %v, through HAProxy %v", spreadAfter.Round(time.Second), spread, hapSpread)
+	if !spreadWithin(spread, 50, 0.10) {
+		t.Errorf("3 minutes after the roll the informers' watches through fanout are %v per apiserver, want 33%% ± 10%% each", spread)
+	}
 	load.Stop()
 	if hapLoad != nil {
 		hapLoad.Stop()

@@ -65,6 +65,9 @@ type Handler struct {
 	// alone (upgrade.go).
 	upgrades upgradeSet
 
+	// rebalancer, when set, may end watches between events (rebalance.go).
+	rebalancer atomic.Pointer[WatchRebalancer]
+
 	now func() time.Time
 }
 
@@ -174,6 +177,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.prepareWatch(out, st.kind)
 	h.budget.request()
 
 	var avoid string
@@ -239,7 +243,8 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 				continue
 			}
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
-			resp.Body = h.watchBody(resp.Body, st.kind, pick.Done, info)
+			resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
+			resp.Body = h.trackWatch(out, resp, st.kind, addr)
 			if st.kind == balancer.Long && goneCandidate(out, resp) {
 				resp.Body = newGoneRetryBody(resp.Body, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
 			}
@@ -340,8 +345,8 @@ func (b *outBody) request(out *http.Request, addr string) *http.Request {
 
 // watchBody makes the response body report to the balancer when it ends,
 // and lets StopLongRunning end long-running ones.
-func (h *Handler) watchBody(rc io.ReadCloser, kind balancer.Kind, done func(balancer.DoneInfo), info balancer.DoneInfo) io.ReadCloser {
-	b := &doneBody{rc: rc, done: done, info: info}
+func (h *Handler) watchBody(rc io.ReadCloser, kind balancer.Kind, pick balancer.Pick, info balancer.DoneInfo) io.ReadCloser {
+	b := &doneBody{rc: rc, pick: pick, info: info}
 	if kind == balancer.Long {
 		// Registered on an already cancelled context (shutdown began while
 		// the request waited for headers), the func runs at once and the
@@ -356,7 +361,7 @@ func (h *Handler) watchBody(rc io.ReadCloser, kind balancer.Kind, done func(bala
 // stopNow from a context.AfterFunc goroutine.
 type doneBody struct {
 	rc         io.ReadCloser
-	done       func(balancer.DoneInfo)
+	pick       balancer.Pick
 	info       balancer.DoneInfo
 	reported   atomic.Bool
 	stopped    atomic.Bool
@@ -397,7 +402,7 @@ func (b *doneBody) stopNow() {
 
 func (b *doneBody) finish() {
 	if b.reported.CompareAndSwap(false, true) {
-		b.done(b.info)
+		b.pick.Done(b.info)
 	}
 }
 

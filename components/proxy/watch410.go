@@ -149,5 +149,6 @@ func (h *Handler) retryGone(out *http.Request, body outBody, st *reqState, addr 
 	h.budget.spend()
 	h.metrics.retried(reasonGone)
 	st.endpoint = next
-	return h.watchBody(resp.Body, st.kind, pick.Done, info), nil
+	resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
+	return h.trackWatch(out, resp, st.kind, next), nil
 }

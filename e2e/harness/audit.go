@@ -11,6 +11,7 @@ import (
 
 // AuditEvent is the part of an audit.k8s.io/v1 Event the harness reads.
 type AuditEvent struct {
+	AuditID    string `json:"auditID"`
 	Stage      string `json:"stage"`
 	Verb       string `json:"verb"`
 	RequestURI string `json:"requestURI"`

@@ -1,0 +1,448 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+)
+
+// Active watch rebalancing: see docs/resilience.md, "Watch rebalancing".
+//
+// Placement alone (fewest open watches) restores the spread as watches
+// expire, in 5 to 10 minutes with client-go. To go faster the rebalancer
+// ends watches on an endpoint that holds more than its share, one event
+// boundary at a time, at a bounded rate, and only watches whose client
+// will re-watch without re-listing: past their initial events, a few
+// seconds old, and having passed on an event newer than the moment every
+// other endpoint became ready (so the next apiserver's watch cache holds
+// the resourceVersion the client resumes from, and does not answer 410).
+
+// LoadSource reports the endpoints' open long-running requests. It is
+// satisfied by *balancer.Balancer; WatchLoads is called from the
+// rebalancer's goroutine, concurrently with everything else, and must not
+// block.
+type LoadSource interface {
+	WatchLoads() []balancer.WatchLoad
+}
+
+var _ LoadSource = (*balancer.Balancer)(nil)
+
+// RebalanceConfig configures the WatchRebalancer. Zero fields mean the
+// defaults.
+type RebalanceConfig struct {
+	// Rate is how many watches may be ended per second, on average
+	// (--watch-rebalance-rate). Default 2.
+	Rate float64
+	// Tolerance is how far apart, as a fraction of the fair share, the
+	// most and least loaded usable endpoints may be before watches are
+	// moved (--watch-rebalance-tolerance); they are moved while the gap
+	// exceeds max(1, Tolerance × share). Default 0.1.
+	Tolerance float64
+	// MinAge is how old a watch must be to be ended. Default 10s: client-go
+	// re-lists after a watch that closed within a second without events.
+	MinAge time.Duration
+	// Margin is how long after an endpoint became usable the rebalancer
+	// takes it as caught up (its watch caches initialised) and records the
+	// resourceVersion it must see exceeded. Default 5s.
+	Margin time.Duration
+	// Interval is how often the loads are compared. Default 1s.
+	Interval time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Defaults of RebalanceConfig.
+const (
+	DefaultRebalanceRate      = 2.0
+	DefaultRebalanceTolerance = 0.1
+	DefaultRebalanceMinAge    = 10 * time.Second
+	DefaultRebalanceMargin    = 5 * time.Second
+	DefaultRebalanceInterval  = time.Second
+)
+
+// Validate reports the first unusable field, in terms of its flag.
+func (c RebalanceConfig) Validate() error {
+	if c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0) {
+		return fmt.Errorf("--watch-rebalance-rate must be a positive number of watches per second, got %v", c.Rate)
+	}
+	if c.Tolerance < 0 || math.IsNaN(c.Tolerance) || c.Tolerance > 10 {
+		return fmt.Errorf("--watch-rebalance-tolerance must be within [0, 10], got %v", c.Tolerance)
+	}
+	if c.MinAge < 0 || c.Margin < 0 || c.Interval < 0 {
+		return fmt.Errorf("watch rebalancing durations must not be negative, got min age %v, margin %v, interval %v", c.MinAge, c.Margin, c.Interval)
+	}
+	return nil
+}
+
+func (c RebalanceConfig) withDefaults() RebalanceConfig {
+	if c.Rate == 0 {
+		c.Rate = DefaultRebalanceRate
+	}
+	if c.Tolerance == 0 {
+		c.Tolerance = DefaultRebalanceTolerance
+	}
+	if c.MinAge == 0 {
+		c.MinAge = DefaultRebalanceMinAge
+	}
+	if c.Margin == 0 {
+		c.Margin = DefaultRebalanceMargin
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultRebalanceInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Reasons a watch on an over-loaded endpoint is not ended, for
+// fanout_watch_rebalance_blocked.
+const (
+	blockedInitialEvents = "initial_events"
+	blockedTooYoung      = "too_young"
+	blockedNotCaughtUp   = "not_caught_up"
+	blockedRate          = "rate"
+)
+
+var blockedReasons = []string{blockedInitialEvents, blockedTooYoung, blockedNotCaughtUp, blockedRate}
+
+// WatchRebalancer ends watches on over-loaded endpoints so that clients
+// re-watch on the lightest one. Track is called from request goroutines;
+// Start and Stop from the app's lifecycle; the comparison runs on one
+// goroutine of its own.
+type WatchRebalancer struct {
+	cfg   RebalanceConfig
+	src   LoadSource
+	set   watchSet
+	maxRV atomic.Uint64
+
+	// The rebalancer goroutine's own state.
+	ready  map[string]*readiness
+	tokens float64
+	filled time.Time
+
+	rebalanced *prometheus.CounterVec
+	blocked    *prometheus.GaugeVec
+	spread     prometheus.Gauge
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// readiness is what the rebalancer recorded of an endpoint becoming
+// usable: when, and the highest resourceVersion fanout had passed on
+// Margin later (0 until then, or if it had seen none).
+type readiness struct {
+	since    time.Time
+	recorded bool
+	rv       uint64
+}
+
+// NewWatchRebalancer returns a rebalancer over src's endpoints, with its
+// metrics registered with reg (nil: unregistered).
+func NewWatchRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registerer) (*WatchRebalancer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	r := &WatchRebalancer{
+		cfg:   cfg,
+		src:   src,
+		ready: map[string]*readiness{},
+		rebalanced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_watch_rebalanced_total",
+			Help: "Watches ended between two events by the rebalancer to move them off an endpoint holding more than its share, by framing (json, protobuf); the client re-watches from its last resourceVersion.",
+		}, []string{"framing"}),
+		blocked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "fanout_watch_rebalance_blocked",
+			Help: "At the last comparison, watches on the most loaded endpoint that were not ended, by reason: initial_events (WatchList still streaming), too_young, not_caught_up (no event newer than another endpoint's readiness yet), rate (rate limit).",
+		}, []string{"reason"}),
+		spread: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_watch_spread",
+			Help: "Open long-running requests on the most loaded usable endpoint minus those on the least loaded one, at the last comparison.",
+		}),
+	}
+	for _, reason := range blockedReasons {
+		r.blocked.WithLabelValues(reason)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{r.rebalanced, r.blocked, r.spread} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// Start runs the comparison loop until Stop.
+func (r *WatchRebalancer) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop = cancel
+	r.wg.Go(func() {
+		t := time.NewTicker(r.cfg.Interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				r.tick()
+			}
+		}
+	})
+}
+
+// Stop ends the loop and waits for it.
+func (r *WatchRebalancer) Stop() {
+	if r.stop != nil {
+		r.stop()
+	}
+	r.wg.Wait()
+}
+
+// track wraps the body of a response to out, served by endpoint, so that
+// it can be rebalanced, if it is a watch in a framing fanout can cut:
+// never an upgrade (those do not come here), a log, exec or proxy stream.
+func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, endpoint string) io.ReadCloser {
+	if resp.StatusCode != http.StatusOK {
+		return resp.Body
+	}
+	f := framingOf(resp.Header.Get("Content-Type"))
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+		// Compressed bytes have no event boundaries fanout can see.
+		f = framingNone
+	}
+	if f == framingNone {
+		return resp.Body
+	}
+	info, err := requestInfoFactory.NewRequestInfo(out)
+	if err != nil || info.Verb != "watch" {
+		return resp.Body
+	}
+	q := out.URL.Query()
+	initial := q.Get("sendInitialEvents") == "true"
+	w := &watchStream{
+		rc: resp.Body, sc: newScanner(f, initial), framing: f, endpoint: endpoint,
+		opened: r.cfg.Now(), now: r.cfg.Now, set: &r.set, maxRV: &r.maxRV,
+		onEnd: func(f framing) { r.rebalanced.WithLabelValues(f.String()).Inc() },
+	}
+	w.initialDone.Store(!initial)
+	r.set.add(w)
+	return w
+}
+
+// tick compares the loads once and ends what the rate allows.
+func (r *WatchRebalancer) tick() {
+	now := r.cfg.Now()
+	r.refill(now)
+	loads := r.src.WatchLoads()
+	r.note(loads, now)
+	var usable []balancer.WatchLoad
+	for _, l := range loads {
+		if l.Usable {
+			usable = append(usable, l)
+		}
+	}
+	blocked := map[string]int{}
+	defer func() {
+		for _, reason := range blockedReasons {
+			r.blocked.WithLabelValues(reason).Set(float64(blocked[reason]))
+		}
+	}()
+	if len(usable) < 2 {
+		r.spread.Set(0)
+		return
+	}
+	moved := map[*watchStream]bool{}
+	for first := true; ; first = false {
+		heavy, light, gap := extremes(usable)
+		if first {
+			r.spread.Set(float64(gap))
+		}
+		total := int64(0)
+		for _, l := range usable {
+			total += l.OpenLong
+		}
+		share := float64(total) / float64(len(usable))
+		if float64(gap) <= max(1, r.cfg.Tolerance*share) {
+			return
+		}
+		targets := make([]*readiness, 0, len(usable)-1)
+		for _, l := range usable {
+			if l.Address != usable[heavy].Address {
+				targets = append(targets, r.ready[l.Address])
+			}
+		}
+		w, reasons := r.candidate(usable[heavy].Address, targets, now, moved)
+		if w == nil {
+			for k, v := range reasons {
+				blocked[k] += v
+			}
+			return
+		}
+		if r.tokens < 1 {
+			blocked[blockedRate]++
+			return
+		}
+		moved[w] = true
+		if !w.requestEnd() {
+			continue
+		}
+		r.tokens--
+		// The client re-watches on the lightest endpoint: count it there
+		// already, so the next move of this tick is judged on that.
+		usable[heavy].OpenLong--
+		usable[light].OpenLong++
+	}
+}
+
+// extremes returns the indexes of the most and least loaded endpoints
+// (the first in address order on ties) and the gap between them.
+func extremes(ls []balancer.WatchLoad) (heavy, light int, gap int64) {
+	for i, l := range ls {
+		if l.OpenLong > ls[heavy].OpenLong {
+			heavy = i
+		}
+		if l.OpenLong < ls[light].OpenLong {
+			light = i
+		}
+	}
+	return heavy, light, ls[heavy].OpenLong - ls[light].OpenLong
+}
+
+// candidate returns the oldest watch on endpoint that may be ended, or nil
+// and why none may.
+func (r *WatchRebalancer) candidate(endpoint string, targets []*readiness, now time.Time, skip map[*watchStream]bool) (*watchStream, map[string]int) {
+	reasons := map[string]int{}
+	for _, w := range r.set.on(endpoint) {
+		if skip[w] {
+			continue
+		}
+		if reason := eligible(w.view(), targets, now, r.cfg.MinAge, r.cfg.Margin); reason != "" {
+			reasons[reason]++
+			continue
+		}
+		return w, nil
+	}
+	return nil, reasons
+}
+
+// eligible returns "" if ending the watch now makes its client re-watch
+// on any of targets without a re-list, else the reason it does not:
+//
+//   - initial events: a WatchList cut before its closing bookmark restarts
+//     the whole list;
+//   - too young: client-go re-lists after a watch that closed within a
+//     second without events; MinAge leaves a wide margin;
+//   - not caught up: the client resumes from the resourceVersion of the
+//     last event it got, and an apiserver whose watch cache started after
+//     it answers 410 Gone, which makes the reflector re-list. So the watch
+//     must have passed on an event Margin or more after each target became
+//     usable and, once fanout has seen resourceVersions, one newer than
+//     the highest it had seen by then. resourceVersions are etcd
+//     revisions, one counter for all resources of an etcd3-backed
+//     apiserver, so comparing across resources is sound.
+//
+// A target of nil is an endpoint the rebalancer has not seen become
+// usable yet: nothing may move towards it.
+func eligible(w watchView, targets []*readiness, now time.Time, minAge, margin time.Duration) string {
+	switch {
+	case !w.initialDone:
+		return blockedInitialEvents
+	case now.Sub(w.opened) < minAge:
+		return blockedTooYoung
+	}
+	for _, t := range targets {
+		switch {
+		case t == nil || !t.recorded:
+			return blockedNotCaughtUp
+		case w.lastAt.IsZero() || w.lastAt.Before(t.since.Add(margin)):
+			return blockedNotCaughtUp
+		case t.rv > 0 && w.lastRV <= t.rv:
+			return blockedNotCaughtUp
+		}
+	}
+	return ""
+}
+
+// note records when each endpoint became usable and, Margin later, the
+// highest resourceVersion passed on by then.
+func (r *WatchRebalancer) note(loads []balancer.WatchLoad, now time.Time) {
+	seen := make(map[string]bool, len(loads))
+	for _, l := range loads {
+		seen[l.Address] = true
+		rd := r.ready[l.Address]
+		if !l.Usable {
+			delete(r.ready, l.Address)
+			continue
+		}
+		if rd == nil || !rd.since.Equal(l.UsableSince) {
+			rd = &readiness{since: l.UsableSince}
+			r.ready[l.Address] = rd
+		}
+		if !rd.recorded && !now.Before(rd.since.Add(r.cfg.Margin)) {
+			rd.recorded, rd.rv = true, r.maxRV.Load()
+		}
+	}
+	for a := range r.ready {
+		if !seen[a] {
+			delete(r.ready, a)
+		}
+	}
+}
+
+// refill adds the tokens earned since the last tick: Rate per second, at
+// most max(1, Rate) banked.
+func (r *WatchRebalancer) refill(now time.Time) {
+	if r.filled.IsZero() {
+		r.filled, r.tokens = now, max(1, r.cfg.Rate)
+		return
+	}
+	r.tokens = min(max(1, r.cfg.Rate), r.tokens+now.Sub(r.filled).Seconds()*r.cfg.Rate)
+	r.filled = now
+}
+
+// sortByOpened sorts streams oldest first: those are closest to their own
+// timeout, and their clients' caches the most settled.
+func sortByOpened(ws []*watchStream) {
+	slices.SortFunc(ws, func(a, b *watchStream) int { return a.opened.Compare(b.opened) })
+}
+
+// SetRebalancer makes the handler track watches for r. Call it before the
+// server starts; nil (the default) leaves watch bodies unwrapped.
+func (h *Handler) SetRebalancer(r *WatchRebalancer) { h.rebalancer.Store(r) }
+
+// trackWatch hands a long-running response to the rebalancer, if any.
+func (h *Handler) trackWatch(out *http.Request, resp *http.Response, kind balancer.Kind, endpoint string) io.ReadCloser {
+	r := h.rebalancer.Load()
+	if r == nil || kind != balancer.Long {
+		return resp.Body
+	}
+	return r.track(out, resp, endpoint)
+}
+
+// prepareWatch lets the rebalancer see a WatchList's events: kube-apiserver
+// gzips WatchList streams (WatchListCompression) when the request accepts
+// gzip, which client-go's does. Without the client's Accept-Encoding the
+// HTTP/2 transport asks for gzip itself and decompresses, so the upstream
+// link stays compressed and the client gets the same events, uncompressed
+// over loopback. Plain watches are never compressed and are left alone.
+// out is the reverse proxy's own copy of the request.
+func (h *Handler) prepareWatch(out *http.Request, kind balancer.Kind) {
+	if h.rebalancer.Load() == nil || kind != balancer.Long || out.URL.Query().Get("sendInitialEvents") != "true" {
+		return
+	}
+	out.Header.Del("Accept-Encoding")
+}

@@ -1,0 +1,217 @@
+package proxy
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+)
+
+// watchBackend stands in for kube-apiserver: it serves ConfigMap watches
+// in JSON, a WatchList's initial events and closing bookmark first, then
+// a MODIFIED event every 10ms, and LISTs; it records every request.
+type watchBackend struct {
+	mu       sync.Mutex
+	requests []string
+	gzipped  int // WatchLists answered with gzip
+	rv       atomic.Uint64
+}
+
+func (b *watchBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.mu.Lock()
+	b.requests = append(b.requests, r.URL.RawQuery)
+	b.mu.Unlock()
+	q := r.URL.Query()
+	cm := func(rv uint64) corev1.ConfigMap {
+		return corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns", ResourceVersion: strconv.FormatUint(rv, 10)}}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if q.Get("watch") != "true" {
+		list := corev1.ConfigMapList{TypeMeta: metav1.TypeMeta{Kind: "ConfigMapList", APIVersion: "v1"},
+			ListMeta: metav1.ListMeta{ResourceVersion: strconv.FormatUint(b.rv.Load(), 10)}, Items: []corev1.ConfigMap{cm(b.rv.Load())}}
+		_ = jsonEncode(w, &list)
+		return
+	}
+	fl := w.(http.Flusher)
+	// Like kube-apiserver's WatchListCompression: a WatchList accepting
+	// gzip gets one gzip member per flush.
+	gz := q.Get("sendInitialEvents") == "true" && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip")
+	if gz {
+		w.Header().Set("Content-Encoding", "gzip")
+		b.mu.Lock()
+		b.gzipped++
+		b.mu.Unlock()
+	}
+	send := func(typ watch.EventType, obj runtime.Object) bool {
+		raw, _ := jsonMarshal(obj)
+		var out io.Writer = w
+		var zw *gzip.Writer
+		if gz {
+			zw = gzip.NewWriter(w)
+			out = zw
+		}
+		if err := jsonEncode(out, &metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw}}); err != nil {
+			return false
+		}
+		if zw != nil && zw.Close() != nil {
+			return false
+		}
+		fl.Flush()
+		return true
+	}
+	w.WriteHeader(http.StatusOK)
+	fl.Flush()
+	if q.Get("sendInitialEvents") == "true" {
+		rv := b.rv.Load()
+		obj := cm(rv)
+		send(watch.Added, &obj)
+		end := cm(rv)
+		end.Name, end.Namespace, end.Annotations = "", "", map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+		send(watch.Bookmark, &end)
+	}
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		obj := cm(b.rv.Add(1))
+		if !send(watch.Modified, &obj) {
+			return
+		}
+	}
+}
+
+func (b *watchBackend) log() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.requests...)
+}
+
+// TestRebalanceWithReflector runs a real client-go informer through the
+// proxy: once the rebalancer ends its watch, the reflector must re-watch
+// from its last resourceVersion, with no LIST and no second WatchList.
+func TestRebalanceWithReflector(t *testing.T) {
+	backend := &watchBackend{}
+	backend.rv.Store(100)
+	addr, rt := newBackend(t, backend, false)
+	up := newFakeUpstream()
+	up.set(addr, rt)
+	picker := newFakePicker(addr)
+	_, h, url := startProxy(t, Config{}, picker, up, nil)
+	loads := &fakeLoads{loads: []balancer.WatchLoad{
+		{Address: addr, Usable: true, OpenLong: 3},
+		{Address: "other:443", Usable: true},
+	}}
+	r, err := NewWatchRebalancer(RebalanceConfig{MinAge: 50 * time.Millisecond, Margin: time.Millisecond}, loads, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.SetRebalancer(r)
+
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lists, watchLists, watches, watchErrs atomic.Int64
+	cms := client.CoreV1().ConfigMaps("ns")
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			lists.Add(1)
+			return cms.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			watches.Add(1)
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				watchLists.Add(1)
+			}
+			return cms.Watch(ctx, o)
+		},
+	}
+	inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
+	if err := inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) { watchErrs.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { inf.RunWithContext(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("the informer did not sync")
+	}
+	startLists, startWatchLists := lists.Load(), watchLists.Load()
+
+	// The first tick records the other endpoint's readiness; the watch
+	// then passes on newer events and ages past MinAge.
+	deadline := time.Now().Add(waitLimit)
+	for testutil.ToFloat64(r.rebalanced.WithLabelValues("json")) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the rebalancer ended no watch; blocked: initial_events %v, too_young %v, not_caught_up %v",
+				testutil.ToFloat64(r.blocked.WithLabelValues(blockedInitialEvents)), testutil.ToFloat64(r.blocked.WithLabelValues(blockedTooYoung)),
+				testutil.ToFloat64(r.blocked.WithLabelValues(blockedNotCaughtUp)))
+		}
+		r.tick()
+		time.Sleep(20 * time.Millisecond)
+	}
+	for watches.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reflector did not re-watch")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // room for a late re-list to show
+	if n := lists.Load() - startLists; n != 0 {
+		t.Errorf("the reflector listed %d times after its watch was ended, want 0", n)
+	}
+	if n := watchLists.Load() - startWatchLists; n != 0 {
+		t.Errorf("the reflector sent %d more WatchLists after its watch was ended, want 0", n)
+	}
+	if n := watchErrs.Load(); n != 0 {
+		t.Errorf("the reflector reported %d watch errors, want 0", n)
+	}
+	backend.mu.Lock()
+	gzipped := backend.gzipped
+	backend.mu.Unlock()
+	if gzipped != 1 {
+		t.Errorf("the backend gzipped %d WatchLists, want 1: the test does not cover WatchListCompression", gzipped)
+	}
+	reqs := backend.log()
+	last := reqs[len(reqs)-1]
+	t.Logf("backend requests: %v", reqs)
+	if q := mustQuery(t, last); q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") == "" || q.Get("resourceVersion") == "0" {
+		t.Errorf("the re-watch was %q, want a plain watch from the last resourceVersion", last)
+	}
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+func jsonEncode(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+
+func mustQuery(t *testing.T, raw string) neturl.Values {
+	t.Helper()
+	q, err := neturl.ParseQuery(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}

@@ -1,0 +1,60 @@
+package components
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"go.uber.org/fx"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy"
+)
+
+// RebalanceOptions are the flags of active watch rebalancing
+// (docs/resilience.md, "Watch rebalancing").
+type RebalanceOptions struct {
+	Enabled   bool
+	Rate      float64
+	Tolerance float64
+}
+
+func defaultRebalance() RebalanceOptions {
+	return RebalanceOptions{Enabled: true, Rate: proxy.DefaultRebalanceRate, Tolerance: proxy.DefaultRebalanceTolerance}
+}
+
+func (r *RebalanceOptions) addFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&r.Enabled, "watch-rebalance", r.Enabled,
+		"End watches on an apiserver that holds more than its share, between two events, so that clients re-watch (without re-listing) on the least loaded one; "+
+			"only watches past their initial events, at least 10s old, that have passed on an event newer than the other apiservers' readiness. Never exec, attach, port-forward or logs.")
+	fs.Float64Var(&r.Rate, "watch-rebalance-rate", r.Rate,
+		"Most watches --watch-rebalance ends per second, on average.")
+	fs.Float64Var(&r.Tolerance, "watch-rebalance-tolerance", r.Tolerance,
+		"Watches are moved while the most and least loaded apiservers differ by more than this fraction of the fair share (and by more than 1).")
+}
+
+func (r RebalanceOptions) config() proxy.RebalanceConfig {
+	return proxy.RebalanceConfig{Rate: r.Rate, Tolerance: r.Tolerance}
+}
+
+func (r RebalanceOptions) validate() error {
+	if !r.Enabled {
+		return nil
+	}
+	return r.config().Validate()
+}
+
+// rebalancing runs the watch rebalancer beside the proxy unless
+// --watch-rebalance=false.
+func rebalancing(r RebalanceOptions) fx.Option {
+	if !r.Enabled {
+		return fx.Options()
+	}
+	return fx.Options(
+		fx.Provide(fx.Private, func(b *balancer.Balancer, reg prometheus.Registerer) (*proxy.WatchRebalancer, error) {
+			return proxy.NewWatchRebalancer(r.config(), b, reg)
+		}),
+		fx.Invoke(func(lc fx.Lifecycle, h *proxy.Handler, w *proxy.WatchRebalancer) {
+			h.SetRebalancer(w)
+			lc.Append(fx.StartStopHook(w.Start, w.Stop))
+		}),
+	)
+}
