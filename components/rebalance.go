@@ -1,6 +1,8 @@
 package components
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
@@ -38,6 +40,9 @@ func (r RebalanceOptions) config() proxy.RebalanceConfig {
 func (r RebalanceOptions) validate() error {
 	if !r.Enabled {
 		return nil
+	}
+	if r.Rate <= 0 {
+		return fmt.Errorf("--watch-rebalance-rate must be above 0, got %v (to turn rebalancing off, use --watch-rebalance=false)", r.Rate)
 	}
 	return r.config().Validate()
 }

@@ -16,6 +16,7 @@ func TestRebalanceOptions(t *testing.T) {
 		{"defaults", nil, ""},
 		{"off", []string{"--watch-rebalance=false"}, ""},
 		{"negative rate", []string{"--watch-rebalance-rate=-1"}, "--watch-rebalance-rate"},
+		{"zero rate", []string{"--watch-rebalance-rate=0"}, "--watch-rebalance=false"},
 		{"negative rate ignored when off", []string{"--watch-rebalance=false", "--watch-rebalance-rate=-1"}, ""},
 		{"negative tolerance", []string{"--watch-rebalance-tolerance=-0.5"}, "--watch-rebalance-tolerance"},
 	} {
