@@ -64,6 +64,10 @@ type workload struct {
 	// whileWatching, when set, runs once every watch is open and before
 	// the workers start.
 	whileWatching func()
+	// onStall, when set, runs when some watch still lacks events 30 s
+	// after the workers finished, before the watches are cut: the moment
+	// to take evidence (a goroutine dump) of what holds them.
+	onStall func(perWatch []int64)
 }
 
 type workloadResult struct {
@@ -167,6 +171,13 @@ func (w workload) run(ctx context.Context, t *testing.T, cfg *rest.Config, ns st
 	select {
 	case <-watchesDone:
 	case <-time.After(30 * time.Second):
+		if w.onStall != nil {
+			now := make([]int64, len(res.perWatch))
+			for i := range now {
+				now[i] = atomic.LoadInt64(&res.perWatch[i])
+			}
+			w.onStall(now)
+		}
 	}
 	stopWatches()
 	<-watchesDone
