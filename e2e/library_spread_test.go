@@ -62,6 +62,9 @@ func librarySpread(ctx context.Context, t *testing.T, cp *harness.ControlPlane, 
 	}
 	t.Logf("through the library: %d requests + %d watches in %s (%d watch events); served: %s",
 		res.requests, w.watches, res.elapsed.Round(time.Millisecond), res.events, harness.FormatShares(counts))
+	if size := watchEventSize(ctx, cp); size > 0 {
+		t.Logf("ConfigMap watch events average %.0f bytes on apiserver 1 (apiserver_watch_events_sizes): up to %.0f KiB per watch of this workload", size, size*float64(3*w.iterations()*w.workers)/1024)
+	}
 	checkServedAll(t, counts, res.requests+int64(w.watches))
 	w.checkWatches(t, res)
 	for i, s := range harness.Shares(counts) {
@@ -69,6 +72,37 @@ func librarySpread(ctx context.Context, t *testing.T, cp *harness.ControlPlane, 
 			t.Errorf("apiserver %d served %.1f%% of %s's requests, want 33.3%% ± 5 points (%s)", i+1, 100*s, user, harness.FormatShares(counts))
 		}
 	}
+}
+
+// watchEventSize returns the average size of the ConfigMap watch events
+// apiserver 1 has sent, from its apiserver_watch_events_sizes histogram,
+// or 0 if it cannot tell.
+func watchEventSize(ctx context.Context, cp *harness.ControlPlane) float64 {
+	raw, err := cp.AdminClient.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0
+	}
+	var sum, count float64
+	for line := range strings.Lines(string(raw)) {
+		if !strings.Contains(line, `resource="configmaps"`) {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch {
+		case strings.HasPrefix(line, "apiserver_watch_events_sizes_sum{"):
+			sum += v
+		case strings.HasPrefix(line, "apiserver_watch_events_sizes_count{"):
+			count += v
+		}
+	}
+	if count == 0 {
+		return 0
+	}
+	return sum / count
 }
 
 // TestLibrarySpreadRounds runs the library's spread phase
