@@ -55,6 +55,7 @@ func librarySpread(ctx context.Context, t *testing.T, cp *harness.ControlPlane, 
 
 	w := mixed
 	w.onStall = func(perWatch []int64) { dumpStall(t, cp, b, perWatch) }
+	w.recordEarlyEnds = true
 	res := w.run(ctx, t, b.Config(), ns)
 	counts, err := cp.ServedPerAPIServer(harness.UserIs(user))
 	if err != nil {
@@ -66,12 +67,66 @@ func librarySpread(ctx context.Context, t *testing.T, cp *harness.ControlPlane, 
 		t.Logf("ConfigMap watch events average %.0f bytes on apiserver 1 (apiserver_watch_events_sizes): up to %.0f KiB per watch of this workload", size, size*float64(3*w.iterations()*w.workers)/1024)
 	}
 	checkServedAll(t, counts, res.requests+int64(w.watches))
-	w.checkWatches(t, res)
+	checkLibraryWatches(t, cp, w, res, ns)
 	for i, s := range harness.Shares(counts) {
 		if s < 0.2833 || s > 0.3833 {
 			t.Errorf("apiserver %d served %.1f%% of %s's requests, want 33.3%% ± 5 points (%s)", i+1, 100*s, user, harness.FormatShares(counts))
 		}
 	}
+}
+
+// checkLibraryWatches fails t unless every watch saw every event, with
+// one exception: a watch whose stream ended early (client-go saw the end,
+// as a reflector would, and would watch again) is tolerated, and logged,
+// when the apiservers logged at least as many "Forcing configmaps watcher
+// close due to unresponsiveness" for ns. That is kube-apiserver closing a
+// watcher whose 10-event buffer stayed full, which happens on this 2-core
+// machine when it is CPU-starved (see docs/library.md). A watch that
+// neither got its events nor ended is a stall and always fails.
+func checkLibraryWatches(t *testing.T, cp *harness.ControlPlane, w workload, res workloadResult, ns string) {
+	t.Helper()
+	want := int64(3 * w.iterations() * w.workers)
+	var ended []int
+	for i, n := range res.perWatch {
+		switch {
+		case n == want:
+		case res.ended[i]:
+			ended = append(ended, i)
+		default:
+			t.Errorf("watch %d saw %d events, want %d, and its stream did not end: a stall (all watches: %v)", i, n, want, res.perWatch)
+		}
+	}
+	if len(ended) == 0 {
+		return
+	}
+	// klog flushes every 5 s.
+	var forced int
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(time.Second) {
+		if forced = forcedWatcherCloses(cp, ns); forced >= len(ended) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if forced < len(ended) {
+		t.Errorf("watches %v ended early (events per watch %v, want %d), and the apiservers logged only %d forced watcher closes in %s", ended, res.perWatch, want, forced, ns)
+		return
+	}
+	t.Logf("tolerated: watches %v ended early (events per watch %v, want %d) after the apiservers force-closed %d watchers in %s as unresponsive; client-go saw each stream end", ended, res.perWatch, want, forced, ns)
+}
+
+// forcedWatcherCloses counts the ConfigMap watchers in namespace ns that
+// the apiservers logged closing as unresponsive.
+func forcedWatcherCloses(cp *harness.ControlPlane, ns string) int {
+	key := fmt.Sprintf(`key: "/configmaps/%s/"`, ns)
+	n := 0
+	for _, a := range cp.APIServers {
+		data, _ := os.ReadFile(a.LogPath)
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, "due to unresponsiveness") && strings.Contains(line, key) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // watchEventSize returns the average size of the ConfigMap watch events
