@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 
 	fanoutclient "github.com/fanout-dev/fanout/client"
 	"github.com/fanout-dev/fanout/e2e/harness"
@@ -277,4 +281,40 @@ func summarizeGoroutines(dump []byte) []string {
 	}
 	sort.Strings(lines)
 	return lines
+}
+
+// blockingDecoder is a watch.Decoder whose Decode waits until Close, like
+// a watch stream that receives nothing.
+type blockingDecoder struct{ closed chan struct{} }
+
+func (d blockingDecoder) Decode() (watch.EventType, runtime.Object, error) {
+	<-d.closed
+	return "", nil, io.EOF
+}
+
+func (d blockingDecoder) Close() { close(d.closed) }
+
+// TestSummarizeGoroutines checks the stall evidence on a real dump: a
+// client-go StreamWatcher whose stream receives nothing shows up as a
+// watch decoder blocked in Decode.
+func TestSummarizeGoroutines(t *testing.T) {
+	w := watch.NewStreamWatcher(blockingDecoder{closed: make(chan struct{})}, nil)
+	defer w.Stop()
+	var dump bytes.Buffer
+	var found string
+	for deadline := time.Now().Add(10 * time.Second); found == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		dump.Reset()
+		if err := pprof.Lookup("goroutine").WriteTo(&dump, 2); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range summarizeGoroutines(dump.Bytes()) {
+			if strings.Contains(l, "watch decoder") && strings.Contains(l, "blockingDecoder") {
+				found = l
+			}
+		}
+	}
+	if found == "" {
+		t.Fatalf("no blocked watch decoder in the summary %q", summarizeGoroutines(dump.Bytes()))
+	}
+	t.Log(found)
 }
