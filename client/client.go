@@ -32,10 +32,15 @@ type Balancer struct {
 	handler    *proxy.Handler
 	balancer   *balancer.Balancer
 	transports *transport.Transports
-	prober     *health.Prober // nil when probing is off
-	creds      *certs.Credentials
-	metrics    *tracking
-	log        *slog.Logger
+	// probes is the prober's own pool set, as in the sidecar: probes must
+	// not share fate with client traffic (a connection at its stream
+	// limit or starved by unread responses, one being torn down by a
+	// GOAWAY). nil when probing is off.
+	probes  *transport.Transports
+	prober  *health.Prober // nil when probing is off
+	creds   *certs.Credentials
+	metrics *tracking
+	log     *slog.Logger
 
 	cancel    context.CancelFunc
 	resolving sync.WaitGroup
@@ -128,7 +133,7 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanout client: %w", err)
 	}
-	b.balancer, err = balancer.New(balancer.Config{Policy: o.policy})
+	b.balancer, err = balancer.New(balancerConfig(o))
 	if err != nil {
 		return nil, fmt.Errorf("fanout client: %w", err)
 	}
@@ -141,7 +146,11 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 	collectors := append([]prometheus.Collector{b.balancer.Collector(), resolverMetrics}, b.transports.Collectors()...)
 	sinks := []endpointSink{b.balancer}
 	if o.probeInterval > 0 {
-		b.prober, err = health.New(health.Config{Interval: o.probeInterval}, b.transports, health.WithResolveOnFailure(b.balancer, res), o.log)
+		b.probes, err = transport.New(transport.Config{ServerName: up.ServerName}, b.creds)
+		if err != nil {
+			return nil, fmt.Errorf("fanout client: %w", err)
+		}
+		b.prober, err = health.New(health.Config{Interval: o.probeInterval}, b.probes, health.WithResolveOnFailure(b.balancer, res), o.log)
 		if err != nil {
 			return nil, fmt.Errorf("fanout client: %w", err)
 		}
@@ -213,10 +222,21 @@ func (b *Balancer) Close() error {
 		if b.transports != nil {
 			b.transports.Close()
 		}
+		if b.probes != nil {
+			b.probes.Close()
+		}
 		b.metrics.unregisterAll()
 	})
 	return nil
 }
+
+// balancerConfig is the sidecar's default balancer configuration
+// (balancer.Recommended: outlier ejection capped at a third of the
+// endpoints, 5 consecutive failures, 10 s slow start) with the chosen
+// policy. The retry budget (proxy.Config's zero value) and the probe rise
+// and fall (health.Config's) already default to the sidecar's flag
+// defaults.
+func balancerConfig(o options) balancer.Config { return balancer.Recommended(o.policy) }
 
 // endpointSink receives resolver snapshots (components.RunResolver's
 // contract).
@@ -247,6 +267,9 @@ func (b *Balancer) runResolver(r resolver.Resolver, sinks []endpointSink) <-chan
 				s.Update(eps)
 			}
 			b.transports.Retain(addrs)
+			if b.probes != nil {
+				b.probes.Retain(addrs)
+			}
 			once.Do(func() { close(first) })
 		})
 		if err != nil && ctx.Err() == nil {

@@ -27,10 +27,12 @@ type ResilienceOptions struct {
 }
 
 func defaultResilience() ResilienceOptions {
+	// The library (package client) starts from the same balancer.Recommended.
+	b := balancer.Recommended("")
 	return ResilienceOptions{
-		MaxEjectedFraction:  balancer.RecommendedMaxEjectedFraction,
-		ConsecutiveFailures: balancer.DefaultConsecutiveFailures,
-		SlowStart:           10 * time.Second,
+		MaxEjectedFraction:  b.MaxEjectedFraction,
+		ConsecutiveFailures: b.ConsecutiveFailures,
+		SlowStart:           b.SlowStart,
 		RetryBudget:         proxy.DefaultRetryBudgetRatio,
 		RetryBudgetMin:      proxy.DefaultRetryBudgetMin,
 		ProbeRise:           health.DefaultRise,

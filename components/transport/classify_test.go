@@ -142,7 +142,9 @@ func TestReceiveWindowsAdvertised(t *testing.T) {
 		cfg                  Config
 		wantStream, wantConn uint32
 	}{
-		{"defaults", Config{}, 1 << 20, 16 << 20},
+		{"defaults", Config{}, 1 << 20, 1000 << 20},
+		{"connection window follows the stream window", Config{MaxReceiveBufferPerStream: 256 << 10}, 256 << 10, 1000 * 256 << 10},
+		{"connection window capped", Config{MaxReceiveBufferPerStream: 4 << 20}, 4 << 20, 1<<31 - 1 - 65535},
 		{"custom", Config{MaxReceiveBufferPerStream: 256 << 10, MaxReceiveBufferPerConnection: 2 << 20}, 256 << 10, 2 << 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,16 +31,26 @@ type Config struct {
 
 	// MaxReceiveBufferPerStream is the HTTP/2 flow-control window fanout
 	// grants each response stream, and MaxReceiveBufferPerConnection the
-	// window of a whole connection. Defaults 1 MiB and 16 MiB.
+	// window of a whole connection. Defaults 1 MiB, and 1,000 times the
+	// stream window (capped at 2^31-1 minus 65,535) for the connection.
 	//
-	// x/net's defaults (4 MiB per stream, 1 GiB per connection) suit a
-	// client that reads every response promptly. fanout relays responses
-	// to controllers that may read a watch slowly: the stream window is
-	// what lets such a reader stall only its own stream (the apiserver
-	// stops sending on it) rather than filling fanout's memory, and the
-	// connection window caps what up to 100 streams sharing a connection
-	// can buffer in total. 1 MiB still holds several large objects, so
-	// list and watch throughput is unaffected over a LAN.
+	// The stream window is the memory bound: a response nobody reads (a
+	// controller reading a watch slowly, a LIST read later) stalls its own
+	// stream once it holds that much, and the apiserver stops sending on
+	// it. Buffers only grow with data that is actually unread, so a
+	// connection holds at most its unread streams times the stream window.
+	//
+	// The connection window must not be smaller than that: x/net gives
+	// connection window back only when a body is read, so unread streams
+	// that together hold the whole connection window stop every other
+	// stream on the connection, healthy watches included (the apiserver
+	// then closes those watchers as unresponsive, and even their end waits
+	// behind the exhausted window). kube-apiserver allows 100 streams per
+	// connection unless --http2-max-streams-per-connection says otherwise,
+	// and x/net assumes 1,000 when a server does not say; 1,000 stream
+	// windows cover both. TestUnreadStreamsDoNotStarveTheConnection
+	// reproduces the starvation with 16 MiB (this package's earlier
+	// default) and 24 unread streams.
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 
@@ -58,9 +68,18 @@ const (
 	DefaultReadIdleTimeout               = 5 * time.Second
 	DefaultPingTimeout                   = 3 * time.Second
 	DefaultMaxReceiveBufferPerStream     = 1 << 20
-	DefaultMaxReceiveBufferPerConnection = 16 << 20
+	DefaultMaxReceiveBufferPerConnection = streamsPerConnectionWindow * DefaultMaxReceiveBufferPerStream
 	DefaultIdleConnTimeout               = 90 * time.Second
 )
+
+// streamsPerConnectionWindow is how many full stream windows the default
+// connection window holds (see Config.MaxReceiveBufferPerConnection).
+const streamsPerConnectionWindow = 1000
+
+// maxConnectionWindow is the largest MaxReceiveBufferPerConnection: x/net
+// adds the initial 65,535 bytes to it in an int32, and HTTP/2 windows end
+// at 2^31-1.
+const maxConnectionWindow = math.MaxInt32 - minReceiveBuffer
 
 // minReceiveBuffer is the initial HTTP/2 window (RFC 9113 6.9.2); x/net
 // ignores a connection window below it, so reject it rather than let the
@@ -86,13 +105,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxReceiveBufferPerStream = DefaultMaxReceiveBufferPerStream
 	}
 	if c.MaxReceiveBufferPerConnection <= 0 {
-		c.MaxReceiveBufferPerConnection = DefaultMaxReceiveBufferPerConnection
+		c.MaxReceiveBufferPerConnection = int(min(int64(streamsPerConnectionWindow)*int64(c.MaxReceiveBufferPerStream), maxConnectionWindow))
 	}
 	if c.MaxReceiveBufferPerConnection < minReceiveBuffer {
 		return c, errors.New("transport: Config.MaxReceiveBufferPerConnection must be at least 65535 bytes (the HTTP/2 initial window)")
 	}
-	if c.MaxReceiveBufferPerConnection > math.MaxInt32 {
-		return c, errors.New("transport: Config.MaxReceiveBufferPerConnection exceeds the HTTP/2 maximum window of 2^31-1 bytes")
+	if c.MaxReceiveBufferPerConnection > maxConnectionWindow {
+		return c, errors.New("transport: Config.MaxReceiveBufferPerConnection exceeds 2^31-1 minus the 65,535-byte initial window, the largest HTTP/2 connection window")
 	}
 	if c.MaxReceiveBufferPerStream > c.MaxReceiveBufferPerConnection {
 		return c, errors.New("transport: Config.MaxReceiveBufferPerStream exceeds MaxReceiveBufferPerConnection; one stream could never use its whole window")

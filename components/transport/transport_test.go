@@ -449,7 +449,7 @@ func TestConfigDefaults(t *testing.T) {
 		ReadIdleTimeout:               5 * time.Second,
 		PingTimeout:                   3 * time.Second,
 		MaxReceiveBufferPerStream:     1 << 20,
-		MaxReceiveBufferPerConnection: 16 << 20,
+		MaxReceiveBufferPerConnection: 1000 << 20,
 		IdleConnTimeout:               90 * time.Second,
 	}
 	if got.Now == nil {
@@ -468,6 +468,8 @@ func TestConfigDefaults(t *testing.T) {
 		{"no server name", Config{}, "ServerName"},
 		{"connection window below the HTTP/2 minimum", Config{ServerName: "k", MaxReceiveBufferPerConnection: 1000}, "at least 65535"},
 		{"connection window too large", Config{ServerName: "k", MaxReceiveBufferPerConnection: 1 << 31}, "2^31-1"},
+		// x/net adds the initial 65,535 bytes in an int32: this would wrap.
+		{"connection window plus the initial window too large", Config{ServerName: "k", MaxReceiveBufferPerConnection: 1<<31 - 1}, "2^31-1"},
 		{"stream window above connection window", Config{ServerName: "k", MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 1 << 20}, "exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
