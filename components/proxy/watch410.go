@@ -2,11 +2,16 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 )
@@ -20,8 +25,8 @@ import (
 // longest (balancer.PickInfo.Oldest); if that one says 410 too, the client
 // gets it.
 //
-// Only JSON watch streams (one event per line) are inspected; protobuf and
-// CBOR streams pass through as they come.
+// JSON (one event per line) and protobuf (length-prefixed frames) watch
+// streams are inspected; CBOR streams pass through as they come.
 
 // reasonGone counts, in fanout_retries_total, watches moved after a 410.
 const reasonGone = "gone"
@@ -31,21 +36,26 @@ const reasonGone = "gone"
 const maxFirstEvent = 64 << 10
 
 // goneCandidate reports whether out is a watch from a resourceVersion that
-// a young apiserver may not have, answered as JSON.
-func goneCandidate(out *http.Request, resp *http.Response) bool {
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		return false
+// a young apiserver may not have, answered in a framing whose first event
+// the proxy can read (JSON or protobuf), and which.
+func goneCandidate(out *http.Request, resp *http.Response) (framing, bool) {
+	if resp.StatusCode != http.StatusOK {
+		return framingNone, false
+	}
+	f := framingOf(resp.Header.Get("Content-Type"))
+	if f != framingJSON && f != framingProtobuf {
+		return framingNone, false
 	}
 	q := out.URL.Query()
 	switch q.Get("watch") {
 	case "1", "true":
 	default:
 		if !strings.Contains(out.URL.Path, "/watch/") {
-			return false
+			return framingNone, false
 		}
 	}
 	rv := q.Get("resourceVersion")
-	return rv != "" && rv != "0"
+	return f, rv != "" && rv != "0"
 }
 
 // isGoneEvent reports whether line is a watch ERROR event carrying a 410.
@@ -63,6 +73,27 @@ func isGoneEvent(line []byte) bool {
 	return ev.Type == "ERROR" && ev.Object.Kind == "Status" && ev.Object.Code == http.StatusGone
 }
 
+// isGoneProtobufEvent reports whether ev, one length-prefixed frame of a
+// protobuf watch without its prefix, is an ERROR event carrying a 410: a
+// metav1.WatchEvent whose object is "k8s\x00" and a runtime.Unknown
+// holding a metav1.Status.
+func isGoneProtobufEvent(ev []byte) bool {
+	var we metav1.WatchEvent
+	if we.Unmarshal(ev) != nil || we.Type != "ERROR" {
+		return false
+	}
+	raw, ok := bytes.CutPrefix(we.Object.Raw, []byte("k8s\x00"))
+	if !ok {
+		return false
+	}
+	var u runtime.Unknown
+	if u.Unmarshal(raw) != nil || u.Kind != "Status" {
+		return false
+	}
+	var st metav1.Status
+	return st.Unmarshal(u.Raw) == nil && st.Code == http.StatusGone
+}
+
 // errNoOlder says there is no other endpoint to retry a 410 on.
 var errNoOlder = errors.New("no other endpoint to retry the watch on")
 
@@ -72,15 +103,32 @@ var errNoOlder = errors.New("no other endpoint to retry the watch on")
 type goneRetryBody struct {
 	rc      io.ReadCloser // the current upstream body
 	r       io.Reader     // what Read reads: rc, through br until swapped
+	framing framing       // framingJSON or framingProtobuf
 	checked bool
 	retry   func() (io.ReadCloser, error)
 }
 
-func newGoneRetryBody(rc io.ReadCloser, retry func() (io.ReadCloser, error)) *goneRetryBody {
-	return &goneRetryBody{rc: rc, r: rc, retry: retry}
+func newGoneRetryBody(rc io.ReadCloser, f framing, retry func() (io.ReadCloser, error)) *goneRetryBody {
+	return &goneRetryBody{rc: rc, r: rc, framing: f, retry: retry}
 }
 
 func (b *goneRetryBody) Read(p []byte) (int, error) {
+	if !b.checked && b.framing == framingProtobuf {
+		b.checked = true
+		br := bufio.NewReaderSize(b.rc, maxFirstEvent)
+		b.r = br
+		// Peek leaves the frame in br for the client unless it is a 410.
+		if hdr, err := br.Peek(4); err == nil {
+			if n := binary.BigEndian.Uint32(hdr); n <= maxFirstEvent-4 {
+				if frame, err := br.Peek(4 + int(n)); err == nil && isGoneProtobufEvent(frame[4:]) {
+					if next, rerr := b.retry(); rerr == nil {
+						_ = b.rc.Close()
+						b.rc, b.r = next, next
+					}
+				}
+			}
+		}
+	}
 	if !b.checked {
 		b.checked = true
 		br := bufio.NewReaderSize(b.rc, maxFirstEvent)

@@ -2,11 +2,20 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 )
@@ -43,7 +52,7 @@ func TestWatchGoneRetriedOnOldest(t *testing.T) {
 		{"410 from the young one: retried on the old one", watchServer(goneEvent, "application/json"), watchServer(addedEvent, "application/json"), path, addedEvent, 1},
 		{"410 from both: the oldest one's passed on", watchServer(goneEvent, "application/json"), watchServer(goneEvent, "application/json"), path, goneEvent, 1},
 		{"no resourceVersion: passed on", watchServer(goneEvent, "application/json"), watchServer(addedEvent, "application/json"), "/api/v1/namespaces/ns/configmaps?watch=true", goneEvent, 0},
-		{"protobuf stream: passed on", watchServer(goneEvent, "application/vnd.kubernetes.protobuf;stream=watch"), watchServer(addedEvent, "application/json"), path, goneEvent, 0},
+		{"CBOR stream: passed on", watchServer(goneEvent, "application/cbor-seq"), watchServer(addedEvent, "application/json"), path, goneEvent, 0},
 		{"other events untouched", watchServer(addedEvent, "application/json"), watchServer(goneEvent, "application/json"), path, addedEvent, 0},
 	}
 	for _, tt := range tests {
@@ -86,6 +95,107 @@ func TestIsGoneEvent(t *testing.T) {
 	} {
 		if got := isGoneEvent([]byte(line)); got != want {
 			t.Errorf("isGoneEvent(%s) = %v, want %v", line, got, want)
+		}
+	}
+}
+
+// protoFrame encodes one protobuf watch event as kube-apiserver sends it:
+// a length prefix, then a metav1.WatchEvent whose object is "k8s\x00" and
+// a runtime.Unknown.
+func protoFrame(t *testing.T, typ string, obj runtime.Object) []byte {
+	t.Helper()
+	var raw, ev bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(obj, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme).Encode(&metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw.Bytes()}}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	out := binary.BigEndian.AppendUint32(nil, uint32(ev.Len()))
+	return append(out, ev.Bytes()...)
+}
+
+func goneStatus() *metav1.Status {
+	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+		Message: "too old resource version: 5 (90)", Reason: metav1.StatusReasonExpired, Code: http.StatusGone}
+}
+
+func addedConfigMap() *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "91"}}
+}
+
+// protoWatchServer answers every watch with frame first, as a protobuf
+// watch stream, then holds it until the client goes.
+func protoWatchServer(frame []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf;stream=watch")
+		w.WriteHeader(200)
+		w.Write(frame)
+		w.(http.Flusher).Flush()
+		select {
+		case <-r.Context().Done():
+		case <-time.After(waitLimit):
+		}
+	})
+}
+
+func TestProtobufWatchGoneRetriedOnOldest(t *testing.T) {
+	gone := protoFrame(t, "ERROR", goneStatus())
+	added := protoFrame(t, "ADDED", addedConfigMap())
+	internal := protoFrame(t, "ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500})
+	tests := []struct {
+		name        string
+		young, old  []byte
+		want        []byte
+		wantRetried float64
+	}{
+		{"410 from the young one: retried on the old one", gone, added, added, 1},
+		{"410 from both: the oldest one's passed on", gone, gone, gone, 1},
+		{"another error event: passed on", internal, added, internal, 0},
+		{"other events untouched", added, gone, added, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newRealCluster(t, Config{}, protoWatchServer(tt.young), protoWatchServer(tt.old))
+			young := c.addrs[0]
+			c.b.SetReady(young, false)
+			c.b.SetReady(young, true)
+			p, _ := c.b.Pick(balancer.PickInfo{Kind: balancer.Long, Avoid: young})
+			defer p.Done(balancer.DoneInfo{})
+			resp, err := newClient(t, false).Get(c.base + "/api/v1/namespaces/ns/configmaps?watch=true&resourceVersion=5")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got := make([]byte, len(tt.want))
+			if _, err := io.ReadFull(resp.Body, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tt.want) {
+				t.Errorf("first frame = %q, want %q", got, tt.want)
+			}
+			if got := counterValue(t, c.m.retries.WithLabelValues(reasonGone)); got != tt.wantRetried {
+				t.Errorf("fanout_retries_total{reason=gone} = %v, want %v", got, tt.wantRetried)
+			}
+		})
+	}
+}
+
+func TestIsGoneProtobufEvent(t *testing.T) {
+	frame := func(typ string, obj runtime.Object) []byte { return protoFrame(t, typ, obj)[4:] }
+	for _, tc := range []struct {
+		name string
+		ev   []byte
+		want bool
+	}{
+		{"410 Status", frame("ERROR", goneStatus()), true},
+		{"500 Status", frame("ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500}), false},
+		{"ADDED object", frame("ADDED", addedConfigMap()), false},
+		{"garbage", []byte("not protobuf"), false},
+		{"empty", nil, false},
+	} {
+		if got := isGoneProtobufEvent(tc.ev); got != tc.want {
+			t.Errorf("%s: isGoneProtobufEvent = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
