@@ -50,6 +50,9 @@ type Handler struct {
 	metrics  *Metrics
 	maxBody  int64
 	proxy    *httputil.ReverseProxy
+	// longProxy is proxy with small copy buffers, for long-running
+	// responses: a watch holds its copy buffer for as long as it is open.
+	longProxy *httputil.ReverseProxy
 	// budget caps retries to other endpoints (see retryBudget).
 	budget *retryBudget
 
@@ -108,6 +111,9 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		ErrorLog:   slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
 		BufferPool: copyBuffers,
 	}
+	long := *h.proxy
+	long.BufferPool = longCopyBuffers
+	h.longProxy = &long
 	return h
 }
 
@@ -132,7 +138,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer h.metrics.openLong.Dec()
 	}
 	st := &reqState{kind: kind, class: class, mode: AuthModeFor(r), start: start}
-	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	p := h.proxy
+	if kind == balancer.Long {
+		p = h.longProxy
+	}
+	p.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 }
 
 // StopLongRunning ends every open long-running response cleanly: its body
@@ -494,16 +504,25 @@ func isDialError(err error) bool {
 }
 
 // copyBuffers recycles the reverse proxy's 32 KiB copy buffers, which it
-// would otherwise allocate for every response.
-var copyBuffers httputil.BufferPool = &bufferPool{}
+// would otherwise allocate for every response. longCopyBuffers are 8 KiB,
+// for long-running responses: a watch holds its buffer while it is open
+// (at 2,000 watches, 32 KiB each would be 62.5 MiB), and its events are
+// mostly far smaller; a larger event just takes several reads.
+var (
+	copyBuffers     httputil.BufferPool = &bufferPool{size: 32 << 10}
+	longCopyBuffers httputil.BufferPool = &bufferPool{size: 8 << 10}
+)
 
-type bufferPool struct{ p sync.Pool }
+type bufferPool struct {
+	size int
+	p    sync.Pool
+}
 
 func (b *bufferPool) Get() []byte {
 	if v, ok := b.p.Get().(*[]byte); ok {
 		return *v
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, b.size)
 }
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }

@@ -113,41 +113,64 @@ func newGoneRetryBody(rc io.ReadCloser, f framing, retry func() (io.ReadCloser, 
 }
 
 func (b *goneRetryBody) Read(p []byte) (int, error) {
-	if !b.checked && b.framing == framingProtobuf {
+	if !b.checked {
 		b.checked = true
-		br := bufio.NewReaderSize(b.rc, maxFirstEvent)
-		b.r = br
-		// Peek leaves the frame in br for the client unless it is a 410.
-		if hdr, err := br.Peek(4); err == nil {
-			if n := binary.BigEndian.Uint32(hdr); n <= maxFirstEvent-4 {
-				if frame, err := br.Peek(4 + int(n)); err == nil && isGoneProtobufEvent(frame[4:]) {
-					if next, rerr := b.retry(); rerr == nil {
-						_ = b.rc.Close()
-						b.rc, b.r = next, next
-					}
+		if b.framing == framingProtobuf {
+			b.checkProtobuf()
+		} else {
+			b.checkJSON()
+		}
+	}
+	return b.r.Read(p)
+}
+
+// checkProtobuf reads the first length-prefixed frame, retries on a 410,
+// and otherwise hands the frame on.
+func (b *goneRetryBody) checkProtobuf() {
+	br := bufio.NewReaderSize(b.rc, maxFirstEvent)
+	// Peek leaves the frame in br for the client unless it is a 410.
+	hdr, err := br.Peek(4)
+	if err == nil {
+		if n := binary.BigEndian.Uint32(hdr); n <= maxFirstEvent-4 {
+			var frame []byte
+			frame, err = br.Peek(4 + int(n))
+			if err == nil && isGoneProtobufEvent(frame[4:]) {
+				if next, rerr := b.retry(); rerr == nil {
+					_ = b.rc.Close()
+					b.rc, b.r = next, next
+					return
 				}
 			}
 		}
 	}
-	if !b.checked {
-		b.checked = true
-		br := bufio.NewReaderSize(b.rc, maxFirstEvent)
-		b.r = br
-		// One event per line; at an error or a full buffer ReadSlice
-		// returns what it has, given back to the client below.
-		line, err := br.ReadSlice('\n')
-		if err == nil && isGoneEvent(line) {
-			if next, rerr := b.retry(); rerr == nil {
-				_ = b.rc.Close()
-				b.rc, b.r = next, next
-				return b.r.Read(p)
-			}
+	b.r = drained(br, nil, b.rc, err)
+}
+
+// checkJSON reads the first line, retries on a 410, and otherwise hands
+// the line on.
+func (b *goneRetryBody) checkJSON() {
+	br := bufio.NewReaderSize(b.rc, maxFirstEvent)
+	// One event per line; at an error or a full buffer ReadSlice returns
+	// what it has, given back to the client below.
+	line, err := br.ReadSlice('\n')
+	if err == nil && isGoneEvent(line) {
+		if next, rerr := b.retry(); rerr == nil {
+			_ = b.rc.Close()
+			b.rc, b.r = next, next
+			return
 		}
-		// Give the line back: ReadSlice consumed it from br.
-		rest := br
-		b.r = io.MultiReader(strings.NewReader(string(line)), readerOrErr(rest, err))
 	}
-	return b.r.Read(p)
+	b.r = drained(br, line, b.rc, err)
+}
+
+// drained gives back head and what br holds beyond it, then reads rc (or
+// fails with err), so that br's 64 KiB buffer is not kept for the rest of
+// a watch that may last for hours.
+func drained(br *bufio.Reader, head []byte, rc io.Reader, err error) io.Reader {
+	rest, _ := br.Peek(br.Buffered()) // no I/O: only what is buffered
+	pending := make([]byte, 0, len(head)+len(rest))
+	pending = append(append(pending, head...), rest...)
+	return io.MultiReader(bytes.NewReader(pending), readerOrErr(rc, err))
 }
 
 // readerOrErr is r, or a reader failing with err when the first read
