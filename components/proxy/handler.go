@@ -255,8 +255,10 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
 			resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
 			resp.Body = h.trackWatch(out, resp, st.kind, addr)
-			if f, ok := goneCandidate(out, resp); ok && st.kind == balancer.Long {
-				resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
+			if st.kind == balancer.Long {
+				if f, ok := goneCandidate(out, resp); ok {
+					resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
+				}
 			}
 			return resp, nil
 		}
