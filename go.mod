@@ -1,6 +1,6 @@
 module github.com/fanout-dev/fanout
 
-go 1.26.0
+go 1.27.3
 
 require (
 	github.com/fsnotify/fsnotify v1.10.1

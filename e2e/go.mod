@@ -1,6 +1,6 @@
 module github.com/fanout-dev/fanout/e2e
 
-go 1.26.0
+go 1.27.3
 
 require (
 	go.etcd.io/etcd/server/v3 v3.7.0

@@ -1,6 +1,6 @@
 module github.com/fanout-dev/fanout/examples/controller-runtime
 
-go 1.26.0
+go 1.27.3
 
 require (
 	github.com/fanout-dev/fanout v0.0.0-00010101000000-000000000000

@@ -1,6 +1,6 @@
 module github.com/fanout-dev/fanout/hack/image
 
-go 1.26.0
+go 1.27.3
 
 require github.com/google/go-containerregistry v0.22.1
 

@@ -26,8 +26,8 @@ func TestReport(t *testing.T) {
 		code   int
 		want   string
 	}{
-		{"stdlib only: listed once, passes", stream, false, 0, "standard library: GO-2026-0001 stdlib@v1.26.8, fixed in v1.26.9 (called: net/http.ReadRequest)"},
-		{"stdlib only, strict: fails", stream, true, 1, "(-strict)"},
+		{"stdlib only, -allow-stdlib: listed once, passes", stream, false, 0, "standard library: GO-2026-0001 stdlib@v1.26.8, fixed in v1.26.9 (called: net/http.ReadRequest)"},
+		{"stdlib only, default: fails", stream, true, 1, "or pass -allow-stdlib"},
 		{"a called dependency fails", stream + calledDep, false, 1, "dependency: GO-2026-0003 golang.org/x/net@v0.60.0"},
 		{"imported but not called: passes", `{"finding":{"osv":"GO-2026-0002","trace":[{"module":"golang.org/x/net","package":"golang.org/x/net/http2"}]}}`, true, 0, "no called vulnerability"},
 	} {
