@@ -18,10 +18,13 @@ func insecureOptions(o Options) []string {
 			opts = append(opts, "allow-remote")
 		}
 	}
+	if o.AllowSharedLoopback && !o.ListenTLS {
+		opts = append(opts, "allow-shared-loopback")
+	}
 	return opts
 }
 
-const insecureHelp = "1 for each option in effect that weakens fanout's guarantees (allow-remote: the listener, which acts with the client's credentials, is reachable beyond loopback)."
+const insecureHelp = "1 for each option in effect that weakens fanout's guarantees (allow-remote: the listener, which acts with the client's credentials, is reachable beyond loopback; allow-shared-loopback: a plaintext listener in a network namespace shared with the node)."
 
 // reportInsecure logs each insecure option at warning level and exports
 // fanout_insecure_option{option} = 1 for it, so that an alert or an audit
@@ -37,6 +40,9 @@ func reportInsecure(o Options, log *slog.Logger, reg prometheus.Registerer) erro
 		case "allow-remote":
 			log.Warn("INSECURE: --allow-remote: the listener is not on loopback, and anyone who reaches "+o.ListenAddress+
 				" acts with the client's credentials; use it only on a network you trust", "option", opt, "address", o.ListenAddress)
+		case "allow-shared-loopback":
+			log.Warn("INSECURE: --allow-shared-loopback: a plaintext listener that acts with the client's credentials, reachable by every process "+
+				"that shares this network namespace; use --listen-tls where the namespace is the node's", "option", opt, "address", o.ListenAddress)
 		}
 	}
 	return reg.Register(g)

@@ -15,24 +15,28 @@ func TestReportInsecure(t *testing.T) {
 		name        string
 		listen      string
 		allowRemote bool
-		want        float64
+		allowShared bool
+		listenTLS   bool
+		want        string
 	}{
-		{"loopback", "127.0.0.1:7080", false, 0},
-		{"loopback with the flag set anyway", "127.0.0.1:7080", true, 0},
-		{"remote", "0.0.0.0:7080", true, 1},
-		{"pod IP", "10.1.2.3:7080", true, 1},
+		{"loopback", "127.0.0.1:7080", false, false, false, ""},
+		{"loopback with the flag set anyway", "127.0.0.1:7080", true, false, false, ""},
+		{"remote", "0.0.0.0:7080", true, false, false, "allow-remote"},
+		{"pod IP", "10.1.2.3:7080", true, false, false, "allow-remote"},
+		{"shared loopback", "127.0.0.1:7080", false, true, false, "allow-shared-loopback"},
+		{"shared loopback over TLS", "127.0.0.1:7080", false, true, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := NewOptions()
-			o.ListenAddress, o.AllowRemote = tt.listen, tt.allowRemote
+			o.ListenAddress, o.AllowRemote, o.AllowSharedLoopback, o.ListenTLS = tt.listen, tt.allowRemote, tt.allowShared, tt.listenTLS
 			var logs bytes.Buffer
 			reg := prometheus.NewRegistry()
 			if err := reportInsecure(*o, slog.New(slog.NewTextHandler(&logs, nil)), reg); err != nil {
 				t.Fatal(err)
 			}
-			if tt.want > 0 {
-				want := "# HELP fanout_insecure_option " + insecureHelp + "\n# TYPE fanout_insecure_option gauge\nfanout_insecure_option{option=\"allow-remote\"} 1\n"
+			if tt.want != "" {
+				want := "# HELP fanout_insecure_option " + insecureHelp + "\n# TYPE fanout_insecure_option gauge\nfanout_insecure_option{option=\"" + tt.want + "\"} 1\n"
 				if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fanout_insecure_option"); err != nil {
 					t.Errorf("metrics: %v", err)
 				}
@@ -40,8 +44,8 @@ func TestReportInsecure(t *testing.T) {
 				t.Errorf("fanout_insecure_option has %d series (%v), want none", n, err)
 			}
 			warned := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "INSECURE")
-			if warned != (tt.want > 0) {
-				t.Errorf("warning logged = %v, want %v: %s", warned, tt.want > 0, logs.String())
+			if warned != (tt.want != "") {
+				t.Errorf("warning logged = %v, want %v: %s", warned, tt.want != "", logs.String())
 			}
 		})
 	}

@@ -23,6 +23,9 @@ type Options struct {
 	TLSServerName       string
 	ListenAddress       string
 	AllowRemote         bool
+	// AllowSharedLoopback permits plaintext on loopback in a network
+	// namespace shared with the node (netns.go).
+	AllowSharedLoopback bool
 	AdminAddress        string
 	WriteKubeconfig     string
 	Balancer            string
@@ -84,6 +87,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client (TLS with --listen-tls). Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request.")
 	fs.BoolVar(&o.AllowRemote, "allow-remote", o.AllowRemote,
 		"Allow a non-loopback --listen-address. Anyone who reaches it acts with the client's identity.")
+	fs.BoolVar(&o.AllowSharedLoopback, "allow-shared-loopback", o.AllowSharedLoopback,
+		"Allow a plaintext listener when fanout runs in a network namespace shared with the node (hostNetwork, static pods, a process on a host), "+
+			"which fanout recognises by a hardware network device or a bridge in /sys/class/net. Every process there can then act as the client: prefer --listen-tls.")
 	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress,
 		"Admin listener for /metrics, /healthz, /readyz and /debug/endpoints (loopback clients only). Carries no credentials and proxies nothing.")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig,

@@ -267,6 +267,8 @@ func TestInjector(t *testing.T) {
 			}
 			args = append(args, a)
 		}
+		// The pod's network namespace is the test host's here.
+		args = append(args, "--allow-shared-loopback")
 		f, err := cp.RunFanout(ctx, t, "injected-kcm", args)
 		if err != nil {
 			t.Fatal(err)

@@ -45,6 +45,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
+	if err := o.CheckNetworkNamespace(); err != nil {
+		fmt.Fprintf(os.Stderr, "fanout: %v\n", err)
+		os.Exit(2)
+	}
 	log := components.NewLogger(o, os.Stderr)
 	// Libraries that log through slog's default (the reverse proxy's error
 	// log among them) get the same format and level.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout-dev/fanout/components"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
@@ -47,7 +48,8 @@ func TestFlags(t *testing.T) {
 		{"no kubeconfig", nil, 2, "--kubeconfig is required"},
 		{"remote listener refused", []string{"--kubeconfig", "x", "--listen-address", "0.0.0.0:7080"}, 2, "--allow-remote"},
 		{"unknown flag", []string{"--nope"}, 2, "unknown flag"},
-		{"missing kubeconfig file", []string{"--kubeconfig", "/nonexistent/kubeconfig"}, 1, "/nonexistent/kubeconfig"},
+		{"missing kubeconfig file", []string{"--kubeconfig", "/nonexistent/kubeconfig", "--allow-shared-loopback"}, 1, "/nonexistent/kubeconfig"},
+		{"help lists allow-shared-loopback", []string{"--help"}, 0, "--allow-shared-loopback"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -97,7 +99,7 @@ current-context: x
 	written := filepath.Join(dir, "client.kubeconfig")
 	cmd := exec.Command(bin, "--kubeconfig", testpki.WriteFile(t, dir, "kubeconfig", []byte(kc)),
 		"--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0",
-		"--write-kubeconfig", written, "--shutdown-grace", "5s")
+		"--write-kubeconfig", written, "--shutdown-grace", "5s", "--allow-shared-loopback")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -143,5 +145,57 @@ current-context: x
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("fanout did not exit within 20s of SIGTERM")
+	}
+}
+
+// TestSharedLoopbackRefused runs the binary in the test's own network
+// namespace and, as root, in a new one that holds only lo, as a pod's holds
+// only lo and its veth. Where the test's namespace is recognisably a node's
+// (a hardware device or a bridge), plaintext must be refused there with
+// exit 2 and accepted with --allow-shared-loopback or in the new namespace;
+// it then gets as far as reading the (missing) kubeconfig, exit 1.
+func TestSharedLoopbackRefused(t *testing.T) {
+	bin := buildFanout(t)
+	run := func(args ...string) (int, string) {
+		out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode(), string(out)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	base := []string{bin, "--kubeconfig", "/nonexistent/kubeconfig", "--admin-address", "127.0.0.1:0"}
+
+	reason, err := components.SharedNetworkNamespace(components.SysClassNet)
+	if err != nil {
+		t.Skipf("cannot read %s: %v", components.SysClassNet, err)
+	}
+	if reason != "" {
+		if code, out := run(base...); code != 2 || !strings.Contains(out, "--allow-shared-loopback") || !strings.Contains(out, "--listen-tls") {
+			t.Errorf("plaintext in a network namespace shared with the node (%s): exit %d, want 2 naming both ways out:\n%s", reason, code, out)
+		}
+		if code, out := run(append(base, "--allow-shared-loopback")...); code != 1 || !strings.Contains(out, "/nonexistent/kubeconfig") {
+			t.Errorf("with --allow-shared-loopback: exit %d, want 1 (the missing kubeconfig):\n%s", code, out)
+		}
+	} else {
+		t.Logf("this test's network namespace is not recognisably a node's; only the new namespace is checked")
+	}
+
+	if os.Geteuid() != 0 {
+		t.Skip("creating a network namespace needs root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("no ip (iproute2)")
+	}
+	ns := fmt.Sprintf("fotestns%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	// ip netns exec mounts a sysfs of the new namespace, as a runtime does.
+	if code, out := run(append([]string{"ip", "netns", "exec", ns}, base...)...); code != 1 || !strings.Contains(out, "/nonexistent/kubeconfig") {
+		t.Errorf("plaintext in a namespace with only lo: exit %d, want 1 (the missing kubeconfig, not a refusal):\n%s", code, out)
 	}
 }

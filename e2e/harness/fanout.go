@@ -71,6 +71,8 @@ func (cp *ControlPlane) StartFanout(ctx context.Context, tb testing.TB, name, us
 		"--listen-address", f.ListenAddress,
 		"--admin-address", f.AdminAddress,
 		"--write-kubeconfig", f.Kubeconfig,
+		// The test host's network namespace stands in for a pod's.
+		"--allow-shared-loopback",
 	}, extraArgs...)
 	proc, err := startProcess("fanout "+name, f.LogPath, argv, nil)
 	if err != nil {

@@ -138,6 +138,8 @@ func startFanout(ctx context.Context, bin, dir, name, kubeconfig string, endpoin
 		"--endpoints", strings.Join(endpoints, ","),
 		"--listen-address", listen,
 		"--admin-address", admin,
+		// The bench runs on the host, not in a pod's network namespace.
+		"--allow-shared-loopback",
 	}, extraArgs...))
 	if err != nil {
 		return nil, err
