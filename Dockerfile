@@ -2,7 +2,16 @@
 # static, as the nonroot user. The sidecar is the entrypoint; the injector's
 # Deployment runs /fanout-injector. (CI builds the same layout offline with
 # `make image`, see hack/image.)
-FROM golang:1.26 AS build
+#
+# The builder is pinned to the Go release go.mod requires. Its digest could
+# not be resolved on the machines this was written on (they reach no image
+# registry): pin it with
+#   docker buildx imagetools inspect golang:1.27.3-bookworm
+# and `FROM golang:1.27.3-bookworm@sha256:<digest>`. Until then the go line
+# of go.mod guards the compiler: an image with an older Go refuses to build
+# (GOTOOLCHAIN=local in the official images) instead of building with a
+# release that has known vulnerabilities.
+FROM golang:1.27.3-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
