@@ -121,6 +121,9 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 	if msg != "" {
 		return left(ReasonConflict, msg)
 	}
+	if msg := c.unreadable(pod, first, t); msg != "" {
+		return left(ReasonConflict, msg)
+	}
 	sidecar := c.sidecar(pod, first, mounts, t, endpoints)
 
 	p := &patcher{pod: pod.DeepCopy()}
@@ -749,4 +752,79 @@ func namedMounts(ct *corev1.Container) []bool {
 		}
 	}
 	return named
+}
+
+// unreadable says why the sidecar could not read the client's kubeconfig,
+// where the pod spec shows it: the kubelet writes secret, configMap and
+// projected files owned by root:root with the volume's modes (default
+// 0644), or, with a pod fsGroup, group-owned by it and group-readable. A
+// sidecar that cannot read its kubeconfig never starts, and neither does
+// the client behind it; the pod is better off without fanout. This is
+// the case of a root client (or one running as its image's user) and a
+// kubeconfig only root can read: the sidecar never runs as root.
+func (c Config) unreadable(pod *corev1.Pod, client *corev1.Container, t target) string {
+	if t.path == "" {
+		return ""
+	}
+	i := deepestMount(client.VolumeMounts, t.path)
+	var v *corev1.Volume
+	for j := range pod.Spec.Volumes {
+		if pod.Spec.Volumes[j].Name == client.VolumeMounts[i].Name {
+			v = &pod.Spec.Volumes[j]
+		}
+	}
+	psc := pod.Spec.SecurityContext
+	if v == nil || (psc != nil && psc.FSGroup != nil) {
+		return ""
+	}
+	modes := fileModes(v)
+	if len(modes) == 0 {
+		// Not a kind whose file modes the spec gives.
+		return ""
+	}
+	uid, gid := c.Identity(pod, client)
+	inRoot := gid == 0 || (psc != nil && slices.Contains(psc.SupplementalGroups, 0))
+	for _, m := range modes {
+		if m&0o004 != 0 || (m&0o040 != 0 && inRoot) {
+			// Some file of the volume is readable: it may be the
+			// kubeconfig.
+			return ""
+		}
+	}
+	return fmt.Sprintf("the sidecar would run as %d:%d (it never runs as root) and could not read the kubeconfig %s: volume %q gives its root-owned files mode %#o and the pod has no fsGroup. "+
+		"Run the client as a non-root runAsUser (the sidecar takes the same uid and gid), or make the files group-readable (defaultMode 0440) for group 0 or a pod fsGroup",
+		uid, gid, t.path, v.Name, modes[0])
+}
+
+// fileModes lists the modes the kubelet gives the files of a secret,
+// configMap or projected volume: its defaultMode (0644 when unset) and
+// every item's own mode. nil for other kinds.
+func fileModes(v *corev1.Volume) []int32 {
+	var def *int32
+	var items []corev1.KeyToPath
+	switch {
+	case v.Secret != nil:
+		def, items = v.Secret.DefaultMode, v.Secret.Items
+	case v.ConfigMap != nil:
+		def, items = v.ConfigMap.DefaultMode, v.ConfigMap.Items
+	case v.Projected != nil:
+		def = v.Projected.DefaultMode
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil {
+				items = append(items, src.Secret.Items...)
+			}
+			if src.ConfigMap != nil {
+				items = append(items, src.ConfigMap.Items...)
+			}
+		}
+	default:
+		return nil
+	}
+	modes := []int32{ptr.Deref(def, corev1.SecretVolumeSourceDefaultMode)}
+	for _, it := range items {
+		if it.Mode != nil {
+			modes = append(modes, *it.Mode)
+		}
+	}
+	return modes
 }

@@ -625,3 +625,57 @@ func TestSidecarMounts(t *testing.T) {
 		})
 	}
 }
+
+// TestSkipUnreadableKubeconfig: when the spec shows that the sidecar's
+// identity cannot read the kubeconfig (root-owned files only root can
+// read, a root client), the pod stays as it is, with a warning, rather
+// than getting a sidecar that never starts and keeps the client from
+// starting.
+func TestSkipUnreadableKubeconfig(t *testing.T) {
+	mode := func(m int32) *int32 { return &m }
+	tests := []struct {
+		name   string
+		change func(p *corev1.Pod)
+		skip   bool
+	}{
+		{"root client, 0400", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
+		}, true},
+		{"client with no user, 0440: the sidecar's default group is not root's", func(p *corev1.Pod) {
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
+		}, true},
+		{"root client, 0440: group 0 reads", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
+		}, false},
+		{"kube-scheduler example: uid 65534, 0440", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](65534)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
+		}, false},
+		{"root client, 0400, fsGroup", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
+		}, false},
+		{"root client, 0400 default, one item 0644", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
+			p.Spec.Volumes[0].Secret.Items = []corev1.KeyToPath{{Key: "kubeconfig", Path: "kubeconfig", Mode: mode(0o644)}}
+		}, false},
+		{"default mode 0644", func(p *corev1.Pod) {}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := kcmPod()
+			tt.change(p)
+			_, d := testConfig().Mutate(p)
+			if tt.skip && (d.Mutated || d.Reason != ReasonConflict || !strings.Contains(d.Warning, "could not read the kubeconfig")) {
+				t.Errorf("decision %+v; want skipped, with a warning that the sidecar could not read the kubeconfig", d)
+			}
+			if !tt.skip && !d.Mutated {
+				t.Errorf("not injected: %+v", d)
+			}
+		})
+	}
+}
