@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"k8s.io/client-go/rest"
@@ -25,6 +24,7 @@ import (
 	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/metrics"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -156,22 +156,8 @@ func discoveryConfig(o Options) (*rest.Config, error) {
 }
 
 // Metrics provides one Prometheus registry as both Registerer and Gatherer,
-// with the Go runtime and process collectors.
-var Metrics = fx.Module("metrics",
-	fx.Provide(func() *prometheus.Registry {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(
-			collectors.NewGoCollector(),
-			collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-			buildInfo(),
-		)
-		return reg
-	}),
-	fx.Provide(
-		func(r *prometheus.Registry) prometheus.Registerer { return r },
-		func(r *prometheus.Registry) prometheus.Gatherer { return r },
-	),
-)
+// with the Go runtime and process collectors and fanout_build_info.
+var Metrics = metrics.Module
 
 // probing adds the readiness prober unless --probe-interval is 0. Without
 // it RunResolver gets a nil *health.Prober and feeds the balancer alone.

@@ -377,6 +377,79 @@ func TestInjector(t *testing.T) {
 			t.Errorf("skipped metric missing:\n%s", metrics)
 		}
 	})
+
+	// A webhook after the injector (its configuration's name sorts after
+	// the injector's) makes the pod hostNetwork; kube-apiserver re-invokes
+	// the injector (reinvocationPolicy IfNeeded), which must take fanout
+	// out again: the pod ends with its own kubeconfig and no sidecar.
+	t.Run("pod made hostNetwork by a later webhook loses fanout", func(t *testing.T) {
+		url, ca := hostNetworkWebhook(t, cp.Net.BridgeIP)
+		const later = "zz-e2e-make-host-network"
+		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: later},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{{
+				Name:                    "make-host-network.e2e.fanout.dev",
+				AdmissionReviewVersions: []string{"v1"},
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+				TimeoutSeconds:          ptr.To[int32](5),
+				ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
+				ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{labelMakeHostNetwork: "true"}},
+				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{
+						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+						Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+					},
+				}},
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url), CABundle: ca},
+			}},
+		}
+		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("registering the later webhook: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), later, metav1.DeleteOptions{})
+		})
+		tmpl := *kcm.DeepCopy()
+		tmpl.Labels[labelMakeHostNetwork] = "true"
+		// One pod through each apiserver, once that apiserver has the
+		// later webhook (its informer may lag): until then pods come back
+		// injected and not hostNetwork, and are deleted.
+		for i := range clients {
+			deadline := time.Now().Add(time.Minute)
+			for {
+				name := fmt.Sprintf("made-host-network-%d-%s", i, strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "-"))
+				seq = i // create uses apiserver seq % len(clients)
+				pod, w := create(name, tmpl)
+				if !pod.Spec.HostNetwork {
+					_ = admin.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+					if time.Now().After(deadline) {
+						t.Fatalf("apiserver %d: pods still come back without hostNetwork a minute after registering the later webhook", i)
+					}
+					time.Sleep(500 * time.Millisecond)
+					continue
+				}
+				if sc := sidecar(pod); sc != nil {
+					t.Errorf("apiserver %d: hostNetwork pod kept its fanout sidecar %q; injector log:\n%s", i, sc.Args, harness.Tail(inj.LogPath, 20))
+				}
+				if !slices.Equal(pod.Spec.Containers[0].Command, kcm.Spec.Containers[0].Command) {
+					t.Errorf("apiserver %d: client command %q, want the example's own %q", i, pod.Spec.Containers[0].Command, kcm.Spec.Containers[0].Command)
+				}
+				if !slices.EqualFunc(pod.Spec.Containers[0].VolumeMounts, kcm.Spec.Containers[0].VolumeMounts, func(a, b corev1.VolumeMount) bool { return a.Name == b.Name && a.MountPath == b.MountPath }) || !slices.EqualFunc(pod.Spec.Volumes, kcm.Spec.Volumes, func(a, b corev1.Volume) bool { return a.Name == b.Name }) {
+					t.Errorf("apiserver %d: mounts %+v volumes %+v, want the example's", i, pod.Spec.Containers[0].VolumeMounts, pod.Spec.Volumes)
+				}
+				if _, ok := pod.Annotations["fanout.dev/injected"]; ok {
+					t.Errorf("apiserver %d: annotations %v still mark the pod injected", i, pod.Annotations)
+				}
+				if !slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "removed the fanout sidecar") }) {
+					t.Errorf("apiserver %d: warnings %v, want one saying the sidecar was removed", i, w)
+				}
+				break
+			}
+		}
+	})
 }
 
 func scrape(t *testing.T, url string) string {

@@ -5,10 +5,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"time"
@@ -19,8 +17,10 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
-	"github.com/fanout-dev/fanout/components"
 	"github.com/fanout-dev/fanout/components/injector"
+	"github.com/fanout-dev/fanout/internal/logging"
+	"github.com/fanout-dev/fanout/internal/metrics"
+	"github.com/fanout-dev/fanout/internal/serve"
 )
 
 func main() {
@@ -46,7 +46,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fanout-injector: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
-	log := components.NewLogger(&components.Options{LogFormat: o.logFormat, Verbosity: o.verbosity}, os.Stderr)
+	log := logging.New(o.logFormat, o.verbosity, os.Stderr)
 	slog.SetDefault(log)
 	app := fx.New(app(o, log))
 	if err := app.Err(); err != nil {
@@ -67,32 +67,43 @@ func app(o *options, log *slog.Logger) fx.Option {
 			o,
 			injector.ServerConfig{ListenAddress: o.listenAddress},
 		),
-		components.Metrics,
+		metrics.Module,
 		fx.Provide(servingCertificate),
 		injector.Module,
 		fx.Invoke(func(lc fx.Lifecycle, g prometheus.Gatherer) {
 			if o.metricsAddress == "" {
 				return
 			}
-			mux := http.NewServeMux()
-			mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+			srv := newMetricsServer(g, log, metricsTimeouts)
 			lc.Append(fx.Hook{
-				OnStart: func(context.Context) error {
-					ln, err := net.Listen("tcp", o.metricsAddress)
-					if err != nil {
-						return fmt.Errorf("--metrics-address %s: %w", o.metricsAddress, err)
-					}
-					go func() {
-						if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-							log.Error("metrics server stopped", "error", err)
-						}
-					}()
-					return nil
-				},
-				OnStop: srv.Shutdown,
+				OnStart: func(context.Context) error { return srv.Start(o.metricsAddress) },
+				OnStop:  srv.Stop,
 			})
 		}),
 	)
+}
+
+// timeouts bound how long one connection may hold the metrics server.
+type timeouts struct {
+	readHeader, read, write, idle time.Duration
+}
+
+// metricsTimeouts: a scrape is one small GET, answered from memory. The
+// listener is plaintext on the pod network, so a client that opens
+// connections and sends nothing, or reads nothing, must not keep them.
+var metricsTimeouts = timeouts{readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 90 * time.Second}
+
+// newMetricsServer serves /metrics and /healthz on --metrics-address.
+func newMetricsServer(g prometheus.Gatherer, log *slog.Logger, t timeouts) *serve.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{Timeout: t.write / 2}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return serve.New("metrics server", "--metrics-address", &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: t.readHeader,
+		ReadTimeout:       t.read,
+		WriteTimeout:      t.write,
+		IdleTimeout:       t.idle,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}, log)
 }

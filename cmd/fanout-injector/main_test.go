@@ -1,14 +1,22 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/fanout-dev/fanout/internal/metrics"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
@@ -67,5 +75,91 @@ func TestOptionsResources(t *testing.T) {
 	}
 	if _, ok := r.Requests[corev1.ResourceMemory]; ok {
 		t.Errorf("empty --sidecar-memory-request still set a request: %+v", r.Requests)
+	}
+}
+
+// TestMetricsServerTimeouts: the plaintext metrics listener closes a
+// connection that sends nothing, one that stops in the middle of its
+// headers, and one left idle after a scrape, so that no client can hold
+// connections open on it.
+func TestMetricsServerTimeouts(t *testing.T) {
+	for name, d := range map[string]time.Duration{
+		"read-header": metricsTimeouts.readHeader, "read": metricsTimeouts.read,
+		"write": metricsTimeouts.write, "idle": metricsTimeouts.idle,
+	} {
+		if d <= 0 {
+			t.Errorf("metrics server %s timeout is %s; want one", name, d)
+		}
+	}
+	short := timeouts{readHeader: 200 * time.Millisecond, read: 200 * time.Millisecond, write: time.Second, idle: 200 * time.Millisecond}
+	srv := newMetricsServer(metrics.NewRegistry(), slog.New(slog.DiscardHandler), short)
+	if err := srv.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(context.Background())
+
+	// closed reads c until the server closes it; a read that reaches the
+	// deadline means the server kept the connection.
+	closed := func(t *testing.T, r io.Reader, c net.Conn) {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadAll(r); err != nil {
+			t.Fatalf("the server kept the connection open for 10 s: %v", err)
+		}
+	}
+	dial := func(t *testing.T) net.Conn {
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	t.Run("silent", func(t *testing.T) {
+		c := dial(t)
+		closed(t, c, c)
+	})
+	t.Run("partial header", func(t *testing.T) {
+		c := dial(t)
+		if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		closed(t, c, c)
+	})
+	t.Run("idle after a scrape", func(t *testing.T) {
+		c := dial(t)
+		if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "fanout_build_info") {
+			t.Fatalf("GET /metrics: %d\n%s", resp.StatusCode, body)
+		}
+		closed(t, br, c)
+	})
+}
+
+// TestLinksNoSidecarPackages: the injector binary links components/injector
+// and nothing else of components/ (the proxy, balancer, transport, resolver,
+// health and admin packages are the sidecar's).
+func TestLinksNoSidecarPackages(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		rest, ok := strings.CutPrefix(p, "github.com/fanout-dev/fanout/")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(rest, "components") && rest != "components/injector" || strings.HasPrefix(rest, "resolver") {
+			t.Errorf("fanout-injector links %s; move what it needs to internal/", p)
+		}
 	}
 }

@@ -59,8 +59,10 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.memoryLimit, "sidecar-memory-limit", o.memoryLimit, "The sidecar's memory limit; empty for none.")
 	fs.DurationVar(&o.sidecar.MaxShutdownGrace, "max-shutdown-grace", o.sidecar.MaxShutdownGrace,
 		"Upper bound of the sidecar's --shutdown-grace. Below it the sidecar gets half of the pod's terminationGracePeriodSeconds minus 5s (its stop timeout); the client keeps the other half.")
-	fs.Int64Var(&o.sidecar.RunAsUser, "sidecar-run-as-user", o.sidecar.RunAsUser, "uid of the sidecar when the client container runs as root or sets no user; otherwise the sidecar runs as the client's uid, so that it can read the client's files.")
-	fs.Int64Var(&o.sidecar.RunAsGroup, "sidecar-run-as-group", o.sidecar.RunAsGroup, "gid of the sidecar when the client sets no group.")
+	fs.Int64Var(&o.sidecar.RunAsUser, "sidecar-run-as-user", o.sidecar.RunAsUser,
+		"uid of the sidecar when the client container runs as root or sets no runAsUser (container or pod); otherwise the sidecar takes the client's uid, so that it reads the client's files as the client does.")
+	fs.Int64Var(&o.sidecar.RunAsGroup, "sidecar-run-as-group", o.sidecar.RunAsGroup,
+		"gid of the sidecar when the client sets neither runAsUser nor runAsGroup. Otherwise the sidecar takes the client's runAsGroup, or gid 0 when the client sets a user only, as the container runtime gives it.")
 	fs.StringSliceVar(&o.sidecar.ExtraArgs, "sidecar-extra-args", o.sidecar.ExtraArgs, "Arguments appended to every sidecar's command line, e.g. --balancer=round-robin,--probe-interval=5s.")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "Log format: text or json.")
 	fs.IntVarP(&o.verbosity, "v", "v", o.verbosity, "Log verbosity: 0 info, 1 debug.")

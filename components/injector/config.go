@@ -17,6 +17,11 @@ const (
 	AnnotationKubeconfig = "fanout.dev/kubeconfig"
 	// AnnotationEndpoints overrides Config.Endpoints for one pod.
 	AnnotationEndpoints = "fanout.dev/endpoints"
+	// AnnotationSidecarVolumes lists, comma-separated, volumes of the
+	// client container that the sidecar mounts besides those the
+	// injector picks (see sidecarMounts): for a kubeconfig naming files
+	// in a volume the client also names on its command line.
+	AnnotationSidecarVolumes = "fanout.dev/sidecar-volumes"
 	// AnnotationInjected marks a mutated pod; its value lists the client
 	// containers that were pointed at fanout.
 	AnnotationInjected = "fanout.dev/injected"

@@ -182,15 +182,22 @@ func TestCheckPodCatches(t *testing.T) {
 	}
 }
 
-// FuzzMutate: any pod that passes checkPod gives a pod that passes it too;
-// a second pass changes nothing; the admission JSONPatch turns the input
-// into the output; a skipped pod comes back as it was.
+// FuzzMutate: any pod that passes checkPod gives a pod that passes it too
+// (injected, or with the sidecar removed again); a second pass changes
+// nothing; the admission JSONPatch turns the input into the output; a
+// skipped pod comes back as it was.
 func FuzzMutate(f *testing.F) {
+	cfg := testConfig()
 	for _, p := range []*corev1.Pod{kcmPod(), operatorPod()} {
 		b, _ := json.Marshal(p)
 		f.Add(b)
+		// Injected, then made hostNetwork by a later webhook: the
+		// removal path.
+		out, _ := cfg.Mutate(p)
+		out.Spec.HostNetwork = true
+		b, _ = json.Marshal(out)
+		f.Add(b)
 	}
-	cfg := testConfig()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var in corev1.Pod
 		if err := json.Unmarshal(data, &in); err != nil || checkPod(&in) != nil {
@@ -269,12 +276,12 @@ func FuzzMutateArgs(f *testing.F) {
 func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	snapshot := in.DeepCopy()
-	out, d := cfg.Mutate(in)
+	out, ops, d := cfg.plan(in)
 	if !reflect.DeepEqual(in, snapshot) {
 		t.Fatal("Mutate modified its input")
 	}
-	if !d.Mutated {
-		if out != in || d.Reason == "" {
+	if !d.Mutated && !d.Removed {
+		if out != in || d.Reason == "" || ops != nil {
 			t.Fatalf("skipped pod returned changed, or without reason: %+v", d)
 		}
 		return nil
@@ -282,18 +289,11 @@ func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
 	if err := checkPod(out); err != nil {
 		t.Fatalf("mutated pod is invalid: %v", err)
 	}
-	sc := out.Spec.InitContainers[len(out.Spec.InitContainers)-1]
-	if sc.Name != SidecarName || (sc.Args[0] != "--in-cluster" && !path.IsAbs(sc.Args[0][len("--kubeconfig="):])) {
-		t.Fatalf("sidecar %+v", sc)
-	}
-	if d.InCluster && !slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == ServiceAccountDir }) {
-		t.Fatalf("in-cluster sidecar without the service account mount: %+v", sc.VolumeMounts)
-	}
 	again, d2 := cfg.Mutate(out.DeepCopy())
-	if d2.Mutated || !reflect.DeepEqual(again, out) {
+	if d2.Mutated || d2.Removed || !reflect.DeepEqual(again, out) {
 		t.Fatalf("second pass changed the pod: %+v", d2)
 	}
-	patch, err := jsonPatch(in, out)
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +304,7 @@ func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
 	raw, _ := json.Marshal(in)
 	patched, err := p.Apply(raw)
 	if err != nil {
-		t.Fatalf("patch does not apply: %v", err)
+		t.Fatalf("patch does not apply: %v\n%s", err, patch)
 	}
 	// Compared as JSON, which is what the apiserver gets: an empty slice
 	// and a nil one are the same there.
@@ -316,6 +316,19 @@ func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
 	wantJSON, _ := json.Marshal(out)
 	if string(gotJSON) != string(wantJSON) {
 		t.Fatalf("patched pod differs from Mutate's output\n got %s\nwant %s", gotJSON, wantJSON)
+	}
+	if d.Removed {
+		if slices.ContainsFunc(out.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
+			t.Fatal("the sidecar is still there after its removal")
+		}
+		return nil
+	}
+	sc := out.Spec.InitContainers[len(out.Spec.InitContainers)-1]
+	if sc.Name != SidecarName || (sc.Args[0] != "--in-cluster" && !path.IsAbs(sc.Args[0][len("--kubeconfig="):])) {
+		t.Fatalf("sidecar %+v", sc)
+	}
+	if d.InCluster && !slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == ServiceAccountDir }) {
+		t.Fatalf("in-cluster sidecar without the service account mount: %+v", sc.VolumeMounts)
 	}
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"reflect"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -17,10 +16,14 @@ import (
 // object is 3 MiB, and the review carries it once (CREATE has no oldObject).
 const maxReviewBytes = 8 << 20
 
-// Mutator decides on one pod. Config satisfies it; Mutate must be safe for
-// concurrent use and must not modify its argument.
+// Mutator decides on one pod. Config satisfies it; Patch must be safe for
+// concurrent use and must not modify its argument. Its operations address
+// the pod's JSON as the request carries it, and touch only what changes:
+// the pod is decoded into this build's k8s.io/api types to decide, and
+// whatever those types do not know (newer fields, volume sources) is kept
+// only because the patch never writes back a decoded container or volume.
 type Mutator interface {
-	Mutate(pod *corev1.Pod) (*corev1.Pod, Decision)
+	Patch(pod *corev1.Pod) ([]PatchOp, Decision)
 }
 
 var _ Mutator = Config{}
@@ -80,7 +83,7 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		resp.Warnings = []string{"fanout-injector could not decode the pod and left it unmutated: " + err.Error()}
 		return resp
 	}
-	out, d := h.mutator.Mutate(&pod)
+	ops, d := h.mutator.Patch(&pod)
 	h.metrics.observe(d)
 	if d.Warning != "" {
 		resp.Warnings = []string{d.Warning}
@@ -89,13 +92,13 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	if name == "" {
 		name = pod.GenerateName + "*"
 	}
-	if !d.Mutated {
+	if len(ops) == 0 {
 		if d.Warning != "" {
 			h.log.Info("pod not injected", "namespace", req.Namespace, "pod", name, "reason", d.Reason, "detail", d.Warning)
 		}
 		return resp
 	}
-	patch, err := jsonPatch(&pod, out)
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		h.metrics.observe(Decision{Reason: ReasonInvalid})
 		resp.Warnings = []string{"fanout-injector could not encode its patch and left the pod unmutated: " + err.Error()}
@@ -103,31 +106,10 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &pt
+	if d.Removed {
+		h.log.Info("fanout removed from a pod made hostNetwork after injection", "namespace", req.Namespace, "pod", name, "clients", d.Clients)
+		return resp
+	}
 	h.log.Info("pod injected", "namespace", req.Namespace, "pod", name, "clients", d.Clients, "inCluster", d.InCluster)
 	return resp
-}
-
-// patchOp is one RFC 6902 operation.
-type patchOp struct {
-	Op    string `json:"op"`
-	Path  string `json:"path"`
-	Value any    `json:"value"`
-}
-
-// jsonPatch replaces, as whole values, the parts of the pod Mutate changes.
-// "add" replaces a member that exists and creates one that does not, so
-// the patch applies whether or not the pod had init containers, volumes or
-// annotations.
-func jsonPatch(in, out *corev1.Pod) ([]byte, error) {
-	var ops []patchOp
-	add := func(p string, a, b any) {
-		if !reflect.DeepEqual(a, b) {
-			ops = append(ops, patchOp{Op: "add", Path: p, Value: b})
-		}
-	}
-	add("/metadata/annotations", in.Annotations, out.Annotations)
-	add("/spec/initContainers", in.Spec.InitContainers, out.Spec.InitContainers)
-	add("/spec/containers", in.Spec.Containers, out.Spec.Containers)
-	add("/spec/volumes", in.Spec.Volumes, out.Spec.Volumes)
-	return json.Marshal(ops)
 }

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -260,5 +261,181 @@ func TestModuleServesTLS(t *testing.T) {
 	hz.Body.Close()
 	if hz.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz %d", hz.StatusCode)
+	}
+}
+
+// rawReview wraps a pod given as raw JSON, so that it can carry fields
+// the k8s.io/api types do not know.
+func rawReview(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	b, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{
+			UID:       types.UID("uid-1"),
+			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+			Namespace: "kube-system",
+			Operation: admissionv1.Create,
+			Object:    runtime.RawExtension{Raw: raw},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// pointer resolves an RFC 6901 JSON pointer in a decoded document.
+func pointer(doc any, p string) (any, bool) {
+	for _, tok := range strings.Split(p, "/")[1:] {
+		tok = strings.NewReplacer("~1", "/", "~0", "~").Replace(tok)
+		switch v := doc.(type) {
+		case map[string]any:
+			var ok bool
+			if doc, ok = v[tok]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(v) {
+				return nil, false
+			}
+			doc = v[i]
+		default:
+			return nil, false
+		}
+	}
+	return doc, true
+}
+
+// TestHandlerKeepsUnknownFields: a pod carrying fields this build's
+// k8s.io/api types do not know, at pod, container, init container, mount,
+// env and volume level, and a volume of an unknown source type, comes out
+// of the admission patch with all of them as they were.
+func TestHandlerKeepsUnknownFields(t *testing.T) {
+	const raw = `{
+	  "apiVersion": "v1", "kind": "Pod",
+	  "metadata": {"name": "kcm", "namespace": "kube-system", "labels": {"fanout.dev/inject": "true"}},
+	  "spec": {
+	    "futurePodField": {"mode": "strict"},
+	    "initContainers": [{"name": "setup", "image": "busybox", "futureInitField": 7}],
+	    "containers": [
+	      {
+	        "name": "kube-controller-manager", "image": "kcm",
+	        "command": ["kube-controller-manager", "--service-account-private-key-file=/etc/kubernetes/pki/sa.key"],
+	        "args": ["--kubeconfig=/etc/kubernetes/kcm/kubeconfig", "--leader-elect=true"],
+	        "env": [{"name": "GOMAXPROCS", "value": "2", "futureEnvField": "x"}],
+	        "futureContainerField": {"enabled": true},
+	        "volumeMounts": [
+	          {"name": "kubeconfig", "mountPath": "/etc/kubernetes/kcm", "readOnly": true, "futureMountField": "y"},
+	          {"name": "pki", "mountPath": "/etc/kubernetes/pki", "readOnly": true},
+	          {"name": "cache", "mountPath": "/cache"}
+	        ]
+	      },
+	      {"name": "other", "image": "other", "futureContainerField": "z"}
+	    ],
+	    "volumes": [
+	      {"name": "kubeconfig", "secret": {"secretName": "kcm-kubeconfig", "futureSecretField": 1}},
+	      {"name": "pki", "secret": {"secretName": "kcm-pki"}},
+	      {"name": "cache", "futureSource": {"driver": "new.example.com", "size": "1Gi"}}
+	    ]
+	  }
+	}`
+	unknown := []string{
+		"/spec/futurePodField",
+		"/spec/initContainers/0/futureInitField",
+		"/spec/containers/0/futureContainerField",
+		"/spec/containers/0/env/0/futureEnvField",
+		"/spec/containers/0/volumeMounts/0/futureMountField",
+		"/spec/containers/1/futureContainerField",
+		"/spec/volumes/0/secret/futureSecretField",
+		"/spec/volumes/2/futureSource",
+	}
+	h, _ := newTestHandler(t)
+	resp := post(t, h, rawReview(t, []byte(raw)))
+	if len(resp.Warnings) != 0 || resp.Patch == nil {
+		t.Fatalf("not injected: warnings %v", resp.Warnings)
+	}
+	p, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatalf("decoding patch %s: %v", resp.Patch, err)
+	}
+	patched, err := p.Apply([]byte(raw))
+	if err != nil {
+		t.Fatalf("applying patch %s: %v", resp.Patch, err)
+	}
+	var before, after any
+	_ = json.Unmarshal([]byte(raw), &before)
+	if err := json.Unmarshal(patched, &after); err != nil {
+		t.Fatal(err)
+	}
+	for _, ptr := range unknown {
+		want, _ := pointer(before, ptr)
+		got, ok := pointer(after, ptr)
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %v after the patch, want %v (patch %s)", ptr, got, want, resp.Patch)
+		}
+	}
+	// And the patch did what Mutate does.
+	var in corev1.Pod
+	_ = json.Unmarshal([]byte(raw), &in)
+	want, _ := testConfig().Mutate(&in)
+	var got corev1.Pod
+	_ = json.Unmarshal(patched, &got)
+	gj, _ := json.Marshal(&got)
+	wj, _ := json.Marshal(want)
+	if string(gj) != string(wj) {
+		t.Errorf("patched pod differs from Mutate's\n got %s\nwant %s", gj, wj)
+	}
+}
+
+// TestHandlerRemovesSidecarOnHostNetwork: a webhook after the injector
+// makes an injected pod hostNetwork; on re-invocation the injector takes
+// the sidecar out again and gives the client its kubeconfig back, so the
+// pod ends as a hostNetwork pod always does: without fanout.
+func TestHandlerRemovesSidecarOnHostNetwork(t *testing.T) {
+	kcmWithEnv := func() *corev1.Pod {
+		p := kcmPod()
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/etc/kubernetes/controller-manager.conf"}, {Name: "A", Value: "$(KUBECONFIG)"}}
+		return p
+	}
+	h, m := newTestHandler(t)
+	for i, mk := range []func() *corev1.Pod{kcmPod, kcmWithEnv, operatorPod} {
+		pod := mk()
+		injected := applyPatch(t, pod, post(t, h, review(t, pod)))
+		if _, ok := injected.Annotations[AnnotationInjected]; !ok {
+			t.Fatalf("pod %d: not injected", i)
+		}
+		// The later webhook, and kube-apiserver's defaulting after it:
+		// a hostNetwork pod's container ports are host ports.
+		injected.Spec.HostNetwork = true
+		for j := range injected.Spec.InitContainers {
+			for k := range injected.Spec.InitContainers[j].Ports {
+				pt := &injected.Spec.InitContainers[j].Ports[k]
+				pt.HostPort = pt.ContainerPort
+			}
+		}
+		resp := post(t, h, review(t, injected))
+		if resp.Patch == nil || len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "removed") || !strings.Contains(resp.Warnings[0], "hostNetwork") {
+			t.Fatalf("pod %d: re-invocation on a hostNetwork pod: patch %s, warnings %v; want the sidecar removed with a warning", i, resp.Patch, resp.Warnings)
+		}
+		got := applyPatch(t, injected, resp)
+		want := mk()
+		want.Spec.HostNetwork = true
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if string(gj) != string(wj) {
+			t.Errorf("pod %d: after removal\n got %s\nwant %s", i, gj, wj)
+		}
+		// A further pass leaves it: a hostNetwork pod is not injected.
+		if resp := post(t, h, review(t, got)); resp.Patch != nil {
+			t.Errorf("pod %d: third pass patched %s", i, resp.Patch)
+		}
+	}
+	if got := testutil.ToFloat64(m.Skipped.WithLabelValues(string(ReasonHostNetwork))); got != 6 {
+		t.Errorf("skipped{host-network} = %v, want 6 (3 removals, 3 skips)", got)
+	}
+	if got := testutil.ToFloat64(m.Mutations); got != 3 {
+		t.Errorf("mutations = %v, want 3", got)
 	}
 }

@@ -32,9 +32,11 @@ func kcmPod() *corev1.Pod {
 		},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name:    "kube-controller-manager",
-				Image:   "registry.k8s.io/kube-controller-manager:v1.37.2",
-				Command: []string{"kube-controller-manager"},
+				Name:  "kube-controller-manager",
+				Image: "registry.k8s.io/kube-controller-manager:v1.37.2",
+				// Its own key material, under /etc/kubernetes/pki: the
+				// sidecar must not get that volume.
+				Command: []string{"kube-controller-manager", "--service-account-private-key-file=/etc/kubernetes/pki/sa.key"},
 				Args: []string{
 					"--kubeconfig=/etc/kubernetes/controller-manager.conf",
 					"--authentication-kubeconfig=/etc/kubernetes/controller-manager.conf",
@@ -54,7 +56,8 @@ func kcmPod() *corev1.Pod {
 	}
 }
 
-// operatorPod is an in-cluster client: no kubeconfig, a mounted token.
+// operatorPod is an in-cluster client: no kubeconfig, a mounted token; a
+// Secret at /config that tests name as its kubeconfig's volume.
 func operatorPod() *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "operator", Namespace: "ops", Labels: map[string]string{LabelInject: "true"}},
@@ -66,11 +69,13 @@ func operatorPod() *corev1.Pod {
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: "kube-api-access-abcde", MountPath: ServiceAccountDir, ReadOnly: true},
 					{Name: "data", MountPath: "/data"},
+					{Name: "config", MountPath: "/config"},
 				},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
-				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+				{Name: "config", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "operator-kubeconfig"}}},
 			},
 		},
 	}

@@ -157,11 +157,12 @@ func TestMutateKubeconfigDiscovery(t *testing.T) {
 			name: "flag in command, single dash",
 			pod: func() *corev1.Pod {
 				p := kcmPod()
-				p.Spec.Containers[0].Command = []string{"/bin/client", "-kubeconfig", "/k/config"}
+				p.Spec.Containers[0].Command = []string{"/bin/client", "-kubeconfig", "/etc/kubernetes/kcm/config"}
 				p.Spec.Containers[0].Args = nil
+				p.Spec.Containers[0].VolumeMounts[0].MountPath = "/etc/kubernetes/kcm"
 				return p
 			},
-			wantIdentity: "--kubeconfig=/k/config",
+			wantIdentity: "--kubeconfig=/etc/kubernetes/kcm/config",
 			wantClients:  []string{"kube-controller-manager"},
 		},
 	}
@@ -255,7 +256,6 @@ func TestMutateSidecar(t *testing.T) {
 	}
 	wantMounts := []corev1.VolumeMount{
 		{Name: "kubeconfig", MountPath: "/etc/kubernetes/controller-manager.conf", ReadOnly: true},
-		{Name: "k8s-certs", MountPath: "/etc/kubernetes/pki", ReadOnly: true},
 		{Name: VolumeName, MountPath: MountPath},
 	}
 	if !reflect.DeepEqual(sc.VolumeMounts, wantMounts) {
@@ -266,29 +266,14 @@ func TestMutateSidecar(t *testing.T) {
 		t.Errorf("last volume %+v, want the %s emptyDir", v, VolumeName)
 	}
 
-	// The client's user wins when it is not root, so the sidecar can read
-	// its files.
-	p := kcmPod()
-	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000)}
-	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](2000), RunAsGroup: ptr.To[int64](3000)}
-	out, _ = cfg.Mutate(p)
-	if s := sidecarOf(t, out).SecurityContext; *s.RunAsUser != 2000 || *s.RunAsGroup != 3000 {
-		t.Errorf("sidecar runs as %d:%d, want the client's 2000:3000", *s.RunAsUser, *s.RunAsGroup)
-	}
-	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
-	out, _ = cfg.Mutate(p)
-	if s := sidecarOf(t, out).SecurityContext; *s.RunAsUser != 1000 {
-		t.Errorf("sidecar runs as %d, want the pod's 1000 (the container's root is not copied)", *s.RunAsUser)
-	}
-
 	// In-cluster, the sidecar gets the token mount only.
 	out, _ = cfg.Mutate(operatorPod())
 	sc = sidecarOf(t, out)
-	if len(sc.VolumeMounts) != 2 || sc.VolumeMounts[0].MountPath != ServiceAccountDir || sc.Args[0] != "--in-cluster" {
+	if len(sc.VolumeMounts) != 2 || sc.VolumeMounts[0].MountPath != ServiceAccountDir || sc.VolumeMounts[1].Name != VolumeName || sc.Args[0] != "--in-cluster" {
 		t.Errorf("in-cluster sidecar mounts %+v args %v", sc.VolumeMounts, sc.Args)
 	}
 	// The annotation overrides the default endpoints.
-	p = kcmPod()
+	p := kcmPod()
 	p.Annotations = map[string]string{AnnotationEndpoints: "https://10.0.0.1:6443,https://10.0.0.2:6443"}
 	out, _ = cfg.Mutate(p)
 	if got := sidecarOf(t, out).Args[1]; got != "--endpoints=https://10.0.0.1:6443,https://10.0.0.2:6443" {
@@ -458,5 +443,239 @@ func TestShutdownGrace(t *testing.T) {
 		if got := ShutdownGrace(p, tt.limit); got != tt.want {
 			t.Errorf("period %v limit %s: got %s, want %s", ptr.Deref(tt.period, -1), tt.limit, got, tt.want)
 		}
+	}
+}
+
+// TestSidecarIdentity: the sidecar runs as the client's effective uid and
+// gid (container over pod), gid 0 when the client sets a uid only, as the
+// runtime does; never as root; the configured defaults only when the
+// client sets neither.
+func TestSidecarIdentity(t *testing.T) {
+	id := func(u, g *int64) *corev1.SecurityContext { return &corev1.SecurityContext{RunAsUser: u, RunAsGroup: g} }
+	podID := func(u, g *int64) *corev1.PodSecurityContext {
+		return &corev1.PodSecurityContext{RunAsUser: u, RunAsGroup: g}
+	}
+	n := ptr.To[int64]
+	tests := []struct {
+		name     string
+		pod      *corev1.PodSecurityContext
+		client   *corev1.SecurityContext
+		uid, gid int64
+	}{
+		{"neither set: the defaults", nil, nil, 65532, 65532},
+		{"kube-scheduler example: uid 65534, no group", nil, id(n(65534), nil), 65534, 0},
+		{"pod uid only", podID(n(1000), nil), nil, 1000, 0},
+		{"container uid and gid", nil, id(n(2000), n(3000)), 2000, 3000},
+		{"container uid over pod uid, pod gid", podID(n(1000), n(2000)), id(n(3000), nil), 3000, 2000},
+		{"container gid over pod gid", podID(n(1000), n(2000)), id(nil, n(4000)), 1000, 4000},
+		{"root client: default uid, root's group", nil, id(n(0), nil), 65532, 0},
+		{"container root over pod uid", podID(n(1000), nil), id(n(0), nil), 65532, 0},
+		{"root client with a group", nil, id(n(0), n(5000)), 65532, 5000},
+		{"group only", podID(nil, n(3000)), nil, 65532, 3000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := kcmPod()
+			p.Spec.SecurityContext = tt.pod
+			p.Spec.Containers[0].SecurityContext = tt.client
+			out, d := testConfig().Mutate(p)
+			if !d.Mutated {
+				t.Fatalf("not mutated: %+v", d)
+			}
+			s := sidecarOf(t, out).SecurityContext
+			if *s.RunAsUser != tt.uid || *s.RunAsGroup != tt.gid || !*s.RunAsNonRoot {
+				t.Errorf("sidecar runs as %d:%d (runAsNonRoot %v), want %d:%d", *s.RunAsUser, *s.RunAsGroup, *s.RunAsNonRoot, tt.uid, tt.gid)
+			}
+		})
+	}
+}
+
+// TestSidecarMounts: the sidecar gets the kubeconfig's volume and the
+// volumes that may hold the files it names, not the client's own key
+// material, node files or data.
+func TestSidecarMounts(t *testing.T) {
+	const (
+		kubeconfigDir = "/var/run/secrets/gardener.cloud/shoot/generic-kubeconfig"
+		tokenDir      = "/var/run/secrets/gardener.cloud/shoot/token"
+	)
+	// gardenerPod is a Gardener-style client: its kubeconfig names a
+	// tokenFile in a second, separately mounted Secret; it also has its
+	// own serving key, a config file, node logs and data.
+	gardenerPod := func() *corev1.Pod {
+		p := operatorPod()
+		p.Spec.Containers[0] = corev1.Container{
+			Name:  "gardener-resource-manager",
+			Image: "example.com/grm:1",
+			Args: []string{
+				"--config=/etc/grm/config.yaml",
+				"--tls-private-key-file", "/etc/grm/tls/tls.key",
+			},
+			Env: []corev1.EnvVar{{Name: "KUBECONFIG", Value: kubeconfigDir + "/kubeconfig"}},
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "kubeconfig", MountPath: kubeconfigDir, ReadOnly: true},
+				{Name: "token", MountPath: tokenDir, ReadOnly: true},
+				{Name: "kube-api-access-abcde", MountPath: ServiceAccountDir, ReadOnly: true},
+				{Name: "config", MountPath: "/etc/grm"},
+				{Name: "tls", MountPath: "/etc/grm/tls"},
+				{Name: "logs", MountPath: "/var/log"},
+				{Name: "data", MountPath: "/data"},
+			},
+		}
+		secret := func(name string) corev1.Volume {
+			return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name}}}
+		}
+		p.Spec.Volumes = []corev1.Volume{
+			secret("kubeconfig"), secret("token"), secret("tls"),
+			{Name: "kube-api-access-abcde", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}},
+			{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "grm"}}}},
+			{Name: "logs", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/log"}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
+		}
+		return p
+	}
+	tests := []struct {
+		name   string
+		pod    func() *corev1.Pod
+		want   []string // mount paths, in the client's order
+		reason Reason
+		warn   string
+	}{
+		{
+			name: "kube-controller-manager: the kubeconfig, not its pki",
+			pod:  kcmPod,
+			want: []string{"/etc/kubernetes/controller-manager.conf"},
+		},
+		{
+			name: "Gardener-style: kubeconfig, token Secret and service account token",
+			pod:  gardenerPod,
+			want: []string{kubeconfigDir, tokenDir, ServiceAccountDir},
+		},
+		{
+			name: "annotation adds a volume the client names",
+			pod: func() *corev1.Pod {
+				p := kcmPod()
+				p.Annotations = map[string]string{AnnotationSidecarVolumes: " k8s-certs ,"}
+				return p
+			},
+			want: []string{"/etc/kubernetes/controller-manager.conf", "/etc/kubernetes/pki"},
+		},
+		{
+			name: "in-cluster: the token and the annotation's volumes only",
+			pod: func() *corev1.Pod {
+				p := operatorPod()
+				p.Annotations = map[string]string{AnnotationSidecarVolumes: "config"}
+				return p
+			},
+			want: []string{ServiceAccountDir, "/config"},
+		},
+		{
+			name: "the kubeconfig mounted over a directory the client names",
+			pod: func() *corev1.Pod {
+				p := gardenerPod()
+				p.Spec.Containers[0].Env[0].Value = "/etc/grm/tls/kubeconfig"
+				return p
+			},
+			// generic-kubeconfig is named by nothing now, and stays.
+			want: []string{kubeconfigDir, tokenDir, ServiceAccountDir, "/etc/grm/tls"},
+		},
+		{
+			name: "annotation names a volume the client does not mount",
+			pod: func() *corev1.Pod {
+				p := kcmPod()
+				p.Annotations = map[string]string{AnnotationSidecarVolumes: "nope"}
+				return p
+			},
+			reason: ReasonConflict, warn: `"nope"`,
+		},
+		{
+			name: "kubeconfig in the image",
+			pod: func() *corev1.Pod {
+				p := kcmPod()
+				p.Spec.Containers[0].VolumeMounts = p.Spec.Containers[0].VolumeMounts[1:]
+				return p
+			},
+			reason: ReasonConflict, warn: "on no volume",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, d := testConfig().Mutate(tt.pod())
+			if tt.reason != "" {
+				if d.Mutated || d.Reason != tt.reason || !strings.Contains(d.Warning, tt.warn) {
+					t.Fatalf("decision %+v, want %s with a warning containing %s", d, tt.reason, tt.warn)
+				}
+				return
+			}
+			if !d.Mutated {
+				t.Fatalf("not mutated: %+v", d)
+			}
+			var got []string
+			for _, m := range sidecarOf(t, out).VolumeMounts {
+				if m.Name == VolumeName {
+					continue
+				}
+				if !m.ReadOnly {
+					t.Errorf("mount %s is writable", m.MountPath)
+				}
+				got = append(got, m.MountPath)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("sidecar mounts %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSkipUnreadableKubeconfig: when the spec shows that the sidecar's
+// identity cannot read the kubeconfig (root-owned files only root can
+// read, a root client), the pod stays as it is, with a warning, rather
+// than getting a sidecar that never starts and keeps the client from
+// starting.
+func TestSkipUnreadableKubeconfig(t *testing.T) {
+	mode := func(m int32) *int32 { return &m }
+	tests := []struct {
+		name   string
+		change func(p *corev1.Pod)
+		skip   bool
+	}{
+		{"root client, 0400", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
+		}, true},
+		{"client with no user, 0440: the sidecar's default group is not root's", func(p *corev1.Pod) {
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
+		}, true},
+		{"root client, 0440: group 0 reads", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
+		}, false},
+		{"kube-scheduler example: uid 65534, 0440", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](65534)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
+		}, false},
+		{"root client, 0400, fsGroup", func(p *corev1.Pod) {
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
+		}, false},
+		{"root client, 0400 default, one item 0644", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
+			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
+			p.Spec.Volumes[0].Secret.Items = []corev1.KeyToPath{{Key: "kubeconfig", Path: "kubeconfig", Mode: mode(0o644)}}
+		}, false},
+		{"default mode 0644", func(p *corev1.Pod) {}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := kcmPod()
+			tt.change(p)
+			_, d := testConfig().Mutate(p)
+			if tt.skip && (d.Mutated || d.Reason != ReasonConflict || !strings.Contains(d.Warning, "could not read the kubeconfig")) {
+				t.Errorf("decision %+v; want skipped, with a warning that the sidecar could not read the kubeconfig", d)
+			}
+			if !tt.skip && !d.Mutated {
+				t.Errorf("not injected: %+v", d)
+			}
+		})
 	}
 }

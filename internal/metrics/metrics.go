@@ -1,11 +1,38 @@
-package components
+// Package metrics provides the Prometheus registry shared by fanout's
+// binaries: the Go runtime and process collectors and fanout_build_info.
+// It lives outside components/ so that fanout-injector does not link the
+// sidecar's packages for it.
+package metrics
 
 import (
 	"runtime"
 	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/fx"
 )
+
+// Module provides one registry as both Registerer and Gatherer.
+var Module = fx.Module("metrics",
+	fx.Provide(
+		NewRegistry,
+		func(r *prometheus.Registry) prometheus.Registerer { return r },
+		func(r *prometheus.Registry) prometheus.Gatherer { return r },
+	),
+)
+
+// NewRegistry returns a registry with the Go runtime and process
+// collectors and fanout_build_info.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(),
+	)
+	return reg
+}
 
 // buildInfo returns the constant fanout_build_info gauge: 1, labelled with
 // the module version and VCS revision the binary was built from (as the Go
