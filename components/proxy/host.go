@@ -42,16 +42,31 @@ func isLoopbackHost(host string) bool {
 	case strings.HasPrefix(host, "["):
 		// [::1] or [::1]:7080
 		end := strings.IndexByte(host, ']')
-		if end < 0 || (end+1 < len(host) && host[end+1] != ':') {
+		if end < 0 || (end+1 < len(host) && (host[end+1] != ':' || !isPort(host[end+2:]))) {
 			return false
 		}
 		host = host[1:end]
 	case strings.Count(host, ":") == 1:
-		host = host[:strings.IndexByte(host, ':')]
+		i := strings.IndexByte(host, ':')
+		if !isPort(host[i+1:]) {
+			return false
+		}
+		host = host[:i]
 	}
 	if strings.EqualFold(host, "localhost") {
 		return true
 	}
 	ip, err := netip.ParseAddr(host)
 	return err == nil && ip.Zone() == "" && ip.Unmap().IsLoopback()
+}
+
+// isPort reports whether s is a port number: digits, possibly none (a
+// Host of "localhost:" is valid and means the default port).
+func isPort(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return len(s) <= 5
 }
