@@ -224,12 +224,14 @@ func (b *blockingBody) Close() error { return nil }
 
 // TestGoneCheckHoldsNoBufferBeforeFirstEvent: a watch whose first event
 // has not come yet costs the 410 check nothing; its buffer comes with the
-// event. 200 watches waiting for their first event grew the heap by
-// 12.5 MiB when the check allocated its 64 KiB buffer up front.
+// event. When the check allocated its 64 KiB buffer up front, 1,000
+// watches waiting for their first event grew the heap by 62.5 MiB. The
+// bound leaves room for what other tests' goroutines free or allocate
+// meanwhile (about 1 MiB either way).
 func TestGoneCheckHoldsNoBufferBeforeFirstEvent(t *testing.T) {
 	const (
-		watches = 200
-		bound   = 1 << 20 // 5 KiB a watch, far below one 64 KiB buffer
+		watches = 1000
+		bound   = 4 << 20 // 4 KiB a watch, far below one 64 KiB buffer
 	)
 	for _, f := range []framing{framingJSON, framingProtobuf} {
 		t.Run(fmt.Sprint(f), func(t *testing.T) {
