@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/balancer"
 )
 
@@ -86,7 +88,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.AllowRemote, "allow-remote", o.AllowRemote,
 		"Allow a non-loopback --listen-address, and requests addressed to any Host. Anyone who reaches it acts with the client's identity.")
 	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress,
-		"Admin listener for /metrics, /healthz, /startupz, /readyz (with the resolver's error detail for loopback clients only) and /debug/endpoints (loopback clients only), holding at most 64 connections at once. Carries no credentials and proxies nothing.")
+		"Admin listener for /metrics, /healthz, /startupz, /readyz (with the resolver's error detail for loopback clients only) and /debug/endpoints (loopback clients only), holding at most "+strconv.Itoa(admin.DefaultMaxConnections)+" connections at once. Carries no credentials and proxies nothing.")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig,
 		"Once the listener is ready, atomically write a kubeconfig that points at http://<listen-address>, for the client container: without credentials (mode 0644), or with --listen-tls at https:// with the loopback CA and client certificate and key (mode 0600).")
 	fs.StringVar(&o.Balancer, "balancer", o.Balancer,
