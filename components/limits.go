@@ -54,7 +54,7 @@ func (l *LimitOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&l.ReadHeaderTimeout, "read-header-timeout", l.ReadHeaderTimeout,
 		"How long a client may take to send its request headers before the connection is closed (slowloris).")
 	fs.DurationVar(&l.RequestBodyTimeout, "request-body-timeout", l.RequestBodyTimeout,
-		"How long a short request may take to send its body; a late one is reset (fanout_rejected_total{reason=\"body_timeout\"}). Long-running requests, exec and port-forward are exempt.")
+		"How long a request may take to send its body, watches, logs and proxy requests included; a late one is reset (fanout_rejected_total{reason=\"body_timeout\"}). Upgrades (exec, attach, port-forward) are exempt: they stream their input for as long as they run.")
 	fs.DurationVar(&l.IdleTimeout, "idle-timeout", l.IdleTimeout,
 		"How long a keep-alive connection without requests stays open.")
 }

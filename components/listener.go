@@ -14,6 +14,8 @@ import (
 // listener requires; nil otherwise.
 func listenerConfig(o Options) (proxy.Config, *certs.LocalCA, error) {
 	cfg := o.Limits.apply(proxyConfig(o))
+	// A non-loopback listener is reached by names fanout cannot know.
+	cfg.AllowAnyHost = o.AllowRemote
 	if !o.ListenTLS {
 		return cfg, nil, nil
 	}

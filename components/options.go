@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/balancer"
 )
 
@@ -84,14 +86,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSServerName, "tls-server-name", o.TLSServerName,
 		"Server name verified on every endpoint's certificate. Default: the kubeconfig's tls-server-name, else the host of its server URL.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress,
-		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client (TLS with --listen-tls). Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request.")
+		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client (TLS with --listen-tls). Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request. "+
+			"Requests must be addressed to it by loopback name or address (Host localhost, 127.0.0.0/8 or ::1, any port), against DNS rebinding; others get 403.")
 	fs.BoolVar(&o.AllowRemote, "allow-remote", o.AllowRemote,
-		"Allow a non-loopback --listen-address. Anyone who reaches it acts with the client's identity.")
+		"Allow a non-loopback --listen-address, and requests addressed to any Host. Anyone who reaches it acts with the client's identity.")
 	fs.BoolVar(&o.AllowSharedLoopback, "allow-shared-loopback", o.AllowSharedLoopback,
 		"Allow a plaintext listener when fanout runs in a network namespace shared with the node (hostNetwork, static pods, a process on a host), "+
 			"which fanout recognises by a hardware network device or a bridge in /sys/class/net. Every process there can then act as the client: prefer --listen-tls.")
 	fs.StringVar(&o.AdminAddress, "admin-address", o.AdminAddress,
-		"Admin listener for /metrics, /healthz, /readyz and /debug/endpoints (loopback clients only). Carries no credentials and proxies nothing.")
+		"Admin listener for /metrics, /healthz, /startupz, /readyz (with the resolver's error detail for loopback clients only) and /debug/endpoints (loopback clients only), holding at most "+strconv.Itoa(admin.DefaultMaxConnections)+" connections at once. Carries no credentials and proxies nothing.")
 	fs.StringVar(&o.WriteKubeconfig, "write-kubeconfig", o.WriteKubeconfig,
 		"Once the listener is ready, atomically write a kubeconfig that points at http://<listen-address>, for the client container: without credentials (mode 0644), or with --listen-tls at https:// with the loopback CA and client certificate and key (mode 0600).")
 	fs.StringVar(&o.Balancer, "balancer", o.Balancer,

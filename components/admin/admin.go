@@ -44,7 +44,18 @@ type Config struct {
 	ListenAddress string
 	// EnablePprof serves /debug/pprof/ to loopback clients (WithPprof).
 	EnablePprof bool
+	// MaxConnections caps the connections the admin server holds open;
+	// more are closed at accept. 0 means DefaultMaxConnections.
+	MaxConnections int
 }
+
+// DefaultMaxConnections is the admin server's connection cap. Its clients
+// are a few: the kubelet's probes (one short connection each), one or two
+// Prometheus scrapers, a person with kubectl port-forward. The port is
+// open to the pod network, and without a cap anyone who reaches it could
+// make the sidecar hold a goroutine, buffers and a file descriptor per
+// connection, up to the 5 s header timeout each, at any rate.
+const DefaultMaxConnections = 64
 
 // Server is the admin HTTP server.
 type Server struct {
@@ -62,16 +73,25 @@ func NewHandler(state State, gatherer prometheus.Gatherer, resolver ResolverStat
 		// readiness matter and must not get the sidecar restarted.
 		writeText(w, http.StatusOK, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// The resolver's detail quotes its raw error, which can name the
+		// discovery kubeconfig's user, file paths and apiserver addresses:
+		// it is for someone with a shell in the pod, like /debug/endpoints.
+		// The pod network (kubelet probes, anyone who reaches the pod IP)
+		// gets the status line only; the status code is the same for both.
+		detail := ""
+		if isLoopbackClient(r) {
+			detail = resolverDetail(resolver)
+		}
 		if !state.Ready() {
-			writeText(w, http.StatusServiceUnavailable, "no usable kube-apiserver endpoint"+resolverDetail(resolver))
+			writeText(w, http.StatusServiceUnavailable, "no usable kube-apiserver endpoint"+detail)
 			return
 		}
 		// A failing resolver leaves readiness alone: the last good
 		// endpoints stay in use by design, and failing every sidecar's
 		// probe at once because discovery broke would take the pods out
 		// of their Services. The detail is for whoever looks.
-		writeText(w, http.StatusOK, "ok"+resolverDetail(resolver))
+		writeText(w, http.StatusOK, "ok"+detail)
 	})
 	mux.Handle("GET /debug/endpoints", WithLoopbackOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -102,14 +122,21 @@ func resolverDetail(r ResolverStatus) string {
 // with a shell in the pod, not for the network.
 func WithLoopbackOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		ip := net.ParseIP(host)
-		if err != nil || ip == nil || !ip.IsLoopback() {
+		if !isLoopbackClient(r) {
 			writeText(w, http.StatusForbidden, "this endpoint answers loopback clients only; use kubectl exec or port-forward")
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// isLoopbackClient reports whether r came from a loopback address: a
+// process in the pod, or kubectl port-forward (whose connections the
+// kubelet opens inside the pod's network namespace).
+func isLoopbackClient(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
 }
 
 func writeText(w http.ResponseWriter, code int, msg string) {
@@ -123,7 +150,7 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 // proxy has drained (fx stops modules in reverse order), so probes keep
 // answering; Stop lets in-flight scrapes finish until its context ends.
 func NewServer(cfg Config, h http.Handler, log *slog.Logger) *Server {
-	return &Server{
+	s := &Server{
 		cfg: cfg,
 		Server: serve.New("admin server", "--admin-address", &http.Server{
 			Handler:           h,
@@ -134,6 +161,11 @@ func NewServer(cfg Config, h http.Handler, log *slog.Logger) *Server {
 			MaxHeaderBytes:    64 << 10,
 		}, log),
 	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	s.LimitConnections(cfg.MaxConnections)
+	return s
 }
 
 // Start listens on the configured address and serves in the background.

@@ -99,8 +99,13 @@ func AuthModeFor(r *http.Request) transport.AuthMode {
 	return transport.AuthSidecar
 }
 
-// isUpgrade matches httputil.ReverseProxy's own test, so everything the
-// reverse proxy would try to upgrade is stopped before it does.
+// isUpgrade matches httputil.ReverseProxy's own test (a Connection token
+// "Upgrade" and an Upgrade header naming a protocol), so everything the
+// reverse proxy would try to upgrade is stopped before it does. Without an
+// Upgrade header there is nothing to switch to: such a request is a plain
+// one, and must not cost a dedicated HTTP/1.1 connection and its TLS
+// handshake to an apiserver.
 func isUpgrade(r *http.Request) bool {
-	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade")
+	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") &&
+		strings.TrimSpace(r.Header.Get("Upgrade")) != ""
 }

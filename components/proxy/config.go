@@ -20,6 +20,12 @@ type Config struct {
 	// MaxReplayBodyLimit are lowered to it; negative disables buffering.
 	MaxReplayBody int64
 
+	// AllowAnyHost turns off the Host check: by default the Server answers
+	// 403 to a request whose Host is not localhost or a loopback address
+	// (DNS rebinding; see withLoopbackHost). The sidecar sets it with
+	// --allow-remote, where clients use names fanout cannot know.
+	AllowAnyHost bool
+
 	// ReadHeaderTimeout cuts clients that do not finish their request
 	// headers in time (slowloris). Default 10s. There is deliberately no
 	// read or write timeout: watches and logs last for hours.
@@ -54,10 +60,10 @@ type Config struct {
 	// short requests, and a burst of short requests never stops watches.
 	MaxInflight    int
 	MaxLongRunning int
-	// RequestBodyTimeout bounds how long a short request may take to send
-	// its body. Default 60s, kube-apiserver's own request timeout.
-	// Long-running requests and upgrades are exempt: exec and port-forward
-	// stream their input for hours.
+	// RequestBodyTimeout bounds how long a request may take to send its
+	// body, long-running requests (watch, logs, proxy) included. Default
+	// 60s, kube-apiserver's own request timeout. Upgrades are exempt: exec
+	// and port-forward stream their input for hours.
 	RequestBodyTimeout time.Duration
 
 	// TLS, when set, makes the listener serve TLS with it (HTTP/1.1 and

@@ -93,8 +93,10 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		// Rewrite, not Director: it strips Forwarded/X-Forwarded-* from the
 		// client and adds none. kube-apiserver would record 127.0.0.1 as the
 		// audit source IP of an X-Forwarded-For, and trusts nothing from us
-		// about the client anyway. User-Agent and Impersonate-* pass as is.
+		// about the client anyway. User-Agent and Impersonate-* pass as
+		// is; front-proxy identity headers do not (headers.go).
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			stripIdentityHeaders(pr.Out.Header)
 			pr.Out.URL.Scheme = "https"
 			pr.Out.URL.Host = "" // set per attempt to the picked endpoint
 			// An empty Host makes the transport use URL.Host; the TLS
@@ -296,7 +298,8 @@ type outBody struct {
 
 // prepareBody reads bodies up to maxBody into memory so an unprocessed
 // request can be sent again; anything larger streams through once, so memory
-// stays bounded by maxBody per request.
+// stays bounded by maxBody per request, and by what the client actually
+// sent (readDeclared).
 func (h *Handler) prepareBody(out *http.Request) (outBody, error) {
 	if out.Body == nil || out.Body == http.NoBody {
 		return outBody{replayable: true}, nil
@@ -305,8 +308,8 @@ func (h *Handler) prepareBody(out *http.Request) (outBody, error) {
 	case n == 0:
 		return outBody{replayable: true}, nil
 	case n > 0 && n <= h.maxBody:
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(out.Body, buf); err != nil {
+		buf, err := readDeclared(out.Body, n)
+		if err != nil {
 			return outBody{}, &clientBodyError{err: err}
 		}
 		return outBody{buf: buf, length: n, replayable: true}, nil
@@ -324,6 +327,39 @@ func (h *Handler) prepareBody(out *http.Request) (outBody, error) {
 	default:
 		return outBody{stream: out.Body, length: n}, nil
 	}
+}
+
+// firstBodyChunk is the buffer a declared body starts with. Most
+// kube-apiserver writes (leases, events, status updates) fit in it, so
+// they cost one allocation of their exact size.
+const firstBodyChunk = 4 << 10
+
+// readDeclared reads a body of declared length n, growing its buffer as
+// bytes arrive (doubling, up to n) instead of reserving n up front: the
+// length is the client's word, and 200 requests that each declared 1 MiB
+// and sent one byte would otherwise hold 200 MiB until their body
+// deadline. A body that ends early is io.ErrUnexpectedEOF, as with
+// io.ReadFull.
+func readDeclared(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, 0, min(n, firstBodyChunk))
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(n, 2*int64(cap(buf))))
+			copy(grown, buf)
+			buf = grown
+		}
+		k, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+k]
+		switch {
+		case int64(len(buf)) == n:
+			return buf, nil // the declared length, whatever err says
+		case errors.Is(err, io.EOF):
+			return nil, io.ErrUnexpectedEOF
+		case err != nil:
+			return nil, err
+		}
+	}
+	return buf, nil
 }
 
 // request builds one attempt: a shallow copy of the outbound request aimed

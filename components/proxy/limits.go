@@ -120,15 +120,18 @@ func (c *limitConn) Close() error {
 // which client-go retries by itself. The counters are atomics: no lock on
 // the request path.
 //
-// Short requests with a body must send it within bodyTimeout (0: no
-// limit). Long-running requests and upgrades have no body timeout: exec
-// and port-forward stream their input for as long as they run.
+// Requests with a body must send it within bodyTimeout (0: no limit),
+// long-running ones too: a watch has nothing to send, and a proxy request
+// is buffered for retries like any other, so a body that never comes
+// would otherwise hold a --max-long-running slot for good. Upgrades are
+// exempt: exec and port-forward stream their input over the hijacked
+// connection for as long as they run.
 func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Duration, now func() time.Time, m limitMetrics) http.Handler {
 	var short, long atomic.Int64
 	shortGauge := m.inflight.WithLabelValues(balancer.Short.String())
 	longGauge := m.inflight.WithLabelValues(balancer.Long.String())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kind := limitKind(r)
+		kind, upgrade := limitKind(r)
 		counter, limit, gauge, reason := &short, int64(maxShort), shortGauge, rejectShort
 		if kind == balancer.Long {
 			counter, limit, gauge, reason = &long, int64(maxLong), longGauge, rejectLong
@@ -147,7 +150,7 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 			counter.Add(-1)
 			gauge.Dec()
 		}()
-		if kind == balancer.Short && bodyTimeout > 0 && hasBody(r) {
+		if !upgrade && bodyTimeout > 0 && hasBody(r) {
 			rc := http.NewResponseController(w)
 			if err := rc.SetReadDeadline(now().Add(bodyTimeout)); err == nil {
 				b := &deadlineBody{ReadCloser: r.Body, rc: rc, rejected: m.rejected.WithLabelValues(rejectBodyTimeout), left: r.ContentLength}
@@ -170,12 +173,13 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 
 // limitKind is Classify, with every real upgrade (exec, attach,
 // port-forward) long-running whatever its path, and an h2c offer (served
-// as plain HTTP/1.1, see serveUpgrade) classified by its path.
-func limitKind(r *http.Request) balancer.Kind {
+// as plain HTTP/1.1, see serveUpgrade) classified by its path. upgrade
+// reports a real upgrade.
+func limitKind(r *http.Request) (kind balancer.Kind, upgrade bool) {
 	if isUpgrade(r) && !strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
-		return balancer.Long
+		return balancer.Long, true
 	}
-	return Classify(r)
+	return Classify(r), false
 }
 
 func hasBody(r *http.Request) bool {

@@ -176,7 +176,7 @@ func TestConnectionLimit(t *testing.T) {
 			return nil, err
 		}
 		c.SetDeadline(time.Now().Add(waitLimit))
-		io.WriteString(c, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n\r\n")
+		io.WriteString(c, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			c.Close()
@@ -235,7 +235,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(waitLimit))
 		start := time.Now()
-		io.WriteString(c, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+		io.WriteString(c, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err == nil {
 			resp.Body.Close()
@@ -251,8 +251,19 @@ func TestRequestBodyTimeout(t *testing.T) {
 			t.Errorf("the apiserver got %d requests; a cut body must not reach it", n)
 		}
 	})
-	for _, tc := range []struct{ h2c, chunked bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
-		t.Run(fmt.Sprintf("deadline lifted once the body is in, h2c=%v chunked=%v", tc.h2c, tc.chunked), func(t *testing.T) {
+	for _, tc := range []struct {
+		h2c, chunked bool
+		path         string
+	}{
+		{false, false, "/api/v1/namespaces/default/configmaps"},
+		{false, true, "/api/v1/namespaces/default/configmaps"},
+		{true, false, "/api/v1/namespaces/default/configmaps"},
+		{true, true, "/api/v1/namespaces/default/configmaps"},
+		// Long-running: the proxy subresource.
+		{false, false, "/api/v1/namespaces/default/pods/p/proxy/upload"},
+		{true, true, "/api/v1/namespaces/default/pods/p/proxy/upload"},
+	} {
+		t.Run(fmt.Sprintf("deadline lifted once the body is in, h2c=%v chunked=%v %s", tc.h2c, tc.chunked, tc.path), func(t *testing.T) {
 			// The apiserver takes 3x the body timeout to answer: the
 			// response must still arrive, and the connection serve on.
 			_, p, u := newGateBackend(t)
@@ -264,7 +275,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 				if tc.chunked {
 					body = io.MultiReader(body) // length unknown to the client
 				}
-				resp, err := client.Post(base+"/api/v1/namespaces/default/configmaps?sleep="+(3*timeout).String(), "application/json", body)
+				resp, err := client.Post(base+tc.path+"?sleep="+(3*timeout).String(), "application/json", body)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -279,31 +290,41 @@ func TestRequestBodyTimeout(t *testing.T) {
 			}
 		})
 	}
-	t.Run("long-running requests are exempt", func(t *testing.T) {
-		// A body that trickles in over 3x the timeout to a long-running
-		// path (the proxy subresource) is not cut.
-		g, p, u := newGateBackend(t)
-		m, _ := NewMetrics(nil)
-		_, _, base := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
-		pr, pw := io.Pipe()
-		go func() {
-			for range 3 {
-				time.Sleep(timeout)
-				io.WriteString(pw, "chunk ")
+	t.Run("long-running requests' bodies are cut too", func(t *testing.T) {
+		// A watch that declares a body and never sends it, and a body
+		// trickling to a long-running path (the proxy subresource) that
+		// is not in by the deadline: both are reset at the deadline, and
+		// neither reaches the apiserver.
+		for _, raw := range []string{
+			"GET /api/v1/pods?watch=true HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1048576\r\n\r\nx",
+			"POST /api/v1/namespaces/default/pods/p/proxy/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nchunk \r\n",
+		} {
+			g, p, u := newGateBackend(t)
+			m, _ := NewMetrics(nil)
+			s, _, _ := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
+			c, err := net.Dial("tcp", s.Addr().String())
+			if err != nil {
+				t.Fatal(err)
 			}
-			pw.Close()
-		}()
-		resp, err := newClient(t, false).Post(base+"/api/v1/namespaces/default/pods/p/proxy/upload", "text/plain", pr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || string(b) != "ok" {
-			t.Fatalf("slow body to a long-running path: %d %q", resp.StatusCode, b)
-		}
-		if n := g.bodyCount(); n != 1 || g.bodies[0] != "chunk chunk chunk " {
-			t.Errorf("apiserver got %q", g.bodies)
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(waitLimit))
+			start := time.Now()
+			io.WriteString(c, raw)
+			// The event waited for: the connection is reset.
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("%q: a body not in by the deadline answered %d; want the connection closed", raw[:30], resp.StatusCode)
+			}
+			if el := time.Since(start); el < timeout || el > waitLimit/2 {
+				t.Errorf("%q: cut after %v, want at the %v deadline", raw[:30], el, timeout)
+			}
+			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {
+				t.Errorf("%q: fanout_rejected_total{reason=body_timeout} = %v, want 1", raw[:30], got)
+			}
+			if n := g.bodyCount(); n != 0 {
+				t.Errorf("%q: the apiserver got %d requests; a cut body must not reach it", raw[:30], n)
+			}
 		}
 	})
 }
@@ -422,7 +443,7 @@ func TestUpgradesCountAgainstLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2.SetDeadline(time.Now().Add(waitLimit))
-	io.WriteString(c2, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n\r\n")
+	io.WriteString(c2, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	if _, err := http.ReadResponse(bufio.NewReader(c2), nil); err == nil {
 		t.Error("a second connection was served while an exec session held the only slot")
 	}

@@ -44,9 +44,13 @@ func NewServer(cfg Config, h *Handler) *Server {
 		protocols.SetHTTP1(true)
 		protocols.SetHTTP2(true)
 	}
+	var handler http.Handler = h
+	if !cfg.AllowAnyHost {
+		handler = withLoopbackHost(handler)
+	}
 	srv := &http.Server{
 		Addr: cfg.ListenAddress,
-		Handler: withLimits(WithRejectProxyRequests(h), cfg.MaxInflight, cfg.MaxLongRunning,
+		Handler: withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
 			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{slog.Default()}, "", 0),

@@ -102,7 +102,7 @@ func TestServerLimits(t *testing.T) {
 
 	t.Run("oversized headers get 431", func(t *testing.T) {
 		big := strings.Repeat("a", 64<<10)
-		resp := rawRequest(t, addr, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\nX-Big: "+big+"\r\n\r\n")
+		resp := rawRequest(t, addr, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "+big+"\r\n\r\n")
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("status = %d, want 431", resp.StatusCode)
 		}
@@ -121,7 +121,7 @@ func TestServerLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
-		io.WriteString(conn, "GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n") // and never the blank line
+		io.WriteString(conn, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n") // and never the blank line
 		conn.SetReadDeadline(time.Now().Add(waitLimit))
 		b, err := io.ReadAll(conn)
 		var ne net.Error

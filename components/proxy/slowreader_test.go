@@ -101,7 +101,7 @@ func TestSlowReaderBoundsMemory(t *testing.T) {
 			if tc.watch {
 				path += "&watch=true"
 			}
-			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+			fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path)
 
 			var peak uint64
 			served := 0

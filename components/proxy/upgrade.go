@@ -231,6 +231,7 @@ func (a *upgradeAttempt) WrapRequest(req *http.Request) (*http.Request, error) {
 	for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
 		out.Header.Del(k)
 	}
+	stripIdentityHeaders(out.Header)
 	if err := a.dialer.AuthorizeUpgrade(out.Header, a.mode); err != nil {
 		return nil, err
 	}

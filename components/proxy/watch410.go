@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -32,7 +31,8 @@ import (
 const reasonGone = "gone"
 
 // maxFirstEvent bounds the first event read to look for a 410; a Status is
-// far smaller, and a larger first event is an object, passed on as is.
+// far smaller, and a larger first event is an object, passed on as is. The
+// buffer grows with the event's bytes, so this is a bound, not a cost.
 const maxFirstEvent = 64 << 10
 
 // goneCandidate reports whether out is a watch from a resourceVersion that
@@ -102,7 +102,7 @@ var errNoOlder = errors.New("no other endpoint to retry the watch on")
 // comes. Read and Close come from the reverse proxy's goroutine.
 type goneRetryBody struct {
 	rc      io.ReadCloser // the current upstream body
-	r       io.Reader     // what Read reads: rc, through br until swapped
+	r       io.Reader     // what Read reads: the first event checked, then rc
 	framing framing       // framingJSON or framingProtobuf
 	checked bool
 	retry   func() (io.ReadCloser, error)
@@ -115,68 +115,78 @@ func newGoneRetryBody(rc io.ReadCloser, f framing, retry func() (io.ReadCloser, 
 func (b *goneRetryBody) Read(p []byte) (int, error) {
 	if !b.checked {
 		b.checked = true
-		if b.framing == framingProtobuf {
-			b.checkProtobuf()
-		} else {
-			b.checkJSON()
-		}
+		b.check(p)
 	}
 	return b.r.Read(p)
 }
 
-// checkProtobuf reads the first length-prefixed frame, retries on a 410,
-// and otherwise hands the frame on.
-func (b *goneRetryBody) checkProtobuf() {
-	br := bufio.NewReaderSize(b.rc, maxFirstEvent)
-	// Peek leaves the frame in br for the client unless it is a 410.
-	hdr, err := br.Peek(4)
-	if err == nil {
-		if n := binary.BigEndian.Uint32(hdr); n <= maxFirstEvent-4 {
-			var frame []byte
-			frame, err = br.Peek(4 + int(n))
-			if err == nil && isGoneProtobufEvent(frame[4:]) {
-				if next, rerr := b.retry(); rerr == nil {
-					_ = b.rc.Close()
-					b.rc, b.r = next, next
-					return
-				}
+// check reads the first event, retries the watch on a 410, and otherwise
+// hands the event on. Until the first bytes arrive it holds no buffer of
+// its own: it reads into p, the caller's copy buffer, and keeps only what
+// came, so a watch waiting for its first event (which may take minutes on
+// a quiet resource) costs nothing here. The event is collected in a buffer
+// that grows with it, up to maxFirstEvent.
+func (b *goneRetryBody) check(p []byte) {
+	if len(p) == 0 {
+		p = make([]byte, 512) // only for a caller reading 0 bytes at first
+	}
+	var got []byte
+	var err error
+	for {
+		var n int
+		n, err = b.rc.Read(p)
+		got = append(got, p[:n]...)
+		event, complete := b.firstEvent(got)
+		if complete && event != nil && b.isGone(event) {
+			if next, rerr := b.retry(); rerr == nil {
+				_ = b.rc.Close()
+				b.rc, b.r = next, next
+				return
 			}
 		}
-	}
-	b.r = drained(br, nil, b.rc, err)
-}
-
-// checkJSON reads the first line, retries on a 410, and otherwise hands
-// the line on.
-func (b *goneRetryBody) checkJSON() {
-	br := bufio.NewReaderSize(b.rc, maxFirstEvent)
-	// One event per line; at an error or a full buffer ReadSlice returns
-	// what it has, given back to the client below.
-	line, err := br.ReadSlice('\n')
-	if err == nil && isGoneEvent(line) {
-		if next, rerr := b.retry(); rerr == nil {
-			_ = b.rc.Close()
-			b.rc, b.r = next, next
-			return
+		if complete || err != nil || len(got) >= maxFirstEvent {
+			break
 		}
 	}
-	b.r = drained(br, line, b.rc, err)
+	b.r = io.MultiReader(bytes.NewReader(got), readerOrErr(b.rc, err))
 }
 
-// drained gives back head and what br holds beyond it, then reads rc (or
-// fails with err), so that br's 64 KiB buffer is not kept for the rest of
-// a watch that may last for hours.
-func drained(br *bufio.Reader, head []byte, rc io.Reader, err error) io.Reader {
-	rest, _ := br.Peek(br.Buffered()) // no I/O: only what is buffered
-	pending := make([]byte, 0, len(head)+len(rest))
-	pending = append(append(pending, head...), rest...)
-	return io.MultiReader(bytes.NewReader(pending), readerOrErr(rc, err))
+// firstEvent finds the first event in got. complete is true once no more
+// bytes are needed to decide: the event is whole (event set), or it cannot
+// be a 410 the proxy would look at (event nil: a protobuf frame larger
+// than maxFirstEvent).
+func (b *goneRetryBody) firstEvent(got []byte) (event []byte, complete bool) {
+	if b.framing == framingProtobuf {
+		if len(got) < 4 {
+			return nil, false
+		}
+		n := binary.BigEndian.Uint32(got)
+		if n > maxFirstEvent-4 {
+			return nil, true
+		}
+		if len(got) < 4+int(n) {
+			return nil, false
+		}
+		return got[4 : 4+int(n)], true
+	}
+	// JSON: one event per line.
+	if i := bytes.IndexByte(got, '\n'); i >= 0 {
+		return got[:i+1], true
+	}
+	return nil, false
 }
 
-// readerOrErr is r, or a reader failing with err when the first read
-// already failed (so the error comes after the bytes read before it).
+func (b *goneRetryBody) isGone(event []byte) bool {
+	if b.framing == framingProtobuf {
+		return isGoneProtobufEvent(event)
+	}
+	return isGoneEvent(event)
+}
+
+// readerOrErr is r, or a reader failing with err when reading the first
+// event already failed (so the error comes after the bytes read before it).
 func readerOrErr(r io.Reader, err error) io.Reader {
-	if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+	if err != nil {
 		return errReader{err}
 	}
 	return r

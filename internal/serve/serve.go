@@ -23,6 +23,8 @@ type Server struct {
 	log    *slog.Logger
 	ln     net.Listener
 	served chan struct{}
+	// maxConns caps open connections (LimitConnections); 0: no cap.
+	maxConns int
 }
 
 // New wraps srv. With srv.TLSConfig set it serves TLS (certificates from
@@ -44,6 +46,9 @@ func (s *Server) Start(addr string) error {
 			return fmt.Errorf("%s: listen on %s %s: %w", s.name, s.flag, addr, err)
 		}
 		return fmt.Errorf("%s: listen on %s: %w", s.name, addr, err)
+	}
+	if s.maxConns > 0 {
+		ln = &limitListener{Listener: ln, max: int64(s.maxConns)}
 	}
 	s.ln = ln
 	s.served = make(chan struct{})
