@@ -275,8 +275,10 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		}
 
 		unprocessed := transport.IsUnprocessed(err)
+		// A relayed request's stream may break because its backend did:
+		// it is no failure of the endpoint's (DoneInfo.Relayed).
 		pick.Done(balancer.DoneInfo{Err: err, Unavailable: connectFailed(err),
-			Failed: !unprocessed && failedErr(out.Context(), err), Relayed: st.origin.relayed()})
+			Failed: !st.origin.relayed() && !unprocessed && failedErr(out.Context(), err), Relayed: st.origin.relayed()})
 		h.metrics.upstreamError(addr, err)
 		uerr := &upstreamError{endpoint: addr, err: err, first: first}
 		// Once only: when two apiservers in a row never received the

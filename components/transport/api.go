@@ -79,8 +79,8 @@ func WithRelayedAnswer(ctx context.Context) context.Context {
 	return context.WithValue(ctx, relayedKey{}, true)
 }
 
-// relayedAnswer reports whether ctx carries WithRelayedAnswer's mark.
-func relayedAnswer(ctx context.Context) bool {
+// IsRelayedAnswer reports whether ctx carries WithRelayedAnswer's mark.
+func IsRelayedAnswer(ctx context.Context) bool {
 	v, _ := ctx.Value(relayedKey{}).(bool)
 	return v
 }

@@ -243,7 +243,7 @@ func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res.StatusCode == http.StatusUnauthorized && p.key.mode == AuthSidecar && g.cert != nil && !relayedAnswer(req.Context()) {
+	if res.StatusCode == http.StatusUnauthorized && p.key.mode == AuthSidecar && g.cert != nil && !IsRelayedAnswer(req.Context()) {
 		return p.retryUnauthorized(g, req, res)
 	}
 	return res, nil
