@@ -237,7 +237,11 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 
 	// Before the Service has endpoints the APIService is not Available,
 	// and kube-apiserver answers requests for it itself, without
-	// proxying: 503 "service unavailable".
+	// proxying: 503 "service unavailable". Each apiserver learns of the
+	// APIService from its own informer; until then it answers 404.
+	for _, a := range cp.APIServers {
+		waitStatus(ctx, t, cp.Admin, a, "/apis/"+relayGroup+"/v1", http.StatusServiceUnavailable)
+	}
 	code, msg := post(aggregatedPath("shutdown503"))
 	t.Logf("while the APIService is not Available: %d %s", code, strings.TrimSpace(msg))
 	if code != http.StatusServiceUnavailable || backend.count("aggregated/shutdown503") != 0 {
@@ -276,8 +280,8 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 	// Every apiserver must proxy both routes before counting starts.
 	began := time.Now()
 	for _, a := range cp.APIServers {
-		waitProxied(ctx, t, cp.Admin, a, "/api/v1/namespaces/"+ns+"/services/"+svc+":http/proxy/healthz")
-		waitProxied(ctx, t, cp.Admin, a, "/apis/"+relayGroup+"/v1")
+		waitStatus(ctx, t, cp.Admin, a, "/api/v1/namespaces/"+ns+"/services/"+svc+":http/proxy/healthz", http.StatusOK)
+		waitStatus(ctx, t, cp.Admin, a, "/apis/"+relayGroup+"/v1", http.StatusOK)
 	}
 	t.Logf("both routes proxied by every apiserver after %s", time.Since(began).Round(100*time.Millisecond))
 
@@ -344,9 +348,9 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 	t.Logf("fanout after %d relayed POSTs: ready %v, draining %v", sent, usable, draining)
 }
 
-// waitProxied waits until apiserver a answers GET path with 200, read as
-// the admin directly.
-func waitProxied(ctx context.Context, t *testing.T, admin *rest.Config, a *harness.APIServer, path string) {
+// waitStatus waits until apiserver a answers GET path with status want,
+// read as the admin directly.
+func waitStatus(ctx context.Context, t *testing.T, admin *rest.Config, a *harness.APIServer, path string, want int) {
 	t.Helper()
 	cfg := rest.CopyConfig(admin)
 	cfg.Host = a.URL
@@ -357,12 +361,13 @@ func waitProxied(ctx context.Context, t *testing.T, admin *rest.Config, a *harne
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		_, err := c.Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
-		if err == nil {
+		var code int
+		err := c.Discovery().RESTClient().Get().AbsPath(path).Do(ctx).StatusCode(&code).Error()
+		if code == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("apiserver %d does not proxy %s: %v", a.Index+1, path, err)
+			t.Fatalf("apiserver %d answers GET %s with %d (%v), want %d", a.Index+1, path, code, err, want)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
