@@ -180,14 +180,12 @@ func stateFrom(ctx context.Context) *reqState {
 // forwarder is the reverse proxy's Transport: pick, send, maybe retry.
 type forwarder Handler
 
-func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
+func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	h := (*Handler)(f)
-	st := stateFrom(out.Context())
-	if st.origin.relayed() {
-		// A 401 here may be the backend's: it must not make the
-		// transport re-read fanout's credentials and send again.
-		out = out.WithContext(transport.WithRelayedAnswer(out.Context()))
-	}
+	st := stateFrom(req.Context())
+	// Assigned once: the 410 retry's closure captures out, and a variable
+	// assigned twice would be captured by reference, on the heap.
+	out := markRelayed(req, st.origin)
 
 	body, err := h.prepareBody(out)
 	if err != nil {

@@ -1,9 +1,12 @@
 package proxy
 
 import (
+	"net/http"
 	"strings"
 
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/fanout-dev/fanout/components/transport"
 )
 
 // origin says who may have written the status of a request's answer:
@@ -144,4 +147,14 @@ func originOf(info *apirequest.RequestInfo, path string) origin {
 func isOwnGroup(g string) bool {
 	_, ok := ownGroups[g]
 	return ok
+}
+
+// markRelayed returns out, or for a relayed origin a copy of out whose
+// context tells the transport that a 401 may be the backend's, so that it
+// neither re-reads fanout's credentials nor sends again.
+func markRelayed(out *http.Request, o origin) *http.Request {
+	if !o.relayed() {
+		return out
+	}
+	return out.WithContext(transport.WithRelayedAnswer(out.Context()))
 }
