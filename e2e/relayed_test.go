@@ -289,7 +289,9 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 		name string
 		path func(mode string) string
 	}{
-		{"service", func(mode string) string { return "/api/v1/namespaces/" + ns + "/services/" + svc + ":http/proxy/" + mode }},
+		{"service", func(mode string) string {
+			return "/api/v1/namespaces/" + ns + "/services/" + svc + ":http/proxy/" + mode
+		}},
 		{"aggregated", aggregatedPath},
 	}
 	counters := []string{
