@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -97,7 +98,7 @@ func startRelayBackend(t *testing.T, bridge net.IP) *relayBackend {
 			}),
 		},
 	}
-	serve := func(route string) http.Handler {
+	serve := func() http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && r.URL.Path == "/apis/"+relayGroup+"/v1" {
 				// Discovery: what the aggregator's availability check and
@@ -124,6 +125,12 @@ func startRelayBackend(t *testing.T, bridge net.IP) *relayBackend {
 				return
 			}
 			_, _ = io.Copy(io.Discard, r.Body)
+			// The route is the first path segment behind a proxy
+			// subresource (/service/<mode>, /pod/<mode>).
+			route := "aggregated"
+			if !strings.HasPrefix(r.URL.Path, "/apis/") {
+				route, _, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+			}
 			b.mu.Lock()
 			b.posts[route+"/"+mode]++
 			b.mu.Unlock()
@@ -137,13 +144,13 @@ func startRelayBackend(t *testing.T, bridge net.IP) *relayBackend {
 		}
 		return l
 	}
-	plain := httptest.NewUnstartedServer(serve("service"))
+	plain := httptest.NewUnstartedServer(serve())
 	plain.Listener = listen()
 	plain.Start()
 	t.Cleanup(plain.Close)
 	// The APIService is registered with insecureSkipTLSVerify, so
 	// httptest's own certificate does.
-	secure := httptest.NewUnstartedServer(serve("aggregated"))
+	secure := httptest.NewUnstartedServer(serve())
 	secure.Listener = listen()
 	secure.TLS = &tls.Config{NextProtos: []string{"h2", "http/1.1"}}
 	secure.EnableHTTP2 = true
@@ -249,6 +256,22 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 			code, msg, backend.count("aggregated/shutdown503"))
 	}
 
+	// kube-apiserver's services proxy only goes to endpoints that are a
+	// pod of the namespace with that IP (isValidAddress), so a pod stands
+	// for the backend: never scheduled (no kubelet runs it), with the
+	// bridge address as its IP. It is also the target of pods/x/proxy.
+	pod, err := admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: svc},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "relay", Image: "relay.invalid/never-pulled:none"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bridgeIP := cp.Net.BridgeIP.String()
+	pod.Status.PodIP, pod.Status.PodIPs = bridgeIP, []corev1.PodIP{{IP: bridgeIP}}
+	if _, err := admin.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("giving the relay pod the bridge address: %v", err)
+	}
 	ports := []discoveryv1.EndpointPort{
 		{Name: ptr.To("http"), Port: ptr.To(int32(backend.httpPort)), Protocol: ptr.To(corev1.ProtocolTCP)},
 		{Name: ptr.To("https"), Port: ptr.To(int32(backend.httpsPort)), Protocol: ptr.To(corev1.ProtocolTCP)},
@@ -258,39 +281,33 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 			discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "fanout-e2e",
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{cp.Net.BridgeIP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports:       ports,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// kube-apiserver's services proxy may still read Endpoints.
-	//lint:ignore SA1019 the EndpointSlice above is the current API; this is for older readers.
-	if _, err := admin.CoreV1().Endpoints(ns).Create(ctx, &corev1.Endpoints{
-		ObjectMeta: metav1.ObjectMeta{Name: svc},
-		Subsets: []corev1.EndpointSubset{{
-			Addresses: []corev1.EndpointAddress{{IP: cp.Net.BridgeIP.String()}},
-			Ports: []corev1.EndpointPort{
-				{Name: "http", Port: int32(backend.httpPort), Protocol: corev1.ProtocolTCP},
-				{Name: "https", Port: int32(backend.httpsPort), Protocol: corev1.ProtocolTCP},
-			},
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{bridgeIP},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: svc, UID: pod.UID},
 		}},
+		Ports: ports,
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Every apiserver must proxy both routes before counting starts.
+	// Every apiserver must proxy every route before counting starts.
 	began := time.Now()
 	for _, a := range cp.APIServers {
 		waitStatus(ctx, t, cp.Admin, a, "/api/v1/namespaces/"+ns+"/services/"+svc+":http/proxy/healthz", http.StatusOK)
+		waitStatus(ctx, t, cp.Admin, a, fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:%d/proxy/healthz", ns, svc, backend.httpPort), http.StatusOK)
 		waitStatus(ctx, t, cp.Admin, a, "/apis/"+relayGroup+"/v1", http.StatusOK)
 	}
-	t.Logf("both routes proxied by every apiserver after %s", time.Since(began).Round(100*time.Millisecond))
+	t.Logf("every route proxied by every apiserver after %s", time.Since(began).Round(100*time.Millisecond))
 
 	routes := []struct {
 		name string
 		path func(mode string) string
 	}{
 		{"service", func(mode string) string {
-			return "/api/v1/namespaces/" + ns + "/services/" + svc + ":http/proxy/" + mode
+			return "/api/v1/namespaces/" + ns + "/services/" + svc + ":http/proxy/service/" + mode
+		}},
+		{"pod", func(mode string) string {
+			return fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:%d/proxy/pod/%s", ns, svc, backend.httpPort, mode)
 		}},
 		{"aggregated", aggregatedPath},
 	}
