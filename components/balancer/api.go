@@ -150,6 +150,13 @@ type DoneInfo struct {
 	// cost is raised for Config.OverloadPenalty and Pick with Unloaded
 	// passes it over.
 	Overloaded bool
+	// Relayed says the answer's status may not be kube-apiserver's own: the
+	// request went through it to another server (a proxy subresource, an
+	// aggregated API, a kubelet). Such a result counts the request and
+	// nothing else: its status, latency and mid-request errors say nothing
+	// about the endpoint. Unavailable still ejects, since a dial or TLS
+	// failure is fanout's own observation of the apiserver.
+	Relayed bool
 }
 
 // Pick is the result of a successful pick. It is a plain value so that

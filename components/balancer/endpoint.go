@@ -386,8 +386,8 @@ func (e *Endpoint) eject(now int64) {
 func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	e.inflight[kindIndex(k)].Add(-1)
 	e.requests.Add(1)
-	penalty := di.StatusCode == 429 || di.StatusCode >= 500
-	if di.Err != nil || penalty {
+	penalty := !di.Relayed && (di.StatusCode == 429 || di.StatusCode >= 500)
+	if (di.Err != nil && (!di.Relayed || di.Unavailable)) || penalty {
 		e.errors.Add(1)
 	}
 	gotResponse := di.StatusCode != 0 || (di.Err == nil && !di.Unavailable)
@@ -395,6 +395,9 @@ func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	case di.Unavailable:
 		e.streak.Store(0)
 		e.eject(e.p.nowNanos())
+	case di.Relayed:
+		// Another server's answer, or an error that may be its: it
+		// neither fails nor clears the endpoint (DoneInfo.Relayed).
 	case di.ShuttingDown:
 		// Neither an answer nor a failure: the apiserver is healthy and
 		// leaving on purpose.
@@ -411,7 +414,7 @@ func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	case gotResponse && e.streak.Load() != 0:
 		e.streak.Store(0)
 	}
-	if di.Overloaded {
+	if di.Overloaded && !di.Relayed {
 		e.overloadFor(e.p.nowNanos())
 	}
 	// A long request's duration is the client's choice, and long requests
@@ -422,7 +425,7 @@ func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	now := e.p.nowNanos()
 	samples := e.p.samples.Add(e.p.roundStep.Load())
 	e.countServed(now)
-	if di.Latency > 0 {
+	if di.Latency > 0 && !di.Relayed {
 		e.observe(c, di.Latency, penalty, now, samples)
 	}
 }

@@ -40,18 +40,28 @@ func Classify(r *http.Request) balancer.Kind {
 // requests (discovery, /version, /openapi) and paths the apiserver cannot
 // parse are balancer.ClassOther.
 func ClassifyRequest(r *http.Request) (balancer.Kind, balancer.Class) {
+	kind, class, _ := classifyRequest(r)
+	return kind, class
+}
+
+// classifyRequest is ClassifyRequest plus the origin of the answer (see
+// origin), from the same parse.
+func classifyRequest(r *http.Request) (balancer.Kind, balancer.Class, origin) {
 	info, err := requestInfoFactory.NewRequestInfo(r)
+	// On error info holds what was parsed before the failure, the group
+	// included: an aggregated group's odd path is still its server's.
+	org := originOf(info, r.URL.Path)
 	if err != nil {
-		return balancer.Short, balancer.ClassOther
+		return balancer.Short, balancer.ClassOther, org
 	}
 	class := balancer.ClassOther
 	if info.IsResourceRequest {
 		class = balancer.ClassForVerb(info.Verb)
 	}
 	if isLongRunning(info) {
-		return balancer.Long, class
+		return balancer.Long, class, org
 	}
-	return balancer.Short, class
+	return balancer.Short, class, org
 }
 
 // isLongRunning mirrors k8s.io/apiserver/pkg/server/filters.

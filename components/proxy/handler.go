@@ -122,7 +122,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
-	kind, class := ClassifyRequest(r)
+	kind, class, org := classifyRequest(r)
 	if h.stopping.Load() {
 		h.metrics.answered(kind, http.StatusServiceUnavailable, "", h.now().Sub(start))
 		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
@@ -132,14 +132,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if isUpgrade(r) {
 		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
 		// its own HTTP/1.1 connection (upgrade.go).
-		h.serveUpgrade(w, r, class, start)
+		h.serveUpgrade(w, r, class, org, start)
 		return
 	}
 	if kind == balancer.Long {
 		h.metrics.openLong.Inc()
 		defer h.metrics.openLong.Dec()
 	}
-	st := &reqState{kind: kind, class: class, mode: AuthModeFor(r), start: start}
+	st := &reqState{kind: kind, class: class, origin: org, mode: AuthModeFor(r), start: start}
 	p := h.proxy
 	if kind == balancer.Long {
 		p = h.longProxy
@@ -164,6 +164,7 @@ func (h *Handler) StopLongRunning() {
 type reqState struct {
 	kind     balancer.Kind
 	class    balancer.Class
+	origin   origin
 	mode     transport.AuthMode
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
@@ -181,9 +182,12 @@ func stateFrom(ctx context.Context) *reqState {
 // forwarder is the reverse proxy's Transport: pick, send, maybe retry.
 type forwarder Handler
 
-func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
+func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	h := (*Handler)(f)
-	st := stateFrom(out.Context())
+	st := stateFrom(req.Context())
+	// Assigned once: the 410 retry's closure captures out, and a variable
+	// assigned twice would be captured by reference, on the heap.
+	out := markRelayed(req, st.origin)
 
 	body, err := h.prepareBody(out)
 	if err != nil {
@@ -234,10 +238,15 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		resp, err := h.upstream.For(addr, st.mode).RoundTrip(body.request(out, addr))
 		if err == nil {
 			headers := h.now()
-			v, _ := inspect(resp)
-			info := doneInfo(resp.StatusCode, v, headers.Sub(sent))
+			v := verdictAnswer
+			if !st.origin.relayed() {
+				// Only kube-apiserver's own rejections are verdicts; a
+				// relayed answer is passed on whatever it says.
+				v, _ = inspect(resp)
+			}
+			info := doneInfo(resp.StatusCode, v, headers.Sub(sent), st.origin.relayed())
 			retry := v != verdictAnswer && attempt+1 < maxAttempts && body.replayable && out.Context().Err() == nil &&
-				(v == verdictShutdown || attempt == 0)
+				(v == verdictShutdown || attempt == 0) && (v != verdictThrottled || isRead(out.Method))
 			if retry && !h.budget.allow() {
 				h.metrics.budgetExhausted(retryReason(v))
 				retry = false
@@ -257,7 +266,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
 			resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
 			resp.Body = h.trackWatch(out, resp, st.kind, addr)
-			if st.kind == balancer.Long {
+			if st.kind == balancer.Long && !st.origin.relayed() {
 				if f, ok := goneCandidate(out, resp); ok {
 					resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
 				}
@@ -266,14 +275,16 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		}
 
 		unprocessed := transport.IsUnprocessed(err)
+		// A relayed request's stream may break because its backend did:
+		// it is no failure of the endpoint's (DoneInfo.Relayed).
 		pick.Done(balancer.DoneInfo{Err: err, Unavailable: connectFailed(err),
-			Failed: !unprocessed && failedErr(out.Context(), err)})
+			Failed: !st.origin.relayed() && !unprocessed && failedErr(out.Context(), err), Relayed: st.origin.relayed()})
 		h.metrics.upstreamError(addr, err)
 		uerr := &upstreamError{endpoint: addr, err: err, first: first}
 		// Once only: when two apiservers in a row never received the
 		// request, the cause is more likely ours (network, credentials)
 		// than theirs, and more attempts would only delay the error.
-		reason, safe := retryableError(out, unprocessed, err)
+		reason, safe := retryableError(out, st.origin, unprocessed, err)
 		if first != nil || !safe || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
 			return nil, uerr
 		}

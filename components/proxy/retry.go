@@ -37,7 +37,8 @@ const (
 	verdictOverload
 	// verdictThrottled: any other 429, e.g. a watch cache that is not
 	// ready yet or a resourceVersion newer than this apiserver has seen.
-	// Another apiserver may well serve it.
+	// Another apiserver may well serve a read; a write is not moved,
+	// since nothing proves this 429 came before processing.
 	verdictThrottled
 )
 
@@ -177,15 +178,23 @@ func failedErr(ctx context.Context, err error) bool {
 // read (GET, HEAD: kube-apiserver's get, list and watch change nothing)
 // that failed on a broken connection or a timeout before any response
 // header arrived, as on a host that died or was cut off mid-request.
-// Writes that may have been processed never move.
-func retryableError(out *http.Request, unprocessed bool, err error) (reason string, ok bool) {
+// Writes that may have been processed never move, nor does any request
+// through a proxy subresource: its backend is arbitrary code, to which a
+// GET may be a write.
+func retryableError(out *http.Request, o origin, unprocessed bool, err error) (reason string, ok bool) {
 	switch {
 	case unprocessed:
 		return reasonUnprocessed, true
-	case (out.Method == http.MethodGet || out.Method == http.MethodHead) && failedErr(out.Context(), err):
+	case isRead(out.Method) && o != originProxy && failedErr(out.Context(), err):
 		return reasonRead, true
 	}
 	return "", false
+}
+
+// isRead reports whether method is one of kube-apiserver's reads (get,
+// list, watch), which change nothing when sent twice.
+func isRead(method string) bool {
+	return method == http.MethodGet || method == http.MethodHead
 }
 
 // Reasons for fanout_retries_total and fanout_retry_budget_exhausted_total,
@@ -265,14 +274,16 @@ func (b *retryBudget) allow() bool {
 // spend counts one retry.
 func (b *retryBudget) spend() { b.bucket(b.now().Unix()).retries.Add(1) }
 
-// doneInfo is what the balancer learns from an answer.
-func doneInfo(status int, v verdict, latency time.Duration) balancer.DoneInfo {
+// doneInfo is what the balancer learns from an answer. A relayed answer
+// (see origin) teaches it nothing but that the request ended.
+func doneInfo(status int, v verdict, latency time.Duration, relayed bool) balancer.DoneInfo {
 	return balancer.DoneInfo{
 		StatusCode:   status,
 		Latency:      latency,
 		ShuttingDown: v == verdictShutdown,
 		Overloaded:   v == verdictOverload,
-		Failed:       v == verdictAnswer && failedStatus(status),
+		Failed:       !relayed && v == verdictAnswer && failedStatus(status),
+		Relayed:      relayed,
 	}
 }
 

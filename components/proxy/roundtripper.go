@@ -45,7 +45,7 @@ var _ http.RoundTripper = (*roundTripper)(nil)
 func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	h := (*Handler)(rt)
 	start := h.now()
-	kind, class := ClassifyRequest(r)
+	kind, class, org := classifyRequest(r)
 	if h.stopping.Load() {
 		closeRequestBody(r)
 		return nil, ErrStopped
@@ -71,7 +71,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 
-	st := &reqState{kind: kind, class: class, mode: AuthModeFor(r), start: start}
+	st := &reqState{kind: kind, class: class, origin: org, mode: AuthModeFor(r), start: start}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
 	out := r.WithContext(ctx) // a shallow copy; r stays untouched
 	u := *r.URL

@@ -83,7 +83,7 @@ func upgradeProtocol(r *http.Request) string {
 // whatever later rebalances watches) never ends it; it never rides the
 // HTTP/2 pools, so it takes no stream there. Only its two peers end it, or
 // CloseUpgrades when the shutdown grace has run out.
-func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class balancer.Class, start time.Time) {
+func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class balancer.Class, org origin, start time.Time) {
 	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
 		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
 		// http://). The offer is optional: decline it by serving the
@@ -124,8 +124,10 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class bal
 		a.run(w, r)
 
 		if status := int(a.status.Load()); status != 0 {
-			// Answered, and counted as such when the answer went out.
-			pick.Done(balancer.DoneInfo{StatusCode: status, Latency: a.latency})
+			// Answered, and counted as such when the answer went out. The
+			// status of exec, attach, port-forward and proxy upgrades may
+			// be the kubelet's or the backend's (origin).
+			pick.Done(balancer.DoneInfo{StatusCode: status, Latency: a.latency, Relayed: org.relayed()})
 			a.release()
 			return
 		}
@@ -134,7 +136,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class bal
 			// logged why.
 			a.err = errors.New("the upgrade ended without a response from kube-apiserver")
 		}
-		pick.Done(balancer.DoneInfo{Err: a.err, Unavailable: a.dialFailed})
+		pick.Done(balancer.DoneInfo{Err: a.err, Unavailable: a.dialFailed, Relayed: org.relayed()})
 		a.release()
 		h.metrics.upstreamError(a.addr, a.err)
 		uerr := &upstreamError{endpoint: a.addr, err: a.err, first: first}

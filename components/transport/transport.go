@@ -236,13 +236,14 @@ func (t *Transports) newH2(dialTLS func(ctx context.Context, network, addr strin
 // the current token on a copy of req; it never modifies req. A 401 to a
 // request sent with a client certificate is retried once, on a new
 // connection after the credentials were re-read, if req's body can be
-// replayed (see retryUnauthorized).
+// replayed (see retryUnauthorized), unless req's context carries
+// WithRelayedAnswer.
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, g, err := p.send(req)
 	if err != nil {
 		return nil, err
 	}
-	if res.StatusCode == http.StatusUnauthorized && p.key.mode == AuthSidecar && g.cert != nil {
+	if res.StatusCode == http.StatusUnauthorized && p.key.mode == AuthSidecar && g.cert != nil && !IsRelayedAnswer(req.Context()) {
 		return p.retryUnauthorized(g, req, res)
 	}
 	return res, nil

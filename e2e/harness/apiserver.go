@@ -94,6 +94,10 @@ func newAPIServer(cp *ControlPlane, h *Host, extraArgs []string) (*APIServer, er
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p.FrontProxyClient.CertFile,
 		"--proxy-client-key-file=" + p.FrontProxyClient.KeyFile,
+		// The aggregator reaches an APIService's Service through its
+		// endpoints rather than its cluster IP: the test hosts have no
+		// kube-proxy to route a cluster IP.
+		"--enable-aggregator-routing=true",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
