@@ -158,3 +158,31 @@ func TestScreen(t *testing.T) {
 		t.Errorf("without a terminal wrote %q, want plain lines", b.String())
 	}
 }
+
+// TestScreenFit checks that a frame on a small terminal drops its oldest
+// events rather than scroll, and that long lines are cut rather than wrap.
+func TestScreenFit(t *testing.T) {
+	v := view{servers: []serverView{{addr: "a"}}, clients: []clientView{{label: "c", per: []userStats{{}}}}}
+	for i := range shown {
+		v.events = append(v.events, event{text: fmt.Sprintf("event %d %s", i, strings.Repeat("x", 100))})
+	}
+	full := len(render(v))
+	s := &screen{w: &strings.Builder{}, tty: true, size: func() (int, int) { return full - 2, 40 }}
+	s.open()
+	lines := s.fit(v)
+	if len(lines) >= full-2 {
+		t.Fatalf("frame of %d lines on a terminal of %d rows", len(lines), full-2)
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, fmt.Sprintf("event %d", shown-1)) {
+		t.Errorf("last line %q, want the newest event kept", last)
+	}
+	var b strings.Builder
+	s.w = &b
+	s.draw(lines)
+	for _, l := range strings.Split(b.String(), "\n") {
+		l = strings.NewReplacer(cursorHome, "", clearToEOL, "", clearToEnd, "").Replace(l)
+		if n := len([]rune(l)); n >= 40 {
+			t.Errorf("line of %d columns on a terminal of 40: %q", n, l)
+		}
+	}
+}

@@ -206,7 +206,7 @@ func run(o options) error {
 			defer restore()
 		}
 	}
-	scr := &screen{w: os.Stdout, tty: tty}
+	scr := &screen{w: os.Stdout, tty: tty, size: terminalSize(os.Stdout)}
 	scr.open()
 	defer scr.close()
 	d.start = time.Now()
@@ -247,7 +247,7 @@ loop:
 			}
 		case <-tick.C:
 		}
-		scr.draw(render(d.frame(ctx)))
+		scr.draw(scr.fit(d.frame(ctx)))
 	}
 
 	stopClients()

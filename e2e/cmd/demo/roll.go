@@ -101,7 +101,7 @@ func (r *roller) roll(ctx context.Context, why string) error {
 		name := fmt.Sprintf("apiserver %d", a.Index+1)
 		step := fmt.Sprintf("rolling restart %d/%d: ", k+1, n)
 
-		r.setPhase(a.Index, phaseStopping, step+name+" got SIGTERM: /readyz fails, it serves 5 s more, then closes its connections")
+		r.setPhase(a.Index, phaseStopping, step+name+" stopping (SIGTERM; serves 5 s more)")
 		r.ev.add("%s: SIGTERM", name)
 		from := time.Now()
 		if err := a.Stop(); err != nil {
@@ -118,12 +118,16 @@ func (r *roller) roll(ctx context.Context, why string) error {
 		if err := a.Start(ctx); err != nil {
 			return fmt.Errorf("starting %s again: %w", name, err)
 		}
-		r.setPhase(a.Index, phaseUp, step+name+" is ready; waiting for fanout to use it")
+		r.setPhase(a.Index, phaseUp, step+name+" ready; waiting for fanout's probe")
 		r.ev.add("%s ready %s after its start", name, a.ReadyAt().Sub(a.StartedAt()).Round(100*time.Millisecond))
 		if err := r.waitFanoutReady(ctx, a); err != nil {
 			return err
 		}
-		r.setPhase(a.Index, phaseUp, step+name+" is back in fanout's rotation; the next one follows in 10 s")
+		next := "the next one in 10 s"
+		if k == n-1 {
+			next = "done in 10 s"
+		}
+		r.setPhase(a.Index, phaseUp, step+name+" back in fanout's rotation; "+next)
 		if err := sleep(ctx, 10*time.Second); err != nil {
 			return err
 		}

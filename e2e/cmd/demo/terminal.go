@@ -32,6 +32,34 @@ type screen struct {
 	w   io.Writer
 	tty bool
 	alt bool
+	// size returns the terminal's rows and columns (0 when unknown).
+	size func() (rows, cols int)
+}
+
+func terminalSize(f *os.File) func() (int, int) {
+	return func() (int, int) {
+		ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+		if err != nil {
+			return 0, 0
+		}
+		return int(ws.Row), int(ws.Col)
+	}
+}
+
+// fit renders v for the screen: on a terminal it drops the oldest events
+// until the frame fits the rows, since a frame taller than the terminal
+// would scroll and the next one would no longer land in place.
+func (s *screen) fit(v view) []string {
+	lines := render(v)
+	if !s.alt || s.size == nil {
+		return lines
+	}
+	rows, _ := s.size()
+	for rows > 0 && len(lines) >= rows && len(v.events) > 0 {
+		v.events = v.events[1:]
+		lines = render(v)
+	}
+	return lines
 }
 
 // open switches a terminal to the alternate screen.
@@ -57,8 +85,16 @@ func (s *screen) close() {
 func (s *screen) draw(lines []string) {
 	var b strings.Builder
 	if s.alt {
+		cols := 0
+		if s.size != nil {
+			_, cols = s.size()
+		}
 		b.WriteString(cursorHome)
 		for _, l := range lines {
+			// A wrapped line would push the rest of the frame down.
+			if r := []rune(l); cols > 0 && len(r) >= cols {
+				l = string(r[:cols-1])
+			}
 			b.WriteString(l)
 			b.WriteString(clearToEOL)
 			b.WriteString("\n")
