@@ -316,7 +316,8 @@ func (d *demo) frame(ctx context.Context) view {
 		if st == "" {
 			st = "?"
 		}
-		v.servers = append(v.servers, serverView{addr: addr, phase: phases[i], fanout: st})
+		// The port is 6443 on every test host.
+		v.servers = append(v.servers, serverView{addr: a.Host.IP.String(), phase: phases[i], fanout: st})
 	}
 	row := func(label, note string, match func(string) bool, n *counts) clientView {
 		cv := clientView{label: label, note: note, counts: n}

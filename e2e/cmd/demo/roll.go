@@ -132,12 +132,11 @@ func (r *roller) roll(ctx context.Context, why string) error {
 			return err
 		}
 	}
-	var parts []string
+	r.ev.add("rolling restart done in %s", time.Since(began).Round(time.Second))
 	for i, c := range r.clients {
 		d := c.counts()
-		parts = append(parts, fmt.Sprintf("%s %d failed, %d re-lists", c.label, d.failed-before[i].failed, d.relists-before[i].relists))
+		r.ev.add("  %s during the roll: %d failed requests, %d re-lists", c.label, d.failed-before[i].failed, d.relists-before[i].relists)
 	}
-	r.ev.add("rolling restart done in %s: %s", time.Since(began).Round(time.Second), strings.Join(parts, "; "))
 	return nil
 }
 

@@ -67,7 +67,7 @@ func render(v view) []string {
 		out = append(out, strings.TrimRight(b.String(), " "))
 	}
 	row("", func(i int) string { return fmt.Sprintf("apiserver %d", i+1) })
-	row("", func(i int) string { return v.servers[i].addr })
+	row("address (port 6443)", func(i int) string { return v.servers[i].addr })
 	row("process", func(i int) string { return v.servers[i].phase })
 	row("fanout's view of it", func(i int) string { return v.servers[i].fanout })
 	for _, c := range v.clients {
