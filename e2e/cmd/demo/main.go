@@ -250,12 +250,15 @@ loop:
 		scr.draw(scr.fit(d.frame(ctx)))
 	}
 
+	// The last frame is taken while the clients still run: once they stop,
+	// their watches end and the table would show none.
+	final := render(d.frame(context.Background()))
 	stopClients()
 	clientsDone.Wait()
 	rolls.Wait()
 	scr.close()
 	fmt.Println()
-	for _, l := range render(d.frame(context.Background())) {
+	for _, l := range final {
 		fmt.Println(l)
 	}
 	fmt.Println()
