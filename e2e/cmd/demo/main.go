@@ -180,7 +180,9 @@ func run(o options) error {
 	failures := &failureLog{ev: d.ev, last: map[string]time.Time{}}
 	d.clients = []*client{viaFanout, viaL4}
 	d.roller = newRoller(cp, sidecar.AdminAddress, d.clients, d.ev)
-	clientCtx, stopClients := context.WithCancel(ctx)
+	// The clients outlive ctx (q, Ctrl-C, -duration) until the last frame
+	// is taken: their watches must still be open in it.
+	clientCtx, stopClients := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClients()
 	var clientsDone, rolls sync.WaitGroup
 	clientErr := make(chan error, len(d.clients))
