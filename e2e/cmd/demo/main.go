@@ -1,47 +1,78 @@
 // Command demo runs fanout's main job on a local control plane: etcd, three
 // kube-apiservers on their own test hosts, one fanout sidecar and a
 // controller-like client behind it, plus the same client behind a plain L4
-// proxy for comparison. It shows a live table of each apiserver's share of
-// both clients' requests and of the open watches until Ctrl-C, then cleans
-// everything up.
+// proxy for comparison. It shows a live table of where each client's
+// requests and watches land until Ctrl-C, then cleans everything up. A
+// rolling restart of the apiservers (the r key, or -roll-after) shows what
+// fanout is for: the L4 client's watches all move to one apiserver while
+// fanout's stay spread, and no request fails and no informer re-lists.
 //
 // Run it with `make demo` (as root: the test hosts are network namespaces).
 package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
+	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
 
-func main() {
-	interval := flag.Duration("interval", 2*time.Second, "how often the table is redrawn")
-	duration := flag.Duration("duration", 0, "stop after this long (0: until Ctrl-C)")
-	rate := flag.Int("rate", 40, "requests per second each client sends besides its watches")
-	watches := flag.Int("watches", 10, "watches (informers) each client keeps open")
-	flag.Parse()
+type options struct {
+	interval, duration, rollAfter time.Duration
+	rate, watches                 int
+	node                          bool
+}
 
-	err := run(*interval, *duration, *rate, *watches)
+func main() {
+	var o options
+	flag.DurationVar(&o.interval, "interval", 0, "how often the table is redrawn (0: every 2s on a terminal, every 10s otherwise)")
+	flag.DurationVar(&o.duration, "duration", 0, "stop after this long (0: until q or Ctrl-C)")
+	flag.IntVar(&o.rate, "rate", 40, "requests per second each client sends besides its watches")
+	flag.IntVar(&o.watches, "watches", 10, "watches (informers) each client keeps open")
+	flag.DurationVar(&o.rollAfter, "roll-after", 0, "start a rolling restart of the apiservers this long after the clients have synced (0: only on the r key)")
+	flag.BoolVar(&o.node, "node", false, "also run a real kubelet node with the injector and the example Deployments (issue 16; not in this harness yet)")
+	flag.Usage = func() {
+		out := flag.CommandLine.Output()
+		fmt.Fprint(out, `usage: make demo [ARGS="flags"]    (or: cd e2e && go run ./cmd/demo [flags]; as root)
+
+Starts etcd, three kube-apiservers, a fanout sidecar and two identical
+controller-like clients, one through fanout and one through a plain L4 TCP
+proxy, and shows where each client's requests and watches land, from the
+apiservers' audit logs. The first run builds the Kubernetes binaries
+(12-14 minutes on two cores, with progress lines).
+
+On a terminal the table redraws in place and these keys work:
+  r   rolling restart: each apiserver in turn gets SIGTERM, is down for 2 s,
+      starts, and rejoins fanout; the table shows where the watches go and
+      counts both clients' failed requests and re-lists
+  q   stop, print the last table and clean up (as Ctrl-C does)
+Without a terminal (CI logs, a pipe) the table is printed every -interval.
+
+Flags:
+`)
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if o.node && newNodeDemo == nil {
+		fmt.Fprintln(os.Stderr, "demo: -node needs the real node of issue 16 (harness.StartNode), which this harness does not have yet; run without -node")
+		os.Exit(2)
+	}
+
+	err := run(o)
 	harness.Teardown()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
@@ -49,30 +80,66 @@ func main() {
 	}
 }
 
-func run(interval, duration time.Duration, rate, watches int) error {
+func run(o options) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if duration > 0 {
+	if o.duration > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, duration)
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
-	if err := harness.SweepStale(); err != nil {
-		fmt.Fprintf(os.Stderr, "demo: sweeping leftovers of earlier runs: %v\n", err)
-	}
+	ctx, quit := context.WithCancel(ctx)
+	defer quit()
 	logf := func(format string, args ...any) { fmt.Printf("demo: "+format+"\n", args...) }
+	tty := isTerminal(os.Stdout)
+	if o.interval <= 0 {
+		o.interval = 10 * time.Second
+		if tty {
+			o.interval = 2 * time.Second
+		}
+	}
 
-	logf("starting etcd and 3 kube-apiservers (the first run builds the Kubernetes binaries, ~14 min on 2 cores)")
-	cp, err := harness.Start(ctx, nil, harness.Options{Logf: logf})
+	if err := harness.SweepStale(); err != nil {
+		logf("sweeping leftovers of earlier runs: %v", err)
+	}
+	// The same step as `make e2e-binaries`, with its progress lines: a cold
+	// build takes minutes and must not look like a hang.
+	logf("finding or building the Kubernetes binaries")
+	if _, err := harness.Binaries(ctx, os.Stdout); err != nil {
+		return err
+	}
+
+	opts := harness.Options{Logf: logf, APIServerArgs: shutdownArgs, Nodes: 1}
+	var node nodeDemo
+	if o.node {
+		node = newNodeDemo()
+		node.Options(&opts)
+	}
+	logf("starting etcd and %d kube-apiservers", 3)
+	cp, err := harness.Start(ctx, nil, opts)
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
 	}
-	logf("apiservers: %s", strings.Join(cp.Endpoints(), ", "))
+	// client-go logs every broken watch and failed request to stderr, which
+	// would scribble over the table: its log goes to a file instead.
+	clientLog := filepath.Join(cp.Dir, "demo-clients.log")
+	if err := redirectKlog(clientLog); err != nil {
+		return err
+	}
+
+	d := &demo{cp: cp, ev: &events{}}
+	if !tty {
+		d.ev.plain = os.Stdout
+	}
+	for _, a := range cp.APIServers {
+		d.logs = append(d.logs, newServerLog(a.AuditLog))
+	}
 
 	// Two clients with the same code and the same kind of credentials; only
 	// the path to the apiservers differs.
-	const viaFanout, viaL4 = "demo-via-fanout", "demo-via-l4"
-	kcFanout, err := cp.UserKubeconfig(viaFanout, "system:masters")
+	viaFanout := &client{name: "demo-via-fanout", label: "via fanout"}
+	viaL4 := &client{name: "demo-via-l4", label: "via L4 proxy"}
+	kcFanout, err := cp.UserKubeconfig(viaFanout.name, "system:masters")
 	if err != nil {
 		return err
 	}
@@ -80,6 +147,7 @@ func run(interval, duration time.Duration, rate, watches int) error {
 	if err != nil {
 		return fmt.Errorf("starting fanout: %w", err)
 	}
+	d.admin = sidecar.AdminAddress
 	logf("fanout listens on http://%s (admin http://%s)", sidecar.ListenAddress, sidecar.AdminAddress)
 
 	var backends []string
@@ -91,7 +159,7 @@ func run(interval, duration time.Duration, rate, watches int) error {
 		return err
 	}
 	defer l4.Close()
-	kcL4, err := cp.UserKubeconfig(viaL4, "system:masters")
+	kcL4, err := cp.UserKubeconfig(viaL4.name, "system:masters")
 	if err != nil {
 		return err
 	}
@@ -99,181 +167,201 @@ func run(interval, duration time.Duration, rate, watches int) error {
 	if err != nil {
 		return err
 	}
-	l4Config.Host = "https://" + l4.Addr()
 	// The serving certificate covers 127.0.0.1, as a real VIP's would.
+	l4Config.Host = "https://" + l4.Addr()
+	logf("L4 proxy listens on %s, round robin over the apiservers per TCP connection", l4.Addr())
 
-	var wg sync.WaitGroup
-	var errs errorsOnce
-	for _, c := range []struct {
-		name string
-		cfg  *rest.Config
-	}{{viaFanout, sidecar.Config}, {viaL4, l4Config}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := controller(ctx, c.cfg, c.name, rate, watches); err != nil {
-				errs.set(fmt.Errorf("%s: %w", c.name, err))
-			}
-		}()
+	if node != nil {
+		if d.node, err = node.Start(ctx, cp, logf); err != nil {
+			return fmt.Errorf("starting the node: %w", err)
+		}
 	}
 
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	start := time.Now()
+	failures := &failureLog{ev: d.ev, last: map[string]time.Time{}}
+	d.clients = []*client{viaFanout, viaL4}
+	d.roller = newRoller(cp, sidecar.AdminAddress, d.clients, d.ev)
+	// The clients outlive ctx (q, Ctrl-C, -duration) until the last frame
+	// is taken: their watches must still be open in it.
+	clientCtx, stopClients := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClients()
+	var clientsDone, rolls sync.WaitGroup
+	clientErr := make(chan error, len(d.clients))
+	synced := make(chan *client, len(d.clients))
+	cfgs := map[*client]*clientConfig{viaFanout: {sidecar.Config, "(client → fanout sidecar → every apiserver)"}, viaL4: {l4Config, "(client → L4 TCP proxy → one apiserver per connection)"}}
+	for _, c := range d.clients {
+		c.onFailure = failures.record
+		c.note = cfgs[c].note
+		clientsDone.Go(func() {
+			if err := c.run(clientCtx, cfgs[c].cfg, o.rate, o.watches, func() { synced <- c }); err != nil {
+				clientErr <- fmt.Errorf("%s: %w", c.name, err)
+			}
+		})
+	}
+
+	var keys <-chan byte
+	if isTerminal(os.Stdin) {
+		k, restore, err := readKeys(ctx, os.Stdin)
+		if err != nil {
+			logf("no keys: %v", err)
+		} else {
+			keys, d.keys = k, true
+			defer restore()
+		}
+	}
+	scr := &screen{w: os.Stdout, tty: tty, size: terminalSize(os.Stdout)}
+	scr.open()
+	defer scr.close()
+	d.start = time.Now()
+	d.ev.add("clients starting: %d informers and %d requests/s each", o.watches, o.rate)
+
+	tick := time.NewTicker(o.interval)
+	defer tick.Stop()
+	var rollTimer <-chan time.Time
+	var runErr error
+	nSynced := 0
+loop:
 	for {
 		select {
 		case <-ctx.Done():
-			wg.Wait()
-			logf("stopping; cleaning up the control plane")
-			return errs.get()
-		case <-t.C:
-			if err := errs.get(); err != nil {
-				return err
+			break loop
+		case err := <-clientErr:
+			runErr = err
+			break loop
+		case c := <-synced:
+			d.ev.add("%s: informers synced, requests flowing", c.label)
+			if nSynced++; nSynced == len(d.clients) && o.rollAfter > 0 {
+				rollTimer = time.After(o.rollAfter)
+				d.ev.add("rolling restart in %s (-roll-after)", o.rollAfter)
 			}
-			draw(os.Stdout, cp, sidecar.AdminAddress, viaFanout, viaL4, time.Since(start))
+			continue
+		case <-rollTimer:
+			d.roller.start(ctx, &rolls, "-roll-after")
+		case k := <-keys:
+			switch k {
+			case 'r', 'R':
+				d.roller.start(ctx, &rolls, "r pressed")
+			case 'q', 'Q':
+				d.ev.add("q pressed: stopping")
+				quit()
+				continue
+			default:
+				continue
+			}
+		case <-tick.C:
 		}
+		scr.draw(scr.fit(d.frame(ctx)))
 	}
+
+	// The last frame is taken while the clients still run: once they stop,
+	// their watches end and the table would show none.
+	final := render(d.frame(context.Background()))
+	stopClients()
+	clientsDone.Wait()
+	rolls.Wait()
+	scr.close()
+	fmt.Println()
+	for _, l := range final {
+		fmt.Println(l)
+	}
+	fmt.Println()
+	for _, c := range d.clients {
+		n := c.counts()
+		logf("%s: %d requests sent, %d failed, %d re-lists, %d watch errors", c.label, n.sent, n.failed, n.relists, n.watchErrors)
+	}
+	logf("client-go's own log: %s (kept with FANOUT_E2E_KEEP=1)", clientLog)
+	logf("stopping; cleaning up the control plane")
+	return runErr
 }
 
-// controller behaves like a small client-go controller: informers keep
-// watches open, and a worker creates, reads, lists, updates and deletes
-// ConfigMaps at a steady rate. All of it goes through one rest.Config, so
-// client-go multiplexes it over one HTTP/2 connection.
-func controller(ctx context.Context, cfg *rest.Config, ns string, rate, watches int) error {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = float32(rate*2), rate*2
-	cfg.UserAgent = ns
-	cs, err := kubernetes.NewForConfig(cfg)
+type clientConfig struct {
+	cfg  *rest.Config
+	note string
+}
+
+// demo holds what a frame is made of.
+type demo struct {
+	cp      *harness.ControlPlane
+	admin   string
+	logs    []*serverLog
+	clients []*client
+	roller  *roller
+	node    nodePanel
+	ev      *events
+	keys    bool
+	start   time.Time
+	// logErr is the last audit log error, reported once.
+	logErr string
+}
+
+// frame gathers one frame: the audit logs read since the last one,
+// fanout's view of the apiservers, and the clients' counters.
+func (d *demo) frame(ctx context.Context) view {
+	now := time.Now()
+	var errs []error
+	for _, l := range d.logs {
+		errs = append(errs, l.update(now))
+	}
+	if err := errors.Join(errs...); err != nil && err.Error() != d.logErr {
+		d.logErr = err.Error()
+		d.ev.add("reading the audit logs: %v", err)
+	}
+	phases, status := d.roller.snapshot()
+	fanoutStates := map[string]string{}
+	snapCtx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if snap, err := admin.FetchSnapshot(snapCtx, http.DefaultClient, d.admin); err == nil {
+		for _, e := range snap.Endpoints {
+			fanoutStates[e.Address] = e.State
+		}
+	}
+	v := view{elapsed: now.Sub(d.start).Truncate(time.Second), keys: d.keys, status: status}
+	for i, a := range d.cp.APIServers {
+		addr := strings.TrimPrefix(a.URL, "https://")
+		st := fanoutStates[addr]
+		if st == "" {
+			st = "?"
+		}
+		// The port is 6443 on every test host.
+		v.servers = append(v.servers, serverView{addr: a.Host.IP.String(), phase: phases[i], fanout: st})
+	}
+	row := func(label, note string, match func(string) bool, n *counts) clientView {
+		cv := clientView{label: label, note: note, counts: n}
+		for i, a := range d.cp.APIServers {
+			s := d.logs[i].stats(match, a.StartedAt())
+			if !a.Running() {
+				s.watches = 0
+			}
+			cv.per = append(cv.per, s)
+		}
+		return cv
+	}
+	for _, c := range d.clients {
+		n := c.counts()
+		v.clients = append(v.clients, row(c.label, c.note, harness.UserIs(c.name), &n))
+	}
+	if d.node != nil {
+		for _, c := range d.node.Clients() {
+			v.clients = append(v.clients, row(c.label, c.note, c.match, nil))
+		}
+		v.extra = d.node.Lines(ctx)
+	}
+	v.events = d.ev.last()
+	return v
+}
+
+// redirectKlog sends klog's output (client-go's) to path only.
+func redirectKlog(path string) error {
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating namespace: %w", err)
-	}
-	for i := range watches {
-		// One informer per label value: each holds its own watch open.
-		lw := cache.NewFilteredListWatchFromClient(cs.CoreV1().RESTClient(), "configmaps", ns, func(o *metav1.ListOptions) {
-			o.LabelSelector = fmt.Sprintf("shard=%d", i)
-		})
-		inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
-		go inf.RunWithContext(ctx)
-	}
-	tick := time.NewTicker(time.Second / time.Duration(max(rate/5, 1)))
-	defer tick.Stop()
-	cms := cs.CoreV1().ConfigMaps(ns)
-	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		// Five requests per tick: create, get, list, update, delete.
-		name := fmt.Sprintf("cm-%d", n)
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"shard": fmt.Sprint(rand.IntN(max(watches, 1)))}}, Data: map[string]string{"n": fmt.Sprint(n)}}
-		if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("create: %w", err)
-		}
-		got, err := cms.Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			_, err = cms.List(ctx, metav1.ListOptions{Limit: 50})
-		}
-		if err == nil {
-			got.Data["updated"] = "yes"
-			_, err = cms.Update(ctx, got, metav1.UpdateOptions{})
-		}
-		if err == nil {
-			err = cms.Delete(ctx, name, metav1.DeleteOptions{})
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := fs.Set(k, v); err != nil {
 			return err
 		}
 	}
-}
-
-// draw prints the table: per apiserver, each client's share of requests
-// (from the apiservers' own audit logs) and fanout's open watches.
-func draw(w io.Writer, cp *harness.ControlPlane, admin, viaFanout, viaL4 string, elapsed time.Duration) {
-	fan, err1 := cp.ServedPerAPIServerNow(userIs(viaFanout))
-	l4, err2 := cp.ServedPerAPIServerNow(userIs(viaL4))
-	longs := openWatches(admin)
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(w, "reading audit logs: %v\n", err)
-		return
-	}
-	var b strings.Builder
-	if isTerminal() {
-		b.WriteString("\033[H\033[2J")
-	}
-	fmt.Fprintf(&b, "fanout demo — %s elapsed — Ctrl-C to stop and clean up\n\n", elapsed.Truncate(time.Second))
-	fmt.Fprintf(&b, "%-20s  %22s  %14s  %22s\n", "apiserver", "via fanout: requests", "fanout watches", "via L4 proxy: requests")
-	fs, ls := harness.Shares(fan), harness.Shares(l4)
-	for i, ep := range cp.Endpoints() {
-		addr := strings.TrimPrefix(ep, "https://")
-		fmt.Fprintf(&b, "%-20s  %8d  %5.1f%% %s  %14s  %8d  %5.1f%% %s\n",
-			addr, fan[i], 100*fs[i], bar(100*fs[i]), longs[addr],
-			l4[i], 100*ls[i], bar(100*ls[i]))
-	}
-	fmt.Fprintf(&b, "\nShares come from each kube-apiserver's audit log, counted per user.\n")
-	fmt.Fprintf(&b, "Both clients run the same code; only the path differs. fanout spreads each request,\n")
-	fmt.Fprintf(&b, "the L4 proxy pins the client's single HTTP/2 connection to one apiserver.\n")
-	_, _ = io.WriteString(w, b.String())
-}
-
-func bar(pct float64) string {
-	n := int(pct/10 + 0.5)
-	return strings.Repeat("#", n) + strings.Repeat(".", 10-n)
-}
-
-// openWatches reads fanout's /debug/endpoints and returns the open
-// long-running requests per endpoint address.
-func openWatches(admin string) map[string]string {
-	out := map[string]string{}
-	c := &http.Client{Timeout: time.Second}
-	resp, err := c.Get("http://" + admin + "/debug/endpoints")
-	if err != nil {
-		return out
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Endpoints []struct {
-			Address      string `json:"address"`
-			InflightLong int64  `json:"inflight_long"`
-			State        string `json:"state"`
-		} `json:"endpoints"`
-	}
-	if json.NewDecoder(resp.Body).Decode(&body) != nil {
-		return out
-	}
-	for _, e := range body.Endpoints {
-		out[e.Address] = fmt.Sprintf("%d (%s)", e.InflightLong, e.State)
-	}
-	return out
-}
-
-func isTerminal() bool {
-	fi, err := os.Stdout.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-type errorsOnce struct {
-	v atomic.Pointer[error]
-}
-
-func (e *errorsOnce) set(err error) { e.v.CompareAndSwap(nil, &err) }
-func (e *errorsOnce) get() error {
-	if p := e.v.Load(); p != nil {
-		return *p
-	}
+	klog.SetOutput(f)
 	return nil
-}
-
-func userIs(name string) func(*harness.AuditEvent) bool {
-	match := harness.UserIs(name)
-	return func(e *harness.AuditEvent) bool { return e.Served() && match(e.User.Username) }
 }

@@ -1,0 +1,37 @@
+// Command kubebins builds the Kubernetes binaries the e2e harness runs (at
+// the version the e2e module requires) into the harness's cache, or finds
+// them there, and prints where they are. `make e2e` and `make demo` run it
+// first: go test buffers each package's output while several packages run,
+// so a build started from inside the tests would leave a fresh machine
+// silent for many minutes, whereas here the harness's progress lines
+// reach the terminal (or the CI log) as they are printed.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
+)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./cmd/kubebins (from the e2e module)\n\n"+
+			"Builds the Kubernetes binaries the e2e harness needs into\n"+
+			"${XDG_CACHE_HOME:-~/.cache}/fanout-e2e/<version>/ unless they are there,\n"+
+			"printing progress, and prints the directory.\n")
+	}
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	bins, err := harness.Binaries(ctx, os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kubebins: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("kubebins: Kubernetes %s binaries in %s\n", bins.Version, bins.Dir)
+}
