@@ -500,14 +500,20 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 	}()
 	for i := range lines {
 		select {
-		case line := <-got:
+		case line, ok := <-got:
+			if !ok {
+				t.Fatalf("the stream ended before line %d: cut while the apiserver held it", i)
+			}
 			if want := fmt.Sprintf("line %d\n", i); line != want {
 				t.Fatalf("line %d = %q, want %q", i, line, want)
 			}
 		case <-time.After(waitLimit):
 			t.Fatalf("line %d did not arrive while the apiserver held the stream: not flushed", i)
 		}
-		time.Sleep(300 * time.Millisecond) // longer than the proxy's timeouts
+		// Rather than sleep for longer than the proxy's timeouts, wait
+		// until they cut a connection opened after this line arrived: had
+		// one applied to the stream, it would have fired by then too.
+		waitForHeaderTimeout(t, strings.TrimPrefix(base, "http://"))
 		next <- struct{}{}
 	}
 	if _, ok := <-got; ok {
@@ -515,6 +521,22 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 	}
 	if r := p.records(); len(r) != 1 || r[0].info.Kind != balancer.Long {
 		t.Errorf("picks = %+v, want one Long pick", r)
+	}
+}
+
+// waitForHeaderTimeout opens a connection to the proxy at addr, sends
+// nothing, and returns once the proxy has closed it: its ReadHeaderTimeout
+// has fired.
+func waitForHeaderTimeout(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(waitLimit))
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("a silent connection to the proxy read %v, want EOF: the proxy did not cut it by its header timeout", err)
 	}
 }
 
