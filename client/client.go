@@ -141,7 +141,7 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanout client: registering metrics: %w", err)
 	}
-	b.handler = proxy.New(proxy.Config{}, b.balancer, b.transports, proxyMetrics)
+	b.handler = proxy.New(proxyConfig(), b.balancer, b.transports, proxyMetrics)
 
 	collectors := append([]prometheus.Collector{b.balancer.Collector(), resolverMetrics}, b.transports.Collectors()...)
 	sinks := []endpointSink{b.balancer}
@@ -150,7 +150,7 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("fanout client: %w", err)
 		}
-		b.prober, err = health.New(health.Config{Interval: o.probeInterval}, b.probes, health.WithResolveOnFailure(b.balancer, res), o.log)
+		b.prober, err = health.New(proberConfig(o), b.probes, health.WithResolveOnFailure(b.balancer, res), o.log)
 		if err != nil {
 			return nil, fmt.Errorf("fanout client: %w", err)
 		}
@@ -233,10 +233,21 @@ func (b *Balancer) Close() error {
 // balancerConfig is the sidecar's default balancer configuration
 // (balancer.Recommended: outlier ejection capped at a third of the
 // endpoints, 5 consecutive failures, 10 s slow start) with the chosen
-// policy. The retry budget (proxy.Config's zero value) and the probe rise
-// and fall (health.Config's) already default to the sidecar's flag
-// defaults.
+// policy.
 func balancerConfig(o options) balancer.Config { return balancer.Recommended(o.policy) }
+
+// proxyConfig sets the retry budget the sidecar's flags default to. The
+// values are spelled out, not left to proxy.Config's zero value, so that
+// TestFlagDefaultsAreTheLibrarys compares what each side passes.
+func proxyConfig() proxy.Config {
+	return proxy.Config{RetryBudgetRatio: proxy.DefaultRetryBudgetRatio, RetryBudgetMin: proxy.DefaultRetryBudgetMin}
+}
+
+// proberConfig sets the probe rise and fall the sidecar's flags default
+// to, spelled out for the same reason.
+func proberConfig(o options) health.Config {
+	return health.Config{Interval: o.probeInterval, Rise: health.DefaultRise, Fall: health.DefaultFall}
+}
 
 // endpointSink receives resolver snapshots (components.RunResolver's
 // contract).

@@ -43,6 +43,7 @@ const waitLimit = 30 * time.Second
 type apiserver struct {
 	srv      *httptest.Server
 	requests atomic.Int64 // everything but /readyz
+	probes   atomic.Int64 // /readyz
 	mu       sync.Mutex
 	cns      map[string]int // client certificate CN ("" for none)
 	authz    map[string]int // Authorization header
@@ -61,6 +62,7 @@ func newAPIServer(t *testing.T, ca *testpki.CA, serving testpki.KeyPair) *apiser
 
 func (a *apiserver) serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/readyz" {
+		a.probes.Add(1)
 		fmt.Fprint(w, "ok")
 		return
 	}
@@ -449,7 +451,18 @@ func TestCloseLeaksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-w.ResultChan()
-	time.Sleep(200 * time.Millisecond) // a few probe rounds
+	// A few probe rounds on every endpoint, so that Close has probe
+	// loops and their connections to end.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range f.servers {
+		start := s.probes.Load()
+		for s.probes.Load() < start+3 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s was probed %d times, want 3 rounds", s.srv.URL, s.probes.Load()-start)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	b.Close()
 	b.Close() // idempotent
 	for range w.ResultChan() {

@@ -15,6 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/spf13/pflag"
+
+	"github.com/fanout-dev/fanout/components"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
@@ -43,6 +46,51 @@ func TestSidecarResilienceDefaults(t *testing.T) {
 			}
 			if got := balancerConfig(o); !reflect.DeepEqual(got, balancer.Recommended(o.policy)) {
 				t.Errorf("balancer config %+v differs from balancer.Recommended %+v", got, balancer.Recommended(o.policy))
+			}
+		})
+	}
+}
+
+// TestFlagDefaultsAreTheLibrarys: the library (package client) passes
+// the balancer, proxy and prober the resilience settings that the sidecar
+// builds from an empty command line parsed through its real flag set, so
+// a flag registered with a default of its own, or a library that passes
+// something else, is caught here.
+func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
+	for _, policy := range []string{"", balancer.PolicyRoundRobin} {
+		name := "default policy"
+		if policy != "" {
+			name = policy
+		}
+		t.Run(name, func(t *testing.T) {
+			o := components.NewOptions()
+			fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			args := []string{}
+			if policy != "" {
+				args = append(args, "--balancer="+policy)
+			}
+			if err := fs.Parse(args); err != nil {
+				t.Fatalf("parsing %q: %v", args, err)
+			}
+			sidecarBalancer, sidecarProxy, sidecarProber := components.ResilienceConfigs(*o)
+
+			lo := defaults()
+			if policy != "" {
+				WithBalancerPolicy(policy)(&lo)
+			}
+			libBalancer, libProxy, libProber := balancerConfig(lo), proxyConfig(), proberConfig(lo)
+
+			if !reflect.DeepEqual(libBalancer, sidecarBalancer) {
+				t.Errorf("the library's balancer config is %+v, the sidecar's flag defaults give %+v", libBalancer, sidecarBalancer)
+			}
+			if libProxy.RetryBudgetRatio != sidecarProxy.RetryBudgetRatio || libProxy.RetryBudgetMin != sidecarProxy.RetryBudgetMin {
+				t.Errorf("the library's retry budget is %v + %d, the sidecar's flag defaults give %v + %d",
+					libProxy.RetryBudgetRatio, libProxy.RetryBudgetMin, sidecarProxy.RetryBudgetRatio, sidecarProxy.RetryBudgetMin)
+			}
+			if libProber.Interval != sidecarProber.Interval || libProber.Rise != sidecarProber.Rise || libProber.Fall != sidecarProber.Fall {
+				t.Errorf("the library probes every %v with rise/fall %d/%d, the sidecar's flag defaults give %v and %d/%d",
+					libProber.Interval, libProber.Rise, libProber.Fall, sidecarProber.Interval, sidecarProber.Rise, sidecarProber.Fall)
 			}
 		})
 	}

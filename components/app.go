@@ -71,7 +71,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			up,
 			fx.Annotate(res, fx.As(new(resolver.Resolver))),
 			resolverMetrics,
-			o.Resilience.balancer(o.Balancer),
+			balancerConfig(o),
 			transport.Config{ServerName: serverName},
 			proxyCfg,
 			admin.Config{ListenAddress: o.AdminAddress, EnablePprof: o.EnablePprof},
@@ -92,7 +92,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		// /metrics keep answering while the proxy drains.
 		admin.Module,
 		proxy.Module,
-		probing(o.ProbeInterval, o.Resilience),
+		probing(proberConfig(o)),
 		rebalancing(o.Rebalance),
 		fx.Invoke(routeKlog),
 		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(o, log, reg) }),
@@ -161,12 +161,12 @@ var Metrics = metrics.Module
 
 // probing adds the readiness prober unless --probe-interval is 0. Without
 // it RunResolver gets a nil *health.Prober and feeds the balancer alone.
-func probing(interval time.Duration, r ResilienceOptions) fx.Option {
-	if interval == 0 {
+func probing(cfg health.Config) fx.Option {
+	if cfg.Interval == 0 {
 		return fx.Options()
 	}
 	return fx.Options(
-		fx.Supply(health.Config{Interval: interval, Rise: r.ProbeRise, Fall: r.ProbeFall}),
+		fx.Supply(cfg),
 		fx.Provide(
 			newProbeTransports,
 			func(t *ProbeTransports) health.Upstream { return t },

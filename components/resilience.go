@@ -122,6 +122,22 @@ func (r retainers) Retain(addrs []string) {
 	}
 }
 
+// ResilienceConfigs returns the balancer, proxy and prober
+// configurations that Sidecar builds from o. The library (package client)
+// builds its own; its TestFlagDefaultsAreTheLibrarys parses an empty
+// command line and compares the two.
+func ResilienceConfigs(o Options) (balancer.Config, proxy.Config, health.Config) {
+	return balancerConfig(o), proxyConfig(o), proberConfig(o)
+}
+
+func balancerConfig(o Options) balancer.Config { return o.Resilience.balancer(o.Balancer) }
+
+// proberConfig returns the prober's Config; an interval of 0 turns
+// probing off (see probing).
+func proberConfig(o Options) health.Config {
+	return health.Config{Interval: o.ProbeInterval, Rise: o.Resilience.ProbeRise, Fall: o.Resilience.ProbeFall}
+}
+
 // proxyConfig returns the proxy's Config from the options.
 func proxyConfig(o Options) proxy.Config {
 	ratio, minimum := o.Resilience.retryBudget()

@@ -3,6 +3,7 @@ package components
 import (
 	"bytes"
 	"encoding/base64"
+	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/fx"
+	"k8s.io/klog/v2"
 
 	"github.com/fanout-dev/fanout/components/admin"
 )
@@ -48,7 +50,13 @@ func TestSecretsStayOut(t *testing.T) {
 		wsToken      = "ws-token-5ecret-g7h8i9"
 	)
 	logs := &lockedBuffer{}
-	debug := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	// klog's verbose lines reach fanout's logger at slog level -V (see
+	// routeKlog): level -10 lets every one of them through, and so does
+	// klog's own -v=10, which gates the callers that do not use a
+	// contextual logger. UpgradeAwareHandler logs the request headers it
+	// sends at V(6).
+	debug := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.Level(-10)}))
+	klogVerbosity(t, "10", logs)
 	// The reverse proxy's error log goes through slog's default.
 	prev := slog.Default()
 	slog.SetDefault(debug)
@@ -83,6 +91,10 @@ func TestSecretsStayOut(t *testing.T) {
 			"Connection": {"Upgrade"}, "Upgrade": {"websocket"},
 			"Sec-Websocket-Protocol": {"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io." + base64.RawURLEncoding.EncodeToString([]byte(wsToken))},
 		}},
+		{"/api/v1/namespaces/default/pods/p/exec?command=sh", http.Header{
+			"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}, "Authorization": {"Bearer " + clientToken},
+		}},
+		{"/api/v1/namespaces/default/pods/p/attach", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}}},
 		{"/api/v1/namespaces/default/secrets?fieldSelector=%3D%3D%3D", http.Header{"Authorization": {"Bearer " + clientToken}}},
 	}
 	for range 10 {
@@ -96,7 +108,10 @@ func TestSecretsStayOut(t *testing.T) {
 			}
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
-				continue // a malformed request may be refused outright
+				// A malformed request may be refused outright: what the
+				// client saw is still searched.
+				seen.WriteString(err.Error() + "\n")
+				continue
 			}
 			record(resp)
 		}
@@ -123,9 +138,10 @@ func TestSecretsStayOut(t *testing.T) {
 		"responses":          seen.String(),
 		"written kubeconfig": string(written),
 	}
-	for _, want := range []string{"endpoint not ready", "Couldn't parse request"} {
+	for _, want := range []string{"endpoint not ready", "Couldn't parse request", "Connecting to backend proxy"} {
 		// The prober's line shows fanout's log is caught; the request
-		// parser's that klog is routed into it too.
+		// parser's that klog is routed into it too; UpgradeAwareHandler's
+		// V(6) line with the headers it sends that verbose klog is.
 		if !strings.Contains(outputs["log"], want) {
 			t.Fatalf("the log lacks %q; the test would prove nothing:\n%s", want, outputs["log"])
 		}
@@ -148,4 +164,33 @@ func TestSecretsStayOut(t *testing.T) {
 			}
 		}
 	}
+	// The headers UpgradeAwareHandler logged carried credentials, which
+	// show redacted: the search above had something to find.
+	for _, want := range []string{"Authorization:[[redacted]]", wsBearerPrefix + "[redacted]"} {
+		if !strings.Contains(outputs["log"], want) {
+			t.Errorf("the log lacks %q: the upgrade requests' credentials were not logged, so the search proves nothing about them", want)
+		}
+	}
+}
+
+// klogVerbosity sets klog's -v for the duration of the test, and sends
+// what klog writes itself (before the sidecar routes it to fanout's
+// logger) to w.
+func klogVerbosity(t *testing.T, v string, w io.Writer) {
+	t.Helper()
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	prev := fs.Lookup("v").Value.String()
+	prevStderr := fs.Lookup("logtostderr").Value.String()
+	if err := fs.Set("v", v); err != nil {
+		t.Fatal(err)
+	}
+	klog.LogToStderr(false)
+	klog.SetOutput(w)
+	t.Cleanup(func() {
+		klog.ClearLogger()
+		klog.SetOutput(os.Stderr)
+		fs.Set("logtostderr", prevStderr)
+		fs.Set("v", prev)
+	})
 }

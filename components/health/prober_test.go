@@ -363,9 +363,15 @@ func TestUpdate(t *testing.T) {
 	for _, col := range p.Collectors() {
 		reg.MustRegister(col)
 	}
-	// Before Start an update only records the set.
+	// Before Start an update only records the set: it starts no probe
+	// loop, which Update would have registered before returning.
 	p.Update(eps(a.addr(), b.addr()))
-	time.Sleep(20 * time.Millisecond)
+	p.mu.Lock()
+	loops := len(p.probes)
+	p.mu.Unlock()
+	if loops != 0 {
+		t.Fatalf("%d probe loops started before Start, want none", loops)
+	}
 	if n := a.requests.Load() + b.requests.Load(); n != 0 {
 		t.Fatalf("%d probes before Start, want none", n)
 	}

@@ -179,7 +179,19 @@ func TestRebalanceWithReflector(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // room for a late re-list to show
+	// A re-list would come before or instead of the new watch's events:
+	// once the informer has synced events the backend sent after the
+	// re-watch, the reflector has provably settled on the new watch.
+	rewatchRV := backend.rv.Load()
+	for {
+		if rv, err := strconv.ParseUint(inf.LastSyncResourceVersion(), 10, 64); err == nil && rv > rewatchRV+2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the informer synced resourceVersion %q, not beyond %d: the new watch delivered no events", inf.LastSyncResourceVersion(), rewatchRV+2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if n := lists.Load() - startLists; n != 0 {
 		t.Errorf("the reflector listed %d times after its watch was ended, want 0", n)
 	}

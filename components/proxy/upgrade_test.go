@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -498,14 +500,20 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 	}()
 	for i := range lines {
 		select {
-		case line := <-got:
+		case line, ok := <-got:
+			if !ok {
+				t.Fatalf("the stream ended before line %d: cut while the apiserver held it", i)
+			}
 			if want := fmt.Sprintf("line %d\n", i); line != want {
 				t.Fatalf("line %d = %q, want %q", i, line, want)
 			}
 		case <-time.After(waitLimit):
 			t.Fatalf("line %d did not arrive while the apiserver held the stream: not flushed", i)
 		}
-		time.Sleep(300 * time.Millisecond) // longer than the proxy's timeouts
+		// Rather than sleep for longer than the proxy's timeouts, wait
+		// until they cut a connection opened after this line arrived: had
+		// one applied to the stream, it would have fired by then too.
+		waitForHeaderTimeout(t, strings.TrimPrefix(base, "http://"))
 		next <- struct{}{}
 	}
 	if _, ok := <-got; ok {
@@ -513,6 +521,22 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 	}
 	if r := p.records(); len(r) != 1 || r[0].info.Kind != balancer.Long {
 		t.Errorf("picks = %+v, want one Long pick", r)
+	}
+}
+
+// waitForHeaderTimeout opens a connection to the proxy at addr, sends
+// nothing, and returns once the proxy has closed it: its ReadHeaderTimeout
+// has fired.
+func waitForHeaderTimeout(t *testing.T, addr string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(waitLimit))
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("a silent connection to the proxy read %v, want EOF: the proxy did not cut it by its header timeout", err)
 	}
 }
 
@@ -548,17 +572,44 @@ func TestH2CUpgradeOfferServedPlain(t *testing.T) {
 	}
 }
 
+// Structural cost of one upgraded session, for TestUpgradeCostPerConnection.
+const (
+	// upgradeGoroutines is what the proxy runs per session: the HTTP
+	// server's connection goroutine, blocked in UpgradeAwareHandler for the
+	// session's life, and its two copy goroutines, one per direction.
+	upgradeGoroutines = 3
+	// upgradeSessionBytes bounds the live heap of a session for the proxy,
+	// the test backend and the client together (this test runs all three
+	// in one process). By the heap profile (MemProfileRate 1, a profile
+	// written while the sessions are open): 64 KiB are
+	// UpgradeAwareHandler's two io.Copy buffers, 16 KiB the bufio reader
+	// and writer of the proxy's and the backend's HTTP connections, about
+	// 15 KiB the TLS state and record buffers of the proxy's connection
+	// to the backend at both ends, the rest request and context objects:
+	// 106-108 KiB of HeapAlloc measured, with and without -race. 124 KiB
+	// leaves 15% headroom; one more 32 KiB buffer per session, or a
+	// second copy of the bufio pair, goes beyond it.
+	upgradeSessionBytes = 124 << 10
+)
+
 // TestUpgradeCostPerConnection holds many upgraded sessions open at once and
-// measures what each costs the proxy process (this test's process also runs
-// the backend and the clients, so the figures are upper bounds).
+// bounds what each costs: the goroutines the proxy starts for it (told
+// apart from the backend's by a pprof label inherited from the goroutine
+// that started each server) and the live heap of the process.
 func TestUpgradeCostPerConnection(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measurement")
 	}
 	const n = 100
 	ca := testpki.NewCA(t)
-	b := newUpgradeBackend(t, ca, 0)
-	rig := newUpgradeRig(t, ca, Config{}, b.addr)
+	var b *upgradeBackend
+	pprof.Do(context.Background(), pprof.Labels("side", "backend"), func(context.Context) {
+		b = newUpgradeBackend(t, ca, 0)
+	})
+	var rig *upgradeRig
+	pprof.Do(context.Background(), pprof.Labels("side", "proxy"), func(context.Context) {
+		rig = newUpgradeRig(t, ca, Config{}, b.addr)
+	})
 	// Warm up: one session builds the transport and TLS state.
 	c0, br0, _ := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
 	echoLine(t, c0, br0, "warm")
@@ -571,7 +622,7 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	g0 := runtime.NumGoroutine()
+	proxy0, backend0 := labelledGoroutines(t, "proxy"), labelledGoroutines(t, "backend")
 	conns := make([]net.Conn, 0, n)
 	for i := range n {
 		c, br, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
@@ -584,9 +635,19 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 	var after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	goroutines := float64(runtime.NumGoroutine()-g0) / n
-	heap := (float64(after.HeapInuse) - float64(before.HeapInuse)) / n
-	t.Logf("per upgraded session (proxy + backend + client in one process): %.1f goroutines, %.0f KiB heap in use", goroutines, heap/1024)
+	proxyG := float64(labelledGoroutines(t, "proxy")-proxy0) / n
+	backendG := float64(labelledGoroutines(t, "backend")-backend0) / n
+	heap := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / n
+	t.Logf("per upgraded session: %.2f proxy goroutines, %.2f backend goroutines, %.1f KiB live heap (proxy + backend + client)", proxyG, backendG, heap/1024)
+	// A goroutine that ends late (a TLS handshake's, a timer's) may still
+	// be counted: 0.05 per session is five of them, and far below a
+	// goroutine added per session.
+	if proxyG > upgradeGoroutines+0.05 {
+		t.Errorf("the proxy runs %.2f goroutines per upgraded session, want at most %d (the connection's and two copiers)", proxyG, upgradeGoroutines)
+	}
+	if heap > upgradeSessionBytes {
+		t.Errorf("an upgraded session holds %.1f KiB of live heap, want at most %d KiB", heap/1024, upgradeSessionBytes>>10)
+	}
 	if open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY); open != n {
 		t.Errorf("gauge = %v with %d sessions open", open, n)
 	}
@@ -597,4 +658,29 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 		open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY)
 		return open == 0
 	})
+}
+
+// labelledGoroutines counts the goroutines whose pprof label "side" is
+// side: goroutines inherit their creator's labels, so every goroutine of a
+// server started under pprof.Do carries them.
+func labelledGoroutines(t *testing.T, side string) int {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		t.Fatal(err)
+	}
+	// debug=1 groups identical stacks: "N @ pcs" then "# labels: {...}".
+	want := fmt.Sprintf(`"side":%q`, side)
+	total, count := 0, 0
+	for _, l := range strings.Split(buf.String(), "\n") {
+		var n int
+		if _, err := fmt.Sscanf(l, "%d @", &n); err == nil {
+			count = n
+			continue
+		}
+		if strings.HasPrefix(l, "# labels:") && strings.Contains(l, want) {
+			total += count
+		}
+	}
+	return total
 }

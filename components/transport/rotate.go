@@ -130,6 +130,7 @@ func (t *Transports) retire(g *generation) {
 			case <-tick.C:
 			}
 			g.h2.CloseIdleConnections()
+			t.drainRounds.Add(1)
 		}
 	}()
 }

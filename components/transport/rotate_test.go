@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -107,15 +108,20 @@ func TestRotatedCertificateDrainsOldConnections(t *testing.T) {
 	}
 
 	// Several drain rounds pass: the old connection must stay for the
-	// watch, which keeps receiving.
-	time.Sleep(3 * drainPoll)
+	// watch, which keeps receiving. Waiting on the drainer's own count of
+	// rounds, rather than on the clock, proves the rounds ran. The gauge
+	// is the client's side, updated as the drainer closes a connection;
+	// the server notices a close later, so its count is only a second
+	// check.
+	rounds := tr.drainRounds.Load()
+	waitFor(t, "three drain rounds", func() bool { return tr.drainRounds.Load() >= rounds+3 })
+	if g := connGauge(t, tr, srv.addr, AuthSidecar); g != 2 {
+		t.Fatalf("connections gauge = %v after three drain rounds, want 2: the old connection closed while the watch was open on it", g)
+	}
 	if n := srv.closed.Load(); n != 0 {
 		t.Fatalf("%d connections closed while the watch was open on the old one", n)
 	}
 	readEvent("two")
-	if g := connGauge(t, tr, srv.addr, AuthSidecar); g != 2 {
-		t.Errorf("connections gauge = %v, want 2", g)
-	}
 
 	// The watch ends: the old connection closes, the new one stays.
 	close(lines)
@@ -134,21 +140,45 @@ func TestRotatedCertificateDrainsOldConnections(t *testing.T) {
 }
 
 // TestRotationUnderConcurrentRequests rotates the certificate many times
-// while requests run; under -race it checks the rotation's
-// synchronisation, and every request must succeed with one of the
-// certificates.
+// while requests run. Under -race it checks the rotation's
+// synchronisation; it also checks which certificate the server saw: a
+// request sent after a rotation presents the new certificate, or one
+// that replaced it while the request ran, never an older one.
 func TestRotationUnderConcurrentRequests(t *testing.T) {
 	p := newPKI(t)
 	pairs := []*tls.Certificate{&p.alice.TLS}
+	cns := []string{"alice"}
 	for _, cn := range []string{"bob", "carol", "dave"} {
 		kp := p.ca.Client(cn)
 		pairs = append(pairs, &kp.TLS)
+		cns = append(cns, cn)
 	}
-	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
+	// seen counts requests by the client certificate the server saw.
+	var seenMu sync.Mutex
+	seen := map[string]int{}
+	echo := echoHandler()
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seenMu.Lock()
+		seen[r.TLS.PeerCertificates[0].Subject.CommonName]++
+		seenMu.Unlock()
+		echo.ServeHTTP(w, r)
+	}))
 	creds := newCreds(p.ca.Pool, pairs[0], "")
 	tr := newTransports(t, Config{}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
+	// Rotation i stores pairs[i%len(pairs)]: begun is raised before the
+	// store and stored after it, so a request sent when stored was lo
+	// and answered when begun was hi may present the certificate of any
+	// rotation in [lo, hi], and no other.
+	var begun, stored, completed atomic.Int64
+	allowed := func(lo, hi int64) map[string]bool {
+		ok := map[string]bool{}
+		for i := lo; i <= hi && i < lo+int64(len(cns)); i++ {
+			ok[cns[i%int64(len(cns))]] = true
+		}
+		return ok
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	stop := make(chan struct{})
@@ -160,23 +190,49 @@ func TestRotationUnderConcurrentRequests(t *testing.T) {
 					return
 				default:
 				}
-				if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+				lo := stored.Load()
+				res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+				if err != nil {
 					errs <- err
 					return
 				}
+				hi := begun.Load()
+				if cn := res.Header.Get("X-Client-CN"); !allowed(lo, hi)[cn] {
+					errs <- fmt.Errorf("a request sent after rotation %d and answered before rotation %d presented %q, want one of %v", lo, hi+1, cn, allowed(lo, hi))
+					return
+				}
+				completed.Add(1)
 			}
 		})
 	}
-	for i := 1; i <= 12; i++ {
-		time.Sleep(20 * time.Millisecond)
-		creds.cert.Store(pairs[i%len(pairs)])
+	for i := int64(1); i <= 12; i++ {
+		// Let the workers run on the current certificate first.
+		n := completed.Load()
+		waitFor(t, "the workers to send 16 requests", func() bool { return completed.Load() >= n+16 || len(errs) > 0 })
+		begun.Store(i)
+		creds.cert.Store(pairs[i%int64(len(pairs))])
+		stored.Store(i)
+		res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+		if err != nil {
+			t.Fatalf("request after rotation %d: %v", i, err)
+		}
+		if cn, want := res.Header.Get("X-Client-CN"), cns[i%int64(len(cns))]; cn != want {
+			t.Fatalf("request after rotation %d presented the certificate of %q, want %q: the client certificate was not rotated", i, cn, want)
+		}
 	}
 	close(stop)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		t.Errorf("request failed during rotations: %v", err)
+		t.Errorf("during rotations: %v", err)
 	}
+	seenMu.Lock()
+	for _, cn := range cns {
+		if seen[cn] == 0 {
+			t.Errorf("the server saw no request with the certificate of %q; saw %v", cn, seen)
+		}
+	}
+	seenMu.Unlock()
 	// Every old generation drains: one connection is left.
 	waitFor(t, "old connections to close", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 1 })
 }

@@ -46,6 +46,10 @@ type Transports struct {
 	// connections of retired generations (see rotate.go).
 	done     chan struct{}
 	drainers sync.WaitGroup
+	// drainRounds counts the rounds every drainer ran, so that a test can
+	// wait until a retired generation has provably been drained a few
+	// times before asserting what stayed open.
+	drainRounds atomic.Int64
 }
 
 type poolKey struct {
