@@ -309,16 +309,21 @@ func TestFailures(t *testing.T) {
 		name       string
 		setup      func(*apiserver) string // returns the address to probe
 		wantReason string
+		// timeout is the probe timeout: short only where the case is the
+		// timeout, so that a loaded machine cannot turn a 500 into one.
+		timeout time.Duration
 	}{
 		{
 			name:       "non-200",
 			setup:      func(a *apiserver) string { a.ready.Store(false); return a.addr() },
 			wantReason: "500 Internal Server Error",
+			timeout:    10 * time.Second,
 		},
 		{
 			name:       "timeout",
 			setup:      func(a *apiserver) string { a.delay.Store(int64(time.Minute)); return a.addr() },
 			wantReason: "no answer within 50ms",
+			timeout:    50 * time.Millisecond,
 		},
 		{
 			name: "dial error",
@@ -332,6 +337,7 @@ func TestFailures(t *testing.T) {
 				return addr
 			},
 			wantReason: "GET /readyz",
+			timeout:    10 * time.Second,
 		},
 	}
 	for _, tt := range tests {
@@ -339,7 +345,7 @@ func TestFailures(t *testing.T) {
 			addr := tt.setup(newAPIServer(t, k))
 			s := newSink()
 			var logs logBuffer
-			p, _ := newProber(t, Config{Timeout: 50 * time.Millisecond}, newTransports(t, k), s, &logs)
+			p, _ := newProber(t, Config{Timeout: tt.timeout}, newTransports(t, k), s, &logs)
 			p.Update(eps(addr))
 			if err := p.Start(); err != nil {
 				t.Fatal(err)
