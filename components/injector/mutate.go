@@ -412,24 +412,31 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, clientMounts 
 	}
 	mounts = append(mounts, corev1.VolumeMount{Name: VolumeName, MountPath: MountPath})
 
-	uid, gid := c.RunAsUser, c.RunAsGroup
-	if pod.Spec.SecurityContext != nil {
-		if v := pod.Spec.SecurityContext.RunAsUser; v != nil && *v > 0 {
-			uid = *v
+	// The sidecar reads the client's files, so it runs as the client
+	// unless that is root. A client that sets a user but no group gets its
+	// group from the runtime (the user's entry in the image's /etc/passwd,
+	// else group 0), and may read its files through that group, such as a
+	// root-owned 0440 Secret: the sidecar then sets no group either, so
+	// the runtime resolves it alike. The injector's group applies only
+	// with its user.
+	uid, gid := c.RunAsUser, ptr.To(c.RunAsGroup)
+	clientUser := false
+	var clientGroup *int64
+	podUser, podGroup := podIDs(pod.Spec.SecurityContext)
+	ctUser, ctGroup := containerIDs(client.SecurityContext)
+	for _, ids := range [][2]*int64{{podUser, podGroup}, {ctUser, ctGroup}} {
+		if u := ids[0]; u != nil && *u > 0 {
+			uid, clientUser = *u, true
 		}
-		if v := pod.Spec.SecurityContext.RunAsGroup; v != nil {
-			gid = *v
+		if g := ids[1]; g != nil {
+			clientGroup = g
 		}
 	}
-	if sc := client.SecurityContext; sc != nil {
-		// The sidecar reads the client's files, so it runs as the client
-		// unless that is root.
-		if sc.RunAsUser != nil && *sc.RunAsUser > 0 {
-			uid = *sc.RunAsUser
-		}
-		if sc.RunAsGroup != nil {
-			gid = *sc.RunAsGroup
-		}
+	switch {
+	case clientGroup != nil:
+		gid = ptr.To(*clientGroup)
+	case clientUser:
+		gid = nil
 	}
 	probe := func(p string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -456,11 +463,25 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, clientMounts 
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
 			RunAsUser:                ptr.To(uid),
-			RunAsGroup:               ptr.To(gid),
+			RunAsGroup:               gid,
 			ReadOnlyRootFilesystem:   ptr.To(true),
 			AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+}
+
+func podIDs(sc *corev1.PodSecurityContext) (user, group *int64) {
+	if sc == nil {
+		return nil, nil
+	}
+	return sc.RunAsUser, sc.RunAsGroup
+}
+
+func containerIDs(sc *corev1.SecurityContext) (user, group *int64) {
+	if sc == nil {
+		return nil, nil
+	}
+	return sc.RunAsUser, sc.RunAsGroup
 }

@@ -280,6 +280,26 @@ func TestMutateSidecar(t *testing.T) {
 	if s := sidecarOf(t, out).SecurityContext; *s.RunAsUser != 1000 {
 		t.Errorf("sidecar runs as %d, want the pod's 1000 (the container's root is not copied)", *s.RunAsUser)
 	}
+	// A client with a user and no group (manifests/examples/injected) gets
+	// its group from the runtime, and reads its root-owned 0440 Secrets
+	// through it: the sidecar must not be given the injector's group.
+	p = kcmPod()
+	p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](65534)}
+	out, _ = cfg.Mutate(p)
+	if s := sidecarOf(t, out).SecurityContext; *s.RunAsUser != 65534 || s.RunAsGroup != nil {
+		t.Errorf("sidecar runs as %d, group %v; want the client's 65534 and no group, as the client", *s.RunAsUser, ptr.Deref(s.RunAsGroup, -1))
+	}
+	// The pod's group applies to every container, the sidecar's too.
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsGroup: ptr.To[int64](4000)}
+	out, _ = cfg.Mutate(p)
+	if s := sidecarOf(t, out).SecurityContext; *s.RunAsUser != 65534 || ptr.Deref(s.RunAsGroup, -1) != 4000 {
+		t.Errorf("sidecar runs as %d:%d, want 65534:4000", *s.RunAsUser, ptr.Deref(s.RunAsGroup, -1))
+	}
+	// A client that says nothing: the injector's user and group.
+	out, _ = cfg.Mutate(kcmPod())
+	if s := sidecarOf(t, out).SecurityContext; *s.RunAsUser != 65532 || ptr.Deref(s.RunAsGroup, -1) != 65532 {
+		t.Errorf("sidecar runs as %d:%d, want the defaults 65532:65532", *s.RunAsUser, ptr.Deref(s.RunAsGroup, -1))
+	}
 
 	// In-cluster, the sidecar gets the token mount only.
 	out, _ = cfg.Mutate(operatorPod())
