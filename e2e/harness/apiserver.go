@@ -94,6 +94,11 @@ func newAPIServer(cp *ControlPlane, h *Host, extraArgs []string) (*APIServer, er
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p.FrontProxyClient.CertFile,
 		"--proxy-client-key-file=" + p.FrontProxyClient.KeyFile,
+		// A real kubelet (StartNode) answers only authenticated callers, and
+		// its node has no name the machine's DNS knows.
+		"--kubelet-client-certificate=" + p.KubeletClient.CertFile,
+		"--kubelet-client-key=" + p.KubeletClient.KeyFile,
+		"--kubelet-preferred-address-types=InternalIP",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",

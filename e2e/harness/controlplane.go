@@ -38,8 +38,10 @@ var ServiceIP = net.ParseIP("10.96.0.1")
 type Options struct {
 	// APIServers is the number of apiservers (test hosts); default 3.
 	APIServers int
-	// Nodes is the number of Ready Node objects to register; default 3.
-	// There are no kubelets: the nodes exist so the scheduler can bind pods.
+	// Nodes is the number of Ready Node objects to register; default 3,
+	// and negative for none (when a real node, StartNode, is to get every
+	// pod). There are no kubelets: the nodes exist so the scheduler can
+	// bind pods.
 	Nodes int
 	// APIServerArgs are appended to every apiserver's command line.
 	APIServerArgs []string
@@ -151,7 +153,7 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (_ *ControlPlane, e
 			return nil, err
 		}
 	}
-	if err := cp.registerNodes(ctx, opts.Nodes); err != nil {
+	if err := cp.registerNodes(ctx, max(opts.Nodes, 0)); err != nil {
 		return nil, err
 	}
 	logf("harness: control plane up in %s, files in %s", time.Since(begin).Round(time.Second), dir)
