@@ -123,7 +123,9 @@ func (e *nodeEnv) install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bootKCM, err := e.cp.StartControllerManager(nil, kcmConf, "--leader-elect=true")
+	// All controllers: the node lifecycle controller lifts the not-ready
+	// taint the node was registered with.
+	bootKCM, err := e.cp.StartControllerManager(nil, kcmConf, "--leader-elect=true", "--controllers=*")
 	if err != nil {
 		return err
 	}
