@@ -43,7 +43,8 @@ unit:
 	$(GO) test -race -count=1 ./...
 
 ## e2e: builds (and caches) kube-apiserver, kube-controller-manager,
-## kube-scheduler and kubectl from k8s.io/kubernetes, then runs the suite.
+## kube-scheduler, kubectl, kubelet and kube-proxy from k8s.io/kubernetes,
+## then runs the suite (the TestNode* tests run a real node: see e2e/README.md).
 e2e:
 	cd e2e && $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./...
 
