@@ -123,9 +123,7 @@ func (e *nodeEnv) install(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// All controllers: the node lifecycle controller lifts the not-ready
-	// taint the node was registered with.
-	bootKCM, err := e.cp.StartControllerManager(nil, kcmConf, "--leader-elect=true", "--controllers=*")
+	bootKCM, err := e.cp.StartControllerManager(nil, kcmConf, "--leader-elect=true")
 	if err != nil {
 		return err
 	}

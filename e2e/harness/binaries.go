@@ -108,9 +108,9 @@ func CacheDir(version string) (string, error) {
 
 // Binaries makes sure kube-apiserver, kube-controller-manager,
 // kube-scheduler, kubectl, kubelet and kube-proxy of the e2e module's
-// Kubernetes version exist in
-// the cache and returns their paths. Missing ones are built with go build
-// from the e2e module, which takes about 13 minutes cold on two cores;
+// Kubernetes version exist in the cache and returns their paths. Missing
+// ones are built with go build (CGO_ENABLED=0) from the e2e module, which
+// takes about 13 minutes cold on two cores;
 // progress goes to progress (nil means os.Stderr) so a long silent wait is
 // never mistaken for a hang. Builds land in a temporary directory and are
 // renamed into place, so an interrupted build never leaves half a binary, and

@@ -90,8 +90,9 @@ const (
 var nodeSeq atomic.Int32
 
 // StartNode starts a real node on cp's test network and waits until the Node
-// is Ready and kube-proxy has synced. It is torn down when tb ends (tb nil:
-// at the end of Main or on SIGINT/SIGTERM): pods are stopped through the CRI,
+// is Ready and kube-proxy has synced, then lifts its not-ready taint (the
+// harness runs no node lifecycle controller). It is torn down when tb ends
+// (tb nil: at the end of Main or on SIGINT/SIGTERM): pods are stopped through the CRI,
 // then the processes, the shims, mounts, cgroups and the namespace go. Runs
 // that were SIGKILLed are swept by the next run's SweepStale.
 //
@@ -152,6 +153,9 @@ func (cp *ControlPlane) StartNode(ctx context.Context, tb testing.TB, opts NodeO
 		return nil, err
 	}
 	if err := n.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.cp.untaintNotReady(ctx, n.Name); err != nil {
 		return nil, err
 	}
 	cp.logf("harness: node %s Ready at %s, pods in %s (%s), files in %s", n.Name, n.IP, n.PodCIDR, time.Since(begin).Round(time.Second), n.Dir)
