@@ -43,7 +43,8 @@ unit:
 	$(GO) test -race -count=1 ./...
 
 ## e2e-binaries: builds (and caches) the Kubernetes binaries the harness
-## runs (harness.Binaries), printing progress as it goes; the first build
+## runs (harness.Binaries: kube-apiserver, kube-controller-manager,
+## kube-scheduler, kubectl, kubelet and kube-proxy), printing progress as it goes; the first build
 ## takes 12–14 minutes on two cores (README.md, Test results).
 e2e-binaries:
 	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries"
@@ -53,7 +54,24 @@ e2e-binaries:
 ## print each test's output as it comes instead of holding a package's
 ## output back until the package ends (it does that whenever several
 ## packages may run at once), so a long run is never silent.
-e2e: e2e-binaries
+## The TestNode* tests run a real node: see e2e/README.md.
+e2e: e2e-packages e2e-binaries
+
+## e2e-packages: installs what the harness runs from Debian when missing:
+## iproute2 (network namespaces), and containerd, runc, the CNI plugins and
+## iptables for the real node (e2e/harness/node.go).
+e2e-packages:
+	@set -e; pkgs=""; \
+	command -v ip >/dev/null || pkgs="$$pkgs iproute2"; \
+	command -v containerd >/dev/null || pkgs="$$pkgs containerd"; \
+	command -v runc >/dev/null || pkgs="$$pkgs runc"; \
+	[ -x /usr/lib/cni/bridge ] || pkgs="$$pkgs containernetworking-plugins"; \
+	command -v iptables >/dev/null || pkgs="$$pkgs iptables"; \
+	if [ -n "$$pkgs" ]; then \
+	  echo "e2e-packages: installing$$pkgs"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq $$pkgs; \
+	fi
 	cd e2e && $(GO) test -p 1 -count=1 -timeout $(E2E_TIMEOUT) -v ./...
 
 $(STATICCHECK):

@@ -98,6 +98,11 @@ func newAPIServer(cp *ControlPlane, h *Host, extraArgs []string) (*APIServer, er
 		// endpoints rather than its cluster IP: the test hosts have no
 		// kube-proxy to route a cluster IP.
 		"--enable-aggregator-routing=true",
+		// A real kubelet (StartNode) answers only authenticated callers, and
+		// its node has no name the machine's DNS knows.
+		"--kubelet-client-certificate=" + p.KubeletClient.CertFile,
+		"--kubelet-client-key=" + p.KubeletClient.KeyFile,
+		"--kubelet-preferred-address-types=InternalIP",
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",

@@ -19,6 +19,10 @@ type AuditEvent struct {
 		Username string   `json:"username"`
 		Groups   []string `json:"groups"`
 	} `json:"user"`
+	// SourceIPs are the client's addresses: X-Forwarded-For's, then the
+	// connection's (a pod's IP for a sidecar on the real node).
+	SourceIPs      []string `json:"sourceIPs"`
+	UserAgent      string   `json:"userAgent"`
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`

@@ -3,6 +3,7 @@ package harness
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -19,7 +20,15 @@ import (
 const e2eModule = "github.com/fanout-dev/fanout/e2e"
 
 // kubeCommands are the Kubernetes commands the harness runs, by binary name.
-var kubeCommands = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
+// kubelet and kube-proxy run the real node (StartNode).
+var kubeCommands = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet", "kube-proxy"}
+
+// staticCommands go into the real node's container images, which have no C
+// library: they must be static. Binaries builds every command with cgo off,
+// as upstream builds its release binaries, so one build serves the host and
+// the images; a cache filled by an older harness (with cgo) gets static
+// builds of these in its static/ subdirectory.
+var staticCommands = []string{"kube-controller-manager", "kube-scheduler"}
 
 // Bins are the paths of the Kubernetes binaries at Version.
 type Bins struct {
@@ -29,6 +38,8 @@ type Bins struct {
 	KubeControllerManager string
 	KubeScheduler         string
 	Kubectl               string
+	Kubelet               string
+	KubeProxy             string
 }
 
 // ModuleDir returns the directory of the e2e module, found by walking up
@@ -96,9 +107,10 @@ func CacheDir(version string) (string, error) {
 }
 
 // Binaries makes sure kube-apiserver, kube-controller-manager,
-// kube-scheduler and kubectl of the e2e module's Kubernetes version exist in
-// the cache and returns their paths. Missing ones are built with go build
-// from the e2e module, which takes about 13 minutes cold on two cores;
+// kube-scheduler, kubectl, kubelet and kube-proxy of the e2e module's
+// Kubernetes version exist in the cache and returns their paths. Missing
+// ones are built with go build (CGO_ENABLED=0) from the e2e module, which
+// takes about 13 minutes cold on two cores;
 // progress goes to progress (nil means os.Stderr) so a long silent wait is
 // never mistaken for a hang. Builds land in a temporary directory and are
 // renamed into place, so an interrupted build never leaves half a binary, and
@@ -125,8 +137,10 @@ func Binaries(ctx context.Context, progress io.Writer) (*Bins, error) {
 		KubeControllerManager: filepath.Join(dir, "kube-controller-manager"),
 		KubeScheduler:         filepath.Join(dir, "kube-scheduler"),
 		Kubectl:               filepath.Join(dir, "kubectl"),
+		Kubelet:               filepath.Join(dir, "kubelet"),
+		KubeProxy:             filepath.Join(dir, "kube-proxy"),
 	}
-	if len(missing(dir)) == 0 {
+	if len(missing(dir, kubeCommands)) == 0 {
 		return b, nil
 	}
 
@@ -136,19 +150,19 @@ func Binaries(ctx context.Context, progress io.Writer) (*Bins, error) {
 	}
 	defer unlock()
 	// Whoever held the lock may have built them meanwhile.
-	todo := missing(dir)
+	todo := missing(dir, kubeCommands)
 	if len(todo) == 0 {
 		return b, nil
 	}
-	if err := buildKube(ctx, dir, todo, progress); err != nil {
+	if err := buildKube(ctx, dir, todo, []string{"CGO_ENABLED=0"}, progress); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
-func missing(dir string) []string {
+func missing(dir string, names []string) []string {
 	var out []string
-	for _, name := range kubeCommands {
+	for _, name := range names {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
 			out = append(out, name)
 		}
@@ -156,7 +170,59 @@ func missing(dir string) []string {
 	return out
 }
 
-func buildKube(ctx context.Context, dir string, names []string, progress io.Writer) error {
+// StaticBinaries returns the directory holding static kube-controller-manager
+// and kube-scheduler binaries (for images): b.Dir when Binaries built them
+// (with CGO_ENABLED=0), else b.Dir/static, where missing ones are built the
+// way Binaries builds the others.
+func (b *Bins) StaticBinaries(ctx context.Context, progress io.Writer) (string, error) {
+	if progress == nil {
+		progress = os.Stderr
+	}
+	static := true
+	for _, name := range staticCommands {
+		if ok, err := isStatic(filepath.Join(b.Dir, name)); err != nil || !ok {
+			static = false
+		}
+	}
+	if static {
+		return b.Dir, nil
+	}
+	dir := filepath.Join(b.Dir, "static")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if len(missing(dir, staticCommands)) == 0 {
+		return dir, nil
+	}
+	unlock, err := lockFile(ctx, filepath.Join(b.Dir, ".build.lock"), progress, "another process is building the Kubernetes binaries; waiting for it")
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	todo := missing(dir, staticCommands)
+	if len(todo) == 0 {
+		return dir, nil
+	}
+	return dir, buildKube(ctx, dir, todo, []string{"CGO_ENABLED=0"}, progress)
+}
+
+// isStatic reports whether the ELF executable at path has no program
+// interpreter, i.e. needs no C library.
+func isStatic(path string) (bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func buildKube(ctx context.Context, dir string, names, env []string, progress io.Writer) error {
 	modDir, err := ModuleDir()
 	if err != nil {
 		return err
@@ -173,7 +239,7 @@ func buildKube(ctx context.Context, dir string, names []string, progress io.Writ
 	}
 	what := strings.Join(names, ", ")
 	fmt.Fprintf(progress, "harness: building %s into %s (about 13 minutes on 2 cores when the Go build cache is cold)\n", what, dir)
-	if err := runWithProgress(ctx, modDir, args, progress, "building "+what); err != nil {
+	if err := runWithProgressEnv(ctx, modDir, args, env, progress, "building "+what); err != nil {
 		return err
 	}
 	for _, n := range names {
@@ -187,9 +253,22 @@ func buildKube(ctx context.Context, dir string, names []string, progress io.Writ
 // runWithProgress runs the go command in dir, printing the elapsed time every
 // 30 seconds, and returns its output in the error when it fails.
 func runWithProgress(ctx context.Context, dir string, args []string, progress io.Writer, what string) error {
+	return runWithProgressEnv(ctx, dir, args, nil, progress, what)
+}
+
+// runWithProgressEnv is runWithProgress with env added to the environment.
+func runWithProgressEnv(ctx context.Context, dir string, args, env []string, progress io.Writer, what string) error {
+	return runCmdWithProgress(ctx, dir, "go", args, env, progress, what)
+}
+
+// runCmdWithProgress is runWithProgressEnv for any command.
+func runCmdWithProgress(ctx context.Context, dir, name string, args, env []string, progress io.Writer, what string) error {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out lockedBuffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -204,7 +283,7 @@ func runWithProgress(ctx context.Context, dir string, args []string, progress io
 		select {
 		case err := <-waitErr:
 			if err != nil {
-				return fmt.Errorf("%s failed after %s: go %s: %w\n%s", what, time.Since(start).Round(time.Second), strings.Join(args, " "), err, out.String())
+				return fmt.Errorf("%s failed after %s: %s %s: %w\n%s", what, time.Since(start).Round(time.Second), name, strings.Join(args, " "), err, out.String())
 			}
 			fmt.Fprintf(progress, "harness: %s done in %s\n", what, time.Since(start).Round(time.Second))
 			return nil

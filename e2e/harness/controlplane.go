@@ -38,8 +38,10 @@ var ServiceIP = net.ParseIP("10.96.0.1")
 type Options struct {
 	// APIServers is the number of apiservers (test hosts); default 3.
 	APIServers int
-	// Nodes is the number of Ready Node objects to register; default 3.
-	// There are no kubelets: the nodes exist so the scheduler can bind pods.
+	// Nodes is the number of Ready Node objects to register; default 3,
+	// and negative for none (when a real node, StartNode, is to get every
+	// pod). There are no kubelets: the nodes exist so the scheduler can
+	// bind pods.
 	Nodes int
 	// APIServerArgs are appended to every apiserver's command line.
 	APIServerArgs []string
@@ -151,7 +153,7 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (_ *ControlPlane, e
 			return nil, err
 		}
 	}
-	if err := cp.registerNodes(ctx, opts.Nodes); err != nil {
+	if err := cp.registerNodes(ctx, max(opts.Nodes, 0)); err != nil {
 		return nil, err
 	}
 	logf("harness: control plane up in %s, files in %s", time.Since(begin).Round(time.Second), dir)
@@ -307,25 +309,37 @@ func (cp *ControlPlane) registerNodes(ctx context.Context, n int) error {
 		if _, err := nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("marking node %s Ready: %w", name, err)
 		}
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := nodes.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			kept := cur.Spec.Taints[:0]
-			for _, t := range cur.Spec.Taints {
-				if t.Key != corev1.TaintNodeNotReady {
-					kept = append(kept, t)
-				}
-			}
-			cur.Spec.Taints = kept
-			_, err = nodes.Update(ctx, cur, metav1.UpdateOptions{})
+		if err := cp.untaintNotReady(ctx, name); err != nil {
 			return err
-		})
-		if err != nil {
-			return fmt.Errorf("removing the not-ready taint of node %s: %w", name, err)
 		}
 		cp.Nodes = append(cp.Nodes, name)
+	}
+	return nil
+}
+
+// untaintNotReady removes the not-ready taint that admission puts on every
+// new node. The node lifecycle controller would, once the node is Ready;
+// the harness's kube-controller-manager runs without it, and a control plane
+// may run none at all.
+func (cp *ControlPlane) untaintNotReady(ctx context.Context, name string) error {
+	nodes := cp.AdminClient.CoreV1().Nodes()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		kept := cur.Spec.Taints[:0]
+		for _, t := range cur.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady {
+				kept = append(kept, t)
+			}
+		}
+		cur.Spec.Taints = kept
+		_, err = nodes.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("removing the not-ready taint of node %s: %w", name, err)
 	}
 	return nil
 }

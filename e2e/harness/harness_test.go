@@ -166,10 +166,25 @@ func TestStaleName(t *testing.T) {
 		{"foobar", false},
 		{"eth0", false},
 		{"fo999999999an1", false}, // inner ends live in namespaces, never swept by name
+		{"fo999999999a-node1", true},
+		{"fo999999999and1", true},
+		{"fo999999999ann1", false}, // the node's inner end, inside its namespace
 	}
 	for _, tc := range tests {
 		if got := stale(tc.name); got != tc.want {
 			t.Errorf("stale(%q) = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestUnescapeMount(t *testing.T) {
+	for in, want := range map[string]string{
+		`/tmp/a`:             "/tmp/a",
+		`/tmp/with\040space`: "/tmp/with space",
+		`/tmp/tab\011x`:      "/tmp/tab\tx",
+	} {
+		if got := unescapeMount(in); got != want {
+			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

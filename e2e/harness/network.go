@@ -46,7 +46,7 @@ type Network struct {
 // tells apart the networks of control planes in one process. Interface names
 // must fit in 15 bytes, hence the terseness.
 var (
-	staleName = regexp.MustCompile(`^fo([0-9]+)[a-z](br|h[0-9]+|-api[0-9]+)$`)
+	staleName = regexp.MustCompile(`^fo([0-9]+)[a-z](br|h[0-9]+|-api[0-9]+|nd[0-9]+|-node[0-9]+)$`)
 	staleDir  = regexp.MustCompile(`^fanout-e2e-([0-9]+)-[0-9]+$`)
 )
 
@@ -231,6 +231,13 @@ func (h *Host) command(argv []string) []string {
 // those of a live process.
 func SweepStale() error {
 	var errs []error
+	if os.Geteuid() == 0 {
+		// A dead run's node leaves processes, mounts and cgroups in its
+		// directories; they must go before the directories can.
+		if err := sweepNodes(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if entries, err := os.ReadDir(os.TempDir()); err == nil {
 		for _, e := range entries {
 			m := staleDir.FindStringSubmatch(e.Name())

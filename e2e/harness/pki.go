@@ -42,6 +42,10 @@ type PKI struct {
 	Admin             *CertKey // O=system:masters
 	ControllerManager *CertKey // CN system:kube-controller-manager
 	Scheduler         *CertKey // CN system:kube-scheduler
+	// KubeletClient is what the apiservers present to kubelets (exec, logs,
+	// port-forward); a real kubelet authorizes it with a
+	// SubjectAccessReview, which O=system:masters passes.
+	KubeletClient *CertKey
 
 	// ServiceAccountKey signs service-account tokens; ServiceAccountPub is
 	// what the apiservers verify them with.
@@ -97,6 +101,9 @@ func NewPKI(dir string, servingIPs []net.IP, serviceIP net.IP) (*PKI, error) {
 		return nil, err
 	}
 	if p.Scheduler, err = p.MintUser("system:kube-scheduler"); err != nil {
+		return nil, err
+	}
+	if p.KubeletClient, err = p.MintUser("kube-apiserver-kubelet-client", "system:masters"); err != nil {
 		return nil, err
 	}
 
@@ -226,4 +233,17 @@ func issue(dir, file string, parent *CertKey, tmpl *x509.Certificate) (*CertKey,
 		return nil, err
 	}
 	return ck, nil
+}
+
+// IssueServingFor issues a serving certificate for dnsNames and ips, signed by
+// the cluster CA, such as a webhook's in a pod (whose caBundle is then
+// p.CA.CertPEM). Files are named after file.
+func (p *PKI) IssueServingFor(file string, dnsNames []string, ips ...net.IP) (*CertKey, error) {
+	return issue(p.Dir, "serving-"+fileSafe(file), p.CA, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: dnsNames[0]},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    dnsNames,
+		IPAddresses: ips,
+	})
 }

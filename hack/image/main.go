@@ -6,6 +6,10 @@
 //	image build -o fanout.tar -tag ghcr.io/fanout-dev/fanout:dev bin/image/fanout bin/image/fanout-injector
 //	image check fanout.tar
 //
+// The e2e harness builds its other images the same way (a pause image, the
+// test client, static kube-controller-manager and kube-scheduler), with
+// -user, -entrypoint and -dir set for each.
+//
 // check reads the tarball back: layout, manifest, config (user,
 // entrypoint, platform), one layer holding exactly the binaries, each a
 // static ELF executable, and runs every binary's --help.
@@ -53,8 +57,12 @@ func main() {
 		out := fs.String("o", "bin/fanout-image.tar", "output OCI layout tarball")
 		tag := fs.String("tag", "ghcr.io/fanout-dev/fanout:dev", "image reference recorded in the index (org.opencontainers.image.ref.name)")
 		arch := fs.String("arch", runtime.GOARCH, "architecture the binaries were built for")
+		var o buildOptions
+		fs.StringVar(&o.user, "user", user, "the image's user (uid:gid)")
+		fs.StringVar(&o.entrypoint, "entrypoint", entrypoint, "the image's entrypoint (one path)")
+		fs.StringVar(&o.dir, "dir", "/", "the directory the binaries go to; other than /, it is put first in PATH")
 		fs.Parse(os.Args[2:])
-		err = build(*out, *tag, *arch, fs.Args())
+		err = build(*out, *tag, *arch, o, fs.Args())
 	case "check":
 		fs := flag.NewFlagSet("check", flag.ExitOnError)
 		want := fs.String("binaries", "fanout,fanout-injector", "comma-separated binaries the image must hold at /")
@@ -81,19 +89,39 @@ func usage() {
 // same image digest.
 var epoch = time.Unix(0, 0).UTC()
 
-func build(out, tag, arch string, binaries []string) error {
+// buildOptions are the image config settings build can vary.
+type buildOptions struct {
+	user, entrypoint, dir string
+}
+
+func build(out, tag, arch string, o buildOptions, binaries []string) error {
 	if len(binaries) == 0 {
 		return errors.New("no binaries given")
 	}
+	if !path.IsAbs(o.dir) {
+		return fmt.Errorf("-dir %q: want an absolute path", o.dir)
+	}
+	dir := strings.Trim(path.Clean(o.dir), "/")
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
+	if dir != "" {
+		parts := strings.Split(dir, "/")
+		for i := range parts {
+			if err := tw.WriteHeader(&tar.Header{
+				Name: strings.Join(parts[:i+1], "/") + "/", Mode: 0o755,
+				Typeflag: tar.TypeDir, ModTime: epoch, Format: tar.FormatPAX,
+			}); err != nil {
+				return err
+			}
+		}
+	}
 	for _, b := range binaries {
 		data, err := os.ReadFile(b)
 		if err != nil {
 			return err
 		}
 		if err := tw.WriteHeader(&tar.Header{
-			Name: filepath.Base(b), Mode: 0o755, Size: int64(len(data)),
+			Name: path.Join(dir, filepath.Base(b)), Mode: 0o755, Size: int64(len(data)),
 			Typeflag: tar.TypeReg, ModTime: epoch, Format: tar.FormatPAX,
 		}); err != nil {
 			return err
@@ -124,8 +152,11 @@ func build(out, tag, arch string, binaries []string) error {
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", arch
 	cf.Created = v1.Time{Time: epoch}
-	cf.Config.User = user
-	cf.Config.Entrypoint = []string{entrypoint}
+	cf.Config.User = o.user
+	cf.Config.Entrypoint = []string{o.entrypoint}
+	if dir != "" {
+		cf.Config.Env = []string{"PATH=/" + dir + ":/usr/local/bin:/usr/bin:/bin"}
+	}
 	cf.Config.WorkingDir = "/"
 	cf.Config.Labels = map[string]string{"org.opencontainers.image.source": "https://github.com/fanout-dev/fanout"}
 	img, err = mutate.ConfigFile(img, cf)
@@ -133,19 +164,19 @@ func build(out, tag, arch string, binaries []string) error {
 		return err
 	}
 
-	dir, err := os.MkdirTemp("", "fanout-image-")
+	layoutDir, err := os.MkdirTemp("", "fanout-image-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
+	defer os.RemoveAll(layoutDir)
+	p, err := layout.Write(layoutDir, empty.Index)
 	if err != nil {
 		return err
 	}
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": tag})); err != nil {
 		return err
 	}
-	if err := tarDir(dir, out); err != nil {
+	if err := tarDir(layoutDir, out); err != nil {
 		return err
 	}
 	d, _ := img.Digest()
