@@ -56,6 +56,7 @@ e2e-binaries:
 ## packages may run at once), so a long run is never silent.
 ## The TestNode* tests run a real node: see e2e/README.md.
 e2e: e2e-packages e2e-binaries
+	cd e2e && $(GO) test -p 1 -count=1 -timeout $(E2E_TIMEOUT) -v ./...
 
 ## e2e-packages: installs what the harness runs from Debian when missing:
 ## iproute2 (network namespaces), and containerd, runc, the CNI plugins and
@@ -72,7 +73,6 @@ e2e-packages:
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq $$pkgs; \
 	fi
-	cd e2e && $(GO) test -p 1 -count=1 -timeout $(E2E_TIMEOUT) -v ./...
 
 $(STATICCHECK):
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
