@@ -240,7 +240,8 @@ func balancerConfig(o options) balancer.Config { return balancer.Recommended(o.p
 // values are spelled out, not left to proxy.Config's zero value, so that
 // TestFlagDefaultsAreTheLibrarys compares what each side passes.
 func proxyConfig() proxy.Config {
-	return proxy.Config{RetryBudgetRatio: proxy.DefaultRetryBudgetRatio, RetryBudgetMin: proxy.DefaultRetryBudgetMin}
+	b := proxy.DefaultRetryBudget()
+	return proxy.Config{RetryBudget: &b}
 }
 
 // proberConfig sets the probe rise and fall the sidecar's flags default

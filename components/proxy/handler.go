@@ -86,7 +86,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		metrics:  m,
 		maxBody:  cfg.MaxReplayBody,
 		now:      cfg.Now,
-		budget:   newRetryBudget(cfg.RetryBudgetRatio, cfg.RetryBudgetMin, cfg.RetryBudgetWindow, cfg.Now),
+		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	h.proxy = &httputil.ReverseProxy{
