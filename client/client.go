@@ -141,7 +141,9 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanout client: registering metrics: %w", err)
 	}
-	b.handler = proxy.New(proxyConfig(), b.balancer, b.transports, proxyMetrics)
+	pcfg := proxyConfig()
+	pcfg.Log = o.log
+	b.handler = proxy.New(pcfg, b.balancer, b.transports, proxyMetrics)
 
 	collectors := append([]prometheus.Collector{b.balancer.Collector(), resolverMetrics}, b.transports.Collectors()...)
 	sinks := []endpointSink{b.balancer}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 )
@@ -80,6 +81,11 @@ type Config struct {
 	// DefaultRetryBudget; a budget that is set is used as it is, so that
 	// a Ratio of 0 means no retries beyond Min (--retry-budget 0).
 	RetryBudget *RetryBudget
+
+	// Log takes the lines net/http and the reverse proxy write themselves
+	// (a broken stream mid-body, a failed TLS handshake, an accept error);
+	// nil discards them. Module sets it to the app's *slog.Logger.
+	Log *slog.Logger
 
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
@@ -207,6 +213,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestBodyTimeout <= 0 {
 		c.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

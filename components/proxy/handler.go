@@ -110,7 +110,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		// The reverse proxy logs a stream that breaks mid-body. That is
 		// one line per failed request, and fanout_upstream_errors_total
 		// already counts it, so it goes to the debug level (-v 1).
-		ErrorLog:   slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
+		ErrorLog:   slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
 		BufferPool: copyBuffers,
 	}
 	long := *h.proxy
