@@ -141,7 +141,9 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fanout client: registering metrics: %w", err)
 	}
-	b.handler = proxy.New(proxyConfig(), b.balancer, b.transports, proxyMetrics)
+	pcfg := proxyConfig()
+	pcfg.Log = o.log
+	b.handler = proxy.New(pcfg, b.balancer, b.transports, proxyMetrics)
 
 	collectors := append([]prometheus.Collector{b.balancer.Collector(), resolverMetrics}, b.transports.Collectors()...)
 	sinks := []endpointSink{b.balancer}
@@ -240,7 +242,8 @@ func balancerConfig(o options) balancer.Config { return balancer.Recommended(o.p
 // values are spelled out, not left to proxy.Config's zero value, so that
 // TestFlagDefaultsAreTheLibrarys compares what each side passes.
 func proxyConfig() proxy.Config {
-	return proxy.Config{RetryBudgetRatio: proxy.DefaultRetryBudgetRatio, RetryBudgetMin: proxy.DefaultRetryBudgetMin}
+	b := proxy.DefaultRetryBudget()
+	return proxy.Config{RetryBudget: &b}
 }
 
 // proberConfig sets the probe rise and fall the sidecar's flags default

@@ -84,9 +84,9 @@ func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
 			if !reflect.DeepEqual(libBalancer, sidecarBalancer) {
 				t.Errorf("the library's balancer config is %+v, the sidecar's flag defaults give %+v", libBalancer, sidecarBalancer)
 			}
-			if libProxy.RetryBudgetRatio != sidecarProxy.RetryBudgetRatio || libProxy.RetryBudgetMin != sidecarProxy.RetryBudgetMin {
-				t.Errorf("the library's retry budget is %v + %d, the sidecar's flag defaults give %v + %d",
-					libProxy.RetryBudgetRatio, libProxy.RetryBudgetMin, sidecarProxy.RetryBudgetRatio, sidecarProxy.RetryBudgetMin)
+			if libProxy.RetryBudget == nil || sidecarProxy.RetryBudget == nil || *libProxy.RetryBudget != *sidecarProxy.RetryBudget {
+				t.Errorf("the library's retry budget is %+v, the sidecar's flag defaults give %+v",
+					libProxy.RetryBudget, sidecarProxy.RetryBudget)
 			}
 			if libProber.Interval != sidecarProber.Interval || libProber.Rise != sidecarProber.Rise || libProber.Fall != sidecarProber.Fall {
 				t.Errorf("the library probes every %v with rise/fall %d/%d, the sidecar's flag defaults give %v and %d/%d",

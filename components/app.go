@@ -1,8 +1,20 @@
-// Package components assembles fanout's fx modules into the sidecar.
+// Package components is the sidecar's composition root: it turns the
+// command-line Options into an fx application of the packages that do the
+// work (certs, resolver, balancer, health, transport, proxy, admin).
 //
-// Data flows resolver -> balancer -> transport -> proxy; credentials flow
-// from certs into transport. Each package owns one job and one fx.Module;
-// this file only chooses implementations from the validated Options.
+// A request enters the proxy, which asks the balancer for an endpoint and
+// sends it through the transport's pool for that endpoint, authenticated
+// with the certs credentials. Endpoint snapshots take the other way:
+// RunResolver, defined here, feeds each one to the balancer, the prober,
+// the resolver metrics and then the transports, which drop the pools of
+// endpoints that went away. The prober probes over pools of its own
+// (ProbeTransports) and reports readiness to the balancer; the watch
+// rebalancer reads the balancer's loads and ends watches in the proxy.
+//
+// Besides choosing implementations from the validated Options, this file
+// loads the client's kubeconfig, runs the resolver loop and, once the proxy
+// listens, writes the kubeconfig for the client. client.New wires the same
+// packages for the library without fx.
 package components
 
 import (

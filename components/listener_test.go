@@ -24,7 +24,7 @@ func TestListenerConfig(t *testing.T) {
 		MaxConnections: 1, MaxInflight: 2, MaxLongRunning: 3, MaxConcurrentStreams: 4, MaxHeaderBytes: 5,
 		ReadHeaderTimeout: 6 * time.Second, RequestBodyTimeout: 7 * time.Second, IdleTimeout: 8 * time.Second,
 		// The resilience flags' share of the proxy config.
-		RetryBudgetRatio: 0.1, RetryBudgetMin: 10,
+		RetryBudget: &proxy.RetryBudget{Ratio: 0.1, Min: 10, Window: 10 * time.Second},
 	}
 	if cfg.TLS != nil || ca != nil {
 		t.Error("TLS without --listen-tls")

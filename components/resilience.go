@@ -87,13 +87,11 @@ func (r *ResilienceOptions) balancer(policy string) balancer.Config {
 	}
 }
 
-// retryBudget returns the proxy's retry-budget settings; a budget of 0
-// means the minimum alone.
-func (r *ResilienceOptions) retryBudget() (ratio float64, minimum int) {
-	if r.RetryBudget == 0 {
-		return -1, r.RetryBudgetMin
-	}
-	return r.RetryBudget, r.RetryBudgetMin
+// retryBudget returns the proxy's retry budget, as the flags say: a
+// --retry-budget of 0 allows --retry-budget-min retries per window and no
+// more.
+func (r *ResilienceOptions) retryBudget() *proxy.RetryBudget {
+	return &proxy.RetryBudget{Ratio: r.RetryBudget, Min: r.RetryBudgetMin, Window: proxy.DefaultRetryBudgetWindow}
 }
 
 // ProbeTransports is the prober's own upstream pool, apart from the one
@@ -140,7 +138,6 @@ func proberConfig(o Options) health.Config {
 
 // proxyConfig returns the proxy's Config from the options.
 func proxyConfig(o Options) proxy.Config {
-	ratio, minimum := o.Resilience.retryBudget()
 	return proxy.Config{ListenAddress: o.ListenAddress, ShutdownGrace: o.ShutdownGrace,
-		RetryBudgetRatio: ratio, RetryBudgetMin: minimum}
+		RetryBudget: o.Resilience.retryBudget()}
 }

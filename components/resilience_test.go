@@ -36,10 +36,6 @@ func TestProberHasItsOwnTransport(t *testing.T) {
 
 func TestResilienceOptionsReachTheComponents(t *testing.T) {
 	o := NewOptions()
-	o.Resilience.RetryBudget = 0
-	if ratio, minimum := o.Resilience.retryBudget(); ratio >= 0 || minimum != 10 {
-		t.Errorf("--retry-budget=0 gives ratio %v, min %d; want a negative ratio (minimum only) and 10", ratio, minimum)
-	}
 	b := o.Resilience.balancer("round-robin")
 	if b.Policy != "round-robin" || b.SlowStart != 10*time.Second || b.ConsecutiveFailures != 5 || b.MaxEjectedFraction != 1.0/3 {
 		t.Errorf("balancer config from defaults = %+v", b)

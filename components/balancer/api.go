@@ -1,8 +1,8 @@
 // Package balancer chooses a kube-apiserver endpoint for each request.
 //
 // The resolver pushes full endpoint snapshots through Update. Each update
-// builds a new immutable picker that is published through an atomic.Pointer,
-// so Pick takes no lock. Per-endpoint state (in-flight counters, the latency
+// builds a new immutable snapshot of the endpoint set and publishes it
+// through an atomic.Pointer, so Pick takes no lock. Per-endpoint state (in-flight counters, the latency
 // estimate, ejection) lives in *Endpoint values keyed by address and
 // survives updates. Latency is judged per request Class: each class has a
 // baseline, the usual latency of such requests across endpoints, and an
@@ -203,8 +203,10 @@ func (p *Pick) Done(di DoneInfo) {
 	p.Endpoint.finish(p.kind, p.class, di)
 }
 
-// Picker picks an endpoint. Implementations are immutable and safe for
-// concurrent use; Pick never blocks.
+// Picker picks an endpoint. Implementations are safe for concurrent use and
+// Pick never blocks. They need not be immutable: *Balancer, the one the
+// proxy uses, changes its endpoint set on every Update, and a Pick running
+// meanwhile sees either the old set or the new one.
 type Picker interface {
 	Pick(PickInfo) (Pick, error)
 }

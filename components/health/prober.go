@@ -24,10 +24,14 @@ const (
 	DefaultTimeout  = time.Second
 )
 
-// Upstream returns the connection pool for an endpoint. The prober uses the
-// proxy's own pools, so a probe exercises the very connection (and client
-// certificate) requests take. *transport.Transports implements it; For is
-// called concurrently from every probe goroutine.
+// Upstream returns the connection pool for an endpoint. The sidecar and the
+// library give the prober pools of its own (a second *transport.Transports
+// with the proxy's TLS config and client credentials), not the proxy's: a
+// probe then checks the endpoint with the same certificate requests use,
+// but over a connection of its own, so a proxy connection that is stuck
+// (its streams used up by watches, say) neither delays the probe nor is
+// taken for the endpoint's health. For is called concurrently from every
+// probe goroutine.
 type Upstream interface {
 	For(address string, mode transport.AuthMode) http.RoundTripper
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
 )
@@ -76,17 +77,39 @@ type Config struct {
 	// Long-running requests are ended at once either way.
 	ShutdownGrace time.Duration
 
-	// RetryBudgetRatio caps the retries to another endpoint (after a
-	// shutdown answer, an overload or other 429, or an unprocessed
-	// request) at this fraction of the requests over RetryBudgetWindow,
-	// plus RetryBudgetMin per window. Defaults 0.1, 10 and 10s; a negative
-	// ratio means 0 (only the minimum).
-	RetryBudgetRatio  float64
-	RetryBudgetMin    int
-	RetryBudgetWindow time.Duration
+	// RetryBudget caps the retries to another endpoint. nil means
+	// DefaultRetryBudget; a budget that is set is used as it is, so that
+	// a Ratio of 0 means no retries beyond Min (--retry-budget 0).
+	RetryBudget *RetryBudget
+
+	// Log takes the lines net/http and the reverse proxy write themselves
+	// (a broken stream mid-body, a failed TLS handshake, an accept error);
+	// nil discards them. Module sets it to the app's *slog.Logger.
+	Log *slog.Logger
 
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
+}
+
+// RetryBudget caps the retries to another endpoint (after a shutdown
+// answer, an overload or other 429, or an unprocessed request) at Ratio of
+// the requests over Window, plus Min per Window, as Finagle's RetryBudget
+// does.
+type RetryBudget struct {
+	// Ratio is the fraction of the requests that may be retried, within
+	// [0, 1]; 0 allows Min retries per Window and no more.
+	Ratio float64
+	// Min is how many retries each Window allows whatever the request
+	// rate; 0 allows none beyond Ratio.
+	Min int
+	// Window is the sliding window, in whole seconds, at least one.
+	Window time.Duration
+}
+
+// DefaultRetryBudget is the budget of a Config whose RetryBudget is nil:
+// 10% of the requests plus 10 retries, over 10s.
+func DefaultRetryBudget() RetryBudget {
+	return RetryBudget{Ratio: DefaultRetryBudgetRatio, Min: DefaultRetryBudgetMin, Window: DefaultRetryBudgetWindow}
 }
 
 // Defaults of Config.
@@ -139,6 +162,9 @@ func (c Config) Validate() error {
 	if c.MaxReceiveBufferPerStream < 0 {
 		return fmt.Errorf("proxy HTTP/2 stream receive buffer must not be negative, got %d", c.MaxReceiveBufferPerStream)
 	}
+	if b := c.RetryBudget; b != nil && (b.Ratio < 0 || b.Ratio > 1 || b.Min < 0 || b.Window < time.Second) {
+		return fmt.Errorf("retry budget must have a ratio within [0, 1], a minimum of at least 0 and a window of at least 1s, got %v, %d and %v; leave it nil for the defaults", b.Ratio, b.Min, b.Window)
+	}
 	return nil
 }
 
@@ -172,17 +198,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxReceiveBufferPerConnection <= 0 {
 		c.MaxReceiveBufferPerConnection = DefaultMaxReceiveBufferPerConnection
 	}
-	switch {
-	case c.RetryBudgetRatio == 0:
-		c.RetryBudgetRatio = DefaultRetryBudgetRatio
-	case c.RetryBudgetRatio < 0:
-		c.RetryBudgetRatio = 0
-	}
-	if c.RetryBudgetMin <= 0 {
-		c.RetryBudgetMin = DefaultRetryBudgetMin
-	}
-	if c.RetryBudgetWindow < time.Second {
-		c.RetryBudgetWindow = DefaultRetryBudgetWindow
+	if c.RetryBudget == nil {
+		b := DefaultRetryBudget()
+		c.RetryBudget = &b
 	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = DefaultMaxConnections
@@ -195,6 +213,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestBodyTimeout <= 0 {
 		c.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
 	}
 	if c.Now == nil {
 		c.Now = time.Now

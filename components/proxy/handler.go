@@ -86,7 +86,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		metrics:  m,
 		maxBody:  cfg.MaxReplayBody,
 		now:      cfg.Now,
-		budget:   newRetryBudget(cfg.RetryBudgetRatio, cfg.RetryBudgetMin, cfg.RetryBudgetWindow, cfg.Now),
+		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	h.proxy = &httputil.ReverseProxy{
@@ -110,7 +110,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		// The reverse proxy logs a stream that breaks mid-body. That is
 		// one line per failed request, and fanout_upstream_errors_total
 		// already counts it, so it goes to the debug level (-v 1).
-		ErrorLog:   slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
+		ErrorLog:   slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
 		BufferPool: copyBuffers,
 	}
 	long := *h.proxy

@@ -51,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_retries_total",
-			Help: "Requests sent again to another endpoint, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429).",
+			Help: "Requests sent again to another endpoint, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429), gone (a watch whose first event was a 410, moved to another endpoint).",
 		}, []string{"reason"}),
 		budgetOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_retry_budget_exhausted_total",
@@ -67,6 +67,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		upgrades: newUpgradeMetrics(),
 		limits:   newLimitMetrics(),
+	}
+	// Known label values start at 0 so that a rate() or an alert sees the
+	// series before its first event, not only after it.
+	for _, reason := range retryReasons {
+		m.retries.WithLabelValues(reason)
+		m.budgetOut.WithLabelValues(reason)
 	}
 	if reg != nil {
 		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong}, append(m.upgrades.collectors(), m.limits.collectors()...)...) {
@@ -90,6 +96,10 @@ func (m *Metrics) answered(kind balancer.Kind, code int, endpoint string, elapse
 func (m *Metrics) upstreamError(endpoint string, err error) {
 	m.upstreamErrors.WithLabelValues(endpoint, errorReason(err)).Inc()
 }
+
+// retryReasons are every reason fanout_retries_total and
+// fanout_retry_budget_exhausted_total are counted by.
+var retryReasons = []string{reasonUnprocessed, reasonRead, reasonShutdown, reasonOverload, reasonThrottled, reasonGone}
 
 func (m *Metrics) retried(reason string) { m.retries.WithLabelValues(reason).Inc() }
 

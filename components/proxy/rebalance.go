@@ -176,6 +176,11 @@ func NewWatchRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Regi
 	for _, reason := range blockedReasons {
 		r.blocked.WithLabelValues(reason)
 	}
+	// Only the framings a watch can be cut in are counted; both start at
+	// 0 so that the series exists before the first rebalance.
+	for _, f := range []framing{framingJSON, framingProtobuf} {
+		r.rebalanced.WithLabelValues(f.String())
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{r.rebalanced, r.blocked, r.spread} {
 			if err := reg.Register(c); err != nil {

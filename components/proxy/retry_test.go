@@ -350,7 +350,7 @@ func TestThrottled429MovesOnce(t *testing.T) {
 
 func TestRetryBudgetCapsRetries(t *testing.T) {
 	notReady := jsonStatus(apierrors.NewTooManyRequests("storage is (re)initializing", 1))
-	c := newRealCluster(t, Config{RetryBudgetRatio: -1, RetryBudgetMin: 3}, notReady, notReady)
+	c := newRealCluster(t, Config{RetryBudget: &RetryBudget{Ratio: 0, Min: 3, Window: DefaultRetryBudgetWindow}}, notReady, notReady)
 	client := newClient(t, false)
 	for range 20 {
 		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps")

@@ -53,7 +53,7 @@ func NewServer(cfg Config, h *Handler) *Server {
 		Handler: withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
 			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
 		TLSConfig:         cfg.TLS,
-		ErrorLog:          log.New(serverLogWriter{slog.Default()}, "", 0),
+		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,

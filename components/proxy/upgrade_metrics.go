@@ -11,7 +11,7 @@ type upgradeMetrics struct {
 }
 
 func newUpgradeMetrics() upgradeMetrics {
-	return upgradeMetrics{
+	u := upgradeMetrics{
 		open: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fanout_upgraded_connections",
 			Help: "Upgraded (hijacked) client connections currently proxied to kube-apiserver, by protocol (spdy, websocket, other).",
@@ -21,6 +21,12 @@ func newUpgradeMetrics() upgradeMetrics {
 			Help: "Upgrade requests (exec, attach, port-forward) by protocol (spdy, websocket, other) and result (upgraded: the apiserver switched protocols; rejected: it answered with an error status; error: fanout got no answer from any apiserver).",
 		}, []string{"protocol", "result"}),
 	}
+	// The gauge starts at 0 for each protocol, so that a dashboard sees
+	// the series before the first upgrade.
+	for _, proto := range []string{protoSPDY, protoWebSocket, protoOther} {
+		u.open.WithLabelValues(proto)
+	}
+	return u
 }
 
 func (u upgradeMetrics) collectors() []prometheus.Collector {

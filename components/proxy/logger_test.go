@@ -1,0 +1,149 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/resolver"
+)
+
+// logBuffer is an io.Writer for a slog handler that tests read while
+// servers write.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newLogBuffer() (*logBuffer, *slog.Logger) {
+	b := &logBuffer{}
+	return b, slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// recordDefault points slog.Default at a buffer for the test, so that a
+// test can tell that nothing was written through the global logger. Tests
+// using it must not run in parallel.
+func recordDefault(t *testing.T) *logBuffer {
+	t.Helper()
+	b, l := newLogBuffer()
+	old := slog.Default()
+	slog.SetDefault(l)
+	t.Cleanup(func() { slog.SetDefault(old) })
+	return b
+}
+
+// brokenBody fails mid-stream, as a reset HTTP/2 stream does.
+type brokenBody struct{ sent bool }
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	if !b.sent {
+		b.sent = true
+		return copy(p, "partial"), nil
+	}
+	return 0, errors.New("stream reset by the test")
+}
+
+func (*brokenBody) Close() error { return nil }
+
+type brokenUpstream struct{}
+
+func (brokenUpstream) For(string, transport.AuthMode) http.RoundTripper { return brokenUpstream{} }
+
+func (brokenUpstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: &brokenBody{}, Request: r}, nil
+}
+
+// panickingPicker makes net/http log the panic of the request it serves.
+type panickingPicker struct{}
+
+func (panickingPicker) Pick(balancer.PickInfo) (balancer.Pick, error) {
+	panic("picker panic from the test")
+}
+
+func oneEndpoint(t *testing.T) *balancer.Balancer {
+	t.Helper()
+	b, err := balancer.New(balancer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Update([]resolver.Endpoint{{Address: "192.0.2.1:6443"}})
+	return b
+}
+
+// TestHandlerLogsToConfigLog: the reverse proxy's own line about a stream
+// broken mid-body goes to Config.Log, never to slog.Default.
+func TestHandlerLogsToConfigLog(t *testing.T) {
+	global := recordDefault(t)
+	injected, log := newLogBuffer()
+	h := New(Config{Log: log}, oneEndpoint(t), brokenUpstream{}, nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/api/v1/pods", nil))
+	if !strings.Contains(injected.String(), "stream reset by the test") {
+		t.Errorf("the injected logger has %q, want the reverse proxy's body copy error", injected.String())
+	}
+	if global.String() != "" {
+		t.Errorf("the handler wrote to slog.Default: %q", global.String())
+	}
+}
+
+// TestModuleLogsToAppLogger: through fx, the server's own error lines go
+// to the app's *slog.Logger, never to slog.Default.
+func TestModuleLogsToAppLogger(t *testing.T) {
+	global := recordDefault(t)
+	injected, log := newLogBuffer()
+	var srv *Server
+	app := fxtest.New(t,
+		Module,
+		fx.Supply(Config{ListenAddress: "127.0.0.1:0"}, log),
+		fx.Provide(
+			func() Picker { return panickingPicker{} },
+			func() Upstream { return brokenUpstream{} },
+			func() prometheus.Registerer { return prometheus.NewRegistry() },
+		),
+		fx.Populate(&srv),
+	)
+	app.RequireStart()
+	defer app.RequireStop()
+	resp, err := http.Get("http://" + srv.Addr().String() + "/api/v1/pods")
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	// net/http logs the panic after the connection is closed: wait for
+	// the line rather than for a fixed time.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(injected.String(), "picker panic from the test") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the app's logger has %q, want the server's panic line", injected.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if global.String() != "" {
+		t.Errorf("the server wrote to slog.Default: %q", global.String())
+	}
+}
