@@ -84,11 +84,11 @@ func TestWatchRebalance(t *testing.T) {
 	const informers = 30
 	infCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
-	var viaOn, viaOff relists
+	var viaOn, viaOff harness.Lists
 	startInformers(infCtx, t, sidecars[userOn].Config, ns, informers, &viaOn)
 	startInformers(infCtx, t, sidecars[userOff].Config, ns, informers, &viaOff)
-	onStart, offStart := viaOn.total(), viaOff.total()
-	t.Logf("informers synced: %d LIST and %d WatchList requests through each sidecar", viaOn.lists.Load(), viaOn.watchLists.Load())
+	onStart, offStart := viaOn.Total(), viaOff.Total()
+	t.Logf("informers synced: %d LIST and %d WatchList requests through each sidecar", viaOn.List(), viaOn.WatchList())
 	before := map[string][]int{}
 	for _, u := range []string{userOn, userOff} {
 		before[u] = waitWatches(ctx, t, cp, u, informers)
@@ -128,10 +128,10 @@ func TestWatchRebalance(t *testing.T) {
 	}
 	// Give a late re-list a chance to show before counting.
 	time.Sleep(5 * time.Second)
-	onRelists, offRelists := viaOn.total()-onStart, viaOff.total()-offStart
+	onRelists, offRelists := viaOn.Total()-onStart, viaOff.Total()-offStart
 	rebalanced := fanoutMetric(t, sidecars[userOn].AdminAddress, "fanout_watch_rebalanced_total")
 	t.Logf("rebalancing: spread within 33%% ± %.0f points after %s; %v watches ended by fanout; %d re-lists, %d watch errors. Not rebalancing: %v at that time, %d re-lists, %d watch errors",
-		100*tolerance, converged.Round(time.Second), rebalanced, onRelists, viaOn.watchErrors.Load(), off, offRelists, viaOff.watchErrors.Load())
+		100*tolerance, converged.Round(time.Second), rebalanced, onRelists, viaOn.WatchErrors(), off, offRelists, viaOff.WatchErrors())
 	if converged == 0 {
 		t.Errorf("through the rebalancing sidecar the watches were %v %s after apiserver %d was ready, want each apiserver within 33%% ± %.0f points of %d",
 			on, window, victim.Index+1, 100*tolerance, informers)
@@ -139,7 +139,7 @@ func TestWatchRebalance(t *testing.T) {
 	if onRelists != 0 {
 		t.Errorf("informers through the rebalancing sidecar re-listed %d times, want 0", onRelists)
 	}
-	if n := viaOn.watchErrors.Load(); n != 0 {
+	if n := viaOn.WatchErrors(); n != 0 {
 		t.Errorf("informers through the rebalancing sidecar saw %d watch errors, want 0", n)
 	}
 	if spreadWithin(off, informers, tolerance) {

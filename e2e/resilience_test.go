@@ -24,7 +24,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -215,22 +214,10 @@ func testClientDeath(ctx context.Context, t *testing.T, cp *harness.ControlPlane
 	}
 }
 
-// relists counts what makes reflectors re-list: LIST calls, and watches
-// that ask for initial events (client-go's WatchList streams the list
-// through a watch).
-type relists struct {
-	lists, watchLists atomic.Int64
-	// watchErrors counts errors the reflectors reported (a failed list or
-	// a watch that ended with an error).
-	watchErrors atomic.Int64
-}
-
-func (r *relists) total() int64 { return r.lists.Load() + r.watchLists.Load() }
-
 // startInformers runs n informers on ConfigMaps in ns with real
 // reflectors, counting their lists in r, until ctx ends. It returns once
 // all have synced.
-func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, ns string, n int, r *relists) {
+func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, ns string, n int, r *harness.Lists) {
 	t.Helper()
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 1000, 1000
@@ -241,23 +228,10 @@ func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, ns stri
 	cms := client.CoreV1().ConfigMaps(ns)
 	var synced []cache.InformerSynced
 	for range n {
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				r.lists.Add(1)
-				return cms.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				if o.SendInitialEvents != nil && *o.SendInitialEvents {
-					r.watchLists.Add(1)
-				}
-				return cms.Watch(ctx, o)
-			},
-		}
-		inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
-		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, rf *cache.Reflector, err error) {
-			r.watchErrors.Add(1)
-			cache.DefaultWatchErrorHandler(ctx, rf, err)
-		}); err != nil {
+		inf, err := harness.CountedInformer(r, &corev1.ConfigMap{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, o) },
+			cms.Watch)
+		if err != nil {
 			t.Fatal(err)
 		}
 		go inf.RunWithContext(ctx)
@@ -367,7 +341,7 @@ func testRollingRestart(ctx context.Context, t *testing.T, cp *harness.ControlPl
 
 	infCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
-	var viaFanout, viaDirect, viaHAProxy relists
+	var viaFanout, viaDirect, viaHAProxy harness.Lists
 	startInformers(infCtx, t, sidecar.Config, ns, 50, &viaFanout)
 	startInformers(infCtx, t, directCfg, ns, 50, &viaDirect)
 	var hapLoad *ratedLoad
@@ -375,7 +349,7 @@ func testRollingRestart(ctx context.Context, t *testing.T, cp *harness.ControlPl
 		startInformers(infCtx, t, hap.Config, ns, 50, &viaHAProxy)
 		hapLoad = startRatedLoad(ctx, t, hap.Config, ns, "hroll", 32, 200)
 	}
-	fanoutStart, directStart, hapStart := viaFanout.total(), viaDirect.total(), viaHAProxy.total()
+	fanoutStart, directStart, hapStart := viaFanout.Total(), viaDirect.Total(), viaHAProxy.Total()
 
 	load := startRatedLoad(ctx, t, sidecar.Config, ns, "roll", 32, 200)
 	time.Sleep(5 * time.Second)
@@ -438,7 +412,7 @@ func testRollingRestart(ctx context.Context, t *testing.T, cp *harness.ControlPl
 		hapLoad.Stop()
 		hapFailed, hapErrs := hapLoad.failures()
 		t.Logf("through HAProxy in the same roll: %d requests sent, %d cycles failed (first: %v); %d re-lists of 50 informers",
-			hapLoad.sent.Load(), len(hapFailed), hapErrs, viaHAProxy.total()-hapStart)
+			hapLoad.sent.Load(), len(hapFailed), hapErrs, viaHAProxy.Total()-hapStart)
 	}
 	failed, errs := load.failures()
 	took := time.Since(rollStart)
@@ -446,9 +420,9 @@ func testRollingRestart(ctx context.Context, t *testing.T, cp *harness.ControlPl
 	for _, err := range errs {
 		t.Errorf("client saw an error: %v", err)
 	}
-	fanoutRelists, directRelists := viaFanout.total()-fanoutStart, viaDirect.total()-directStart
+	fanoutRelists, directRelists := viaFanout.Total()-fanoutStart, viaDirect.Total()-directStart
 	t.Logf("re-lists during the roll: %d of 50 informers through fanout (%d LIST, %d WatchList in all), %d of 50 connected directly to apiserver 1",
-		fanoutRelists, viaFanout.lists.Load(), viaFanout.watchLists.Load(), directRelists)
+		fanoutRelists, viaFanout.List(), viaFanout.WatchList(), directRelists)
 	if fanoutRelists > directRelists {
 		t.Errorf("informers through fanout re-listed %d times, more than the %d of a direct connection in the same roll", fanoutRelists, directRelists)
 	}

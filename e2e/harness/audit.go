@@ -3,7 +3,9 @@ package harness
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -43,21 +45,72 @@ func (e *AuditEvent) Served() bool {
 // ReadAuditLog parses a JSON-lines audit log. A torn last line (the
 // apiserver writing as we read) is ignored.
 func ReadAuditLog(path string) ([]AuditEvent, error) {
-	f, err := os.Open(path)
-	if err != nil {
+	if _, err := os.Stat(path); err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out []AuditEvent
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
-	for sc.Scan() {
+	t := AuditTail{Path: path}
+	_, err := t.Next(func(e *AuditEvent) { out = append(out, *e) })
+	return out, err
+}
+
+// AuditTail reads an apiserver's audit log incrementally: each Next reads
+// only what was written since the last. A live view redrawn every few
+// seconds for as long as a demo runs would otherwise reread the whole log
+// each time, at a cost that grows by the minute.
+type AuditTail struct {
+	Path    string
+	off     int64
+	partial []byte
+}
+
+// Next calls fn for each complete event written since the last call; a
+// line the apiserver is still writing waits for the next call. A log not
+// written yet reads as empty. When the file shrank (a new file at the same
+// path) Next reads nothing and reports reset: the next call reads from the
+// beginning.
+func (t *AuditTail) Next(fn func(*AuditEvent)) (reset bool, err error) {
+	f, err := os.Open(t.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	if fi.Size() < t.off {
+		t.off, t.partial = 0, nil
+		return true, nil
+	}
+	if _, err := f.Seek(t.off, io.SeekStart); err != nil {
+		return false, err
+	}
+	// Up to the size just seen: what is appended meanwhile waits for the
+	// next call, so one call ends even on a busy log.
+	r := bufio.NewReaderSize(io.LimitReader(f, fi.Size()-t.off), 256<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		t.off += int64(len(line))
+		if len(t.partial) > 0 {
+			line = append(t.partial, line...)
+			t.partial = nil
+		}
+		if err == io.EOF {
+			t.partial = line
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
 		var e AuditEvent
-		if json.Unmarshal(sc.Bytes(), &e) == nil {
-			out = append(out, e)
+		if json.Unmarshal(line, &e) == nil {
+			fn(&e)
 		}
 	}
-	return out, sc.Err()
 }
 
 // CountServed counts the requests in the audit log at path that were served

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
 )
 
 // client is one controller-like client of the demo: informers that keep
@@ -32,14 +34,9 @@ type client struct {
 	label, note string
 
 	sent, failed atomic.Int64
-	// listCalls counts, per informer, its LIST calls and the watches that
-	// asked for initial events (client-go's WatchList streams the list
-	// through a watch): the first is the informer's start, every further
-	// one a re-list.
-	listCalls []atomic.Int64
-	// watchErrors counts errors the reflectors reported (a failed list or
-	// a watch that ended with an error).
-	watchErrors atomic.Int64
+	// lists counts each informer's lists apart: its first is its start,
+	// every further one a re-list.
+	lists []harness.Lists
 
 	// onFailure is told about each failed request (the first error of a
 	// burst is worth showing).
@@ -52,11 +49,12 @@ type counts struct {
 }
 
 func (c *client) counts() counts {
-	var relists int64
-	for i := range c.listCalls {
-		relists += max(c.listCalls[i].Load()-1, 0)
+	var relists, watchErrors int64
+	for i := range c.lists {
+		relists += max(c.lists[i].Total()-1, 0)
+		watchErrors += c.lists[i].WatchErrors()
 	}
-	return counts{sent: c.sent.Load(), failed: c.failed.Load(), relists: relists, watchErrors: c.watchErrors.Load()}
+	return counts{sent: c.sent.Load(), failed: c.failed.Load(), relists: relists, watchErrors: watchErrors}
 }
 
 // run creates the client's namespace, starts watches informers and waits
@@ -76,30 +74,21 @@ func (c *client) run(ctx context.Context, cfg *rest.Config, rate, watches int, s
 		return fmt.Errorf("creating namespace %s: %w", c.name, err)
 	}
 	cms := cs.CoreV1().ConfigMaps(c.name)
-	c.listCalls = make([]atomic.Int64, watches)
+	c.lists = make([]harness.Lists, watches)
 	var hasSynced []cache.InformerSynced
 	for i := range watches {
 		// One informer per label value: each holds its own watch open.
 		selector := fmt.Sprintf("shard=%d", i)
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				c.listCalls[i].Add(1)
+		inf, err := harness.CountedInformer(&c.lists[i], &corev1.ConfigMap{},
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				o.LabelSelector = selector
 				return cms.List(ctx, o)
 			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				if o.SendInitialEvents != nil && *o.SendInitialEvents {
-					c.listCalls[i].Add(1)
-				}
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 				o.LabelSelector = selector
 				return cms.Watch(ctx, o)
-			},
-		}
-		inf := cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, cache.Indexers{})
-		if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
-			c.watchErrors.Add(1)
-			cache.DefaultWatchErrorHandler(ctx, r, err)
-		}); err != nil {
+			})
+		if err != nil {
 			return err
 		}
 		go inf.RunWithContext(ctx)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
 )
 
 // view is everything one frame of the table shows.
@@ -77,7 +79,7 @@ func render(v view) []string {
 		for i, s := range c.per {
 			recent[i] = s.recent
 		}
-		shares := sharesOf(recent)
+		shares := harness.Shares(recent)
 		row(fmt.Sprintf(" requests, last %s", window), func(i int) string {
 			return fmt.Sprintf("%5d %3.0f%% %s", recent[i], 100*shares[i], bar(shares[i], 5))
 		})
@@ -99,21 +101,6 @@ func render(v view) []string {
 		for _, e := range v.events {
 			add(" %s", e.String())
 		}
-	}
-	return out
-}
-
-func sharesOf(counts []int) []float64 {
-	total := 0
-	for _, c := range counts {
-		total += c
-	}
-	out := make([]float64, len(counts))
-	if total == 0 {
-		return out
-	}
-	for i, c := range counts {
-		out[i] = float64(c) / float64(total)
 	}
 	return out
 }
