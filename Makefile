@@ -135,8 +135,9 @@ bench: build
 
 ## demo: keys and flags in README.md and `make demo ARGS=-help`. The demo
 ## builds or finds the Kubernetes binaries itself, with the same progress
-## lines as e2e-binaries, so -help needs no build.
-demo:
+## lines as e2e-binaries, so -help needs no build. `make demo ARGS=-node`
+## adds the real node, which needs the node's Debian packages first.
+demo: $(if $(filter -node -node=true,$(ARGS)),e2e-packages)
 	cd e2e && $(GO) run ./cmd/demo $(ARGS)
 
 clean:

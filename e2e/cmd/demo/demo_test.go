@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 )
 
 func auditLine(id, stage, verb, user string, at time.Time) string {
@@ -183,6 +191,59 @@ func TestScreenFit(t *testing.T) {
 		l = strings.NewReplacer(cursorHome, "", clearToEOL, "", clearToEnd, "").Replace(l)
 		if n := len([]rune(l)); n >= 40 {
 			t.Errorf("line of %d columns on a terminal of 40: %q", n, l)
+		}
+	}
+}
+
+// TestNodeLines draws the -node panel from a fake apiserver: each labelled
+// pod's phase, its fanout sidecar's and its client's readiness, the lease
+// holder, and the injector's replicas.
+func TestNodeLines(t *testing.T) {
+	ready := func(name string, ok bool, restarts int32) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, Ready: ok, RestartCount: restarts, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	}
+	labels := map[string]string{"fanout.dev/inject": "true"}
+	kcm := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager-6d5f8b7c9-abcde", Namespace: "kube-system", Labels: labels},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			InitContainerStatuses: []corev1.ContainerStatus{ready("fanout", true, 0)},
+			ContainerStatuses:     []corev1.ContainerStatus{ready("kube-controller-manager", true, 1)}},
+	}
+	starting := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: "apps", Labels: labels, Annotations: map[string]string{"fanout.dev/injected": "client"}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending,
+			InitContainerStatuses: []corev1.ContainerStatus{ready("fanout", false, 0)},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "client",
+				State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}}}},
+	}
+	unlabelled := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "kube-system"}}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-controller-manager", Namespace: "kube-system"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(kcm.Name + "_0b6a")},
+	}
+	injector := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "fanout-injector", Namespace: "fanout-system"},
+		Status:     appsv1.DeploymentStatus{Replicas: 2, ReadyReplicas: 1},
+	}
+	v := &nodeView{client: fake.NewClientset(kcm, starting, unlabelled, lease, injector), node: "node-1"}
+	lines := v.Lines(context.Background())
+	out := strings.Join(lines, "\n")
+	for _, want := range []string{
+		"real node node-1: pods labelled fanout.dev/inject=true",
+		fmt.Sprintf(" %-40s %-11s %-9s %s", kcm.Name, "Running", "ready", "ready (leader), 1 restarts"),
+		fmt.Sprintf(" %-40s %-11s %-9s %s", "apps/client", "Pending", "not ready", "PodInitializing"),
+		" fanout-injector: 1 of 2 replicas ready",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("panel lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "other") {
+		t.Errorf("panel shows an unlabelled pod:\n%s", out)
+	}
+	for _, l := range lines {
+		if n := len([]rune(l)); n > 90 {
+			t.Errorf("line of %d columns, want at most 90: %q", n, l)
 		}
 	}
 }

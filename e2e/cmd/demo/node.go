@@ -9,13 +9,9 @@ import (
 // The -node option: a real kubelet node with the injector and the example
 // Deployments of manifests/, so the demo shows what a user of the injected
 // sidecar sees, pods with fanout beside them and their share of the
-// apiservers. It is the hook for issue 16's node (harness.StartNode): set
-// newNodeDemo (in a file of its own) and the flag works; the demo draws
-// the panel's lines and its clients' rows in the table, and tears the node
+// apiservers. newNodeDemo (nodedemo.go) makes it; the demo draws the
+// panel's lines and its clients' rows in the table, and tears the node
 // down with the rest (harness.Teardown).
-//
-// Until then newNodeDemo is nil and -node says so before starting
-// anything.
 var newNodeDemo func() nodeDemo
 
 // nodeDemo brings up the node and what runs on it.
