@@ -121,6 +121,62 @@ func TestAuditServed(t *testing.T) {
 	}
 }
 
+// TestAuditTail reads a log in pieces: a log not written yet, a line cut
+// in the middle that completes on the next call, and a new, shorter file at
+// the same path, which is read from its start after a reset.
+func TestAuditTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	tail := AuditTail{Path: path}
+	var ids []string
+	next := func() bool {
+		t.Helper()
+		reset, err := tail.Next(func(e *AuditEvent) { ids = append(ids, e.AuditID) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reset
+	}
+	write := func(s string, flag int) {
+		t.Helper()
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|flag, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next() || len(ids) != 0 {
+		t.Fatalf("a log not written yet gave %v", ids)
+	}
+	write(`{"auditID":"a"}`+"\n"+`{"auditID":"b"}`+"\n"+`{"audit`, os.O_APPEND)
+	next()
+	if fmt.Sprint(ids) != "[a b]" {
+		t.Fatalf("first read: %v, want [a b] and the torn line held back", ids)
+	}
+	write(`ID":"c"}`+"\n", os.O_APPEND)
+	next()
+	if fmt.Sprint(ids) != "[a b c]" {
+		t.Fatalf("after the torn line completed: %v, want [a b c]", ids)
+	}
+	write(`{"auditID":"d"}`+"\n", os.O_TRUNC)
+	if !next() {
+		t.Fatal("a shorter file at the same path was not reported as a reset")
+	}
+	ids = nil
+	next()
+	if fmt.Sprint(ids) != "[d]" {
+		t.Fatalf("after the reset: %v, want [d]", ids)
+	}
+	if events, err := ReadAuditLog(path); err != nil || len(events) != 1 || events[0].AuditID != "d" {
+		t.Errorf("ReadAuditLog = %v, %v; want the one event d", events, err)
+	}
+	if _, err := ReadAuditLog(path + ".missing"); !os.IsNotExist(err) {
+		t.Errorf("ReadAuditLog of a missing file: %v, want not-exist", err)
+	}
+}
+
 func TestControllerManagerUsers(t *testing.T) {
 	tests := map[string]bool{
 		"system:kube-controller-manager":                          true,

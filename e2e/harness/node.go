@@ -78,9 +78,6 @@ type Node struct {
 
 // Well-known addresses of the node network.
 const (
-	// podSupernet holds every node's pod CIDR, 10.244.<n>.0/24: the node's
-	// namespace is private to the run, so every run can use the same range.
-	podSupernet = "10.244.0.0/16"
 	// KubeletPort and KubeProxyHealthzPort are on the node's IP; the
 	// namespace is the node's own, so the standard ports are free.
 	KubeletPort          = 10250
@@ -169,6 +166,8 @@ func (cp *ControlPlane) StartNode(ctx context.Context, tb testing.TB, opts NodeO
 func (n *Node) setUpNetwork(seq int) error {
 	nw := n.cp.Net
 	n.IP = hostIP(nw.Subnet, 100+seq)
+	// Every node's pod CIDR is 10.244.<n>.0/24: the node's namespace is
+	// private to the run, so every run can use the same range.
 	_, n.PodCIDR, _ = net.ParseCIDR(fmt.Sprintf("10.244.%d.0/24", seq))
 	n.NS = fmt.Sprintf("fo%s-node%d", nw.RunID, seq)
 	n.veth = fmt.Sprintf("fo%snd%d", nw.RunID, seq)

@@ -13,8 +13,6 @@ import (
 	"time"
 )
 
-const cgroupFS = "/sys/fs/cgroup"
-
 // cgroupHierarchies returns the mounted cgroup hierarchies: on these
 // machines the v1 controllers, the named systemd one and the (empty) v2
 // unified one; on a pure v2 machine just /sys/fs/cgroup.
