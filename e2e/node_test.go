@@ -173,21 +173,19 @@ func podReady(p *corev1.Pod) bool {
 }
 
 func initStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
-	for i := range p.Status.InitContainerStatuses {
-		if p.Status.InitContainerStatuses[i].Name == name {
-			return &p.Status.InitContainerStatuses[i]
-		}
-	}
-	return nil
+	return statusOf(p.Status.InitContainerStatuses, name)
 }
 
 func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
-	for i := range p.Status.ContainerStatuses {
-		if p.Status.ContainerStatuses[i].Name == name {
-			return &p.Status.ContainerStatuses[i]
-		}
+	return statusOf(p.Status.ContainerStatuses, name)
+}
+
+func statusOf(list []corev1.ContainerStatus, name string) *corev1.ContainerStatus {
+	i := slices.IndexFunc(list, func(s corev1.ContainerStatus) bool { return s.Name == name })
+	if i < 0 {
+		return nil
 	}
-	return nil
+	return &list[i]
 }
 
 // podClientPod is a labelled pod running e2e/cmd/podclient as an in-cluster

@@ -35,7 +35,8 @@ type client struct {
 
 	sent, failed atomic.Int64
 	// lists counts each informer's lists apart: its first is its start,
-	// every further one a re-list.
+	// every further one a re-list. Made with the client (newClient), so
+	// that counts may read it while run starts the informers.
 	lists []harness.Lists
 
 	// onFailure is told about each failed request (the first error of a
@@ -57,11 +58,16 @@ func (c *client) counts() counts {
 	return counts{sent: c.sent.Load(), failed: c.failed.Load(), relists: relists, watchErrors: watchErrors}
 }
 
-// run creates the client's namespace, starts watches informers and waits
+// newClient is a client that keeps watches informers.
+func newClient(name, label string, watches int) *client {
+	return &client{name: name, label: label, lists: make([]harness.Lists, watches)}
+}
+
+// run creates the client's namespace, starts its informers and waits
 // for them to sync (telling synced), then sends rate requests a second
 // until ctx ends. Only a failure to start is returned: failed requests
 // later are counted, as a user would see them in the client's log.
-func (c *client) run(ctx context.Context, cfg *rest.Config, rate, watches int, synced func()) error {
+func (c *client) run(ctx context.Context, cfg *rest.Config, rate int, synced func()) error {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = float32(rate*2), rate*2
 	cfg.UserAgent = c.name
@@ -74,7 +80,7 @@ func (c *client) run(ctx context.Context, cfg *rest.Config, rate, watches int, s
 		return fmt.Errorf("creating namespace %s: %w", c.name, err)
 	}
 	cms := cs.CoreV1().ConfigMaps(c.name)
-	c.lists = make([]harness.Lists, watches)
+	watches := len(c.lists)
 	var hasSynced []cache.InformerSynced
 	for i := range watches {
 		// One informer per label value: each holds its own watch open.

@@ -132,8 +132,8 @@ func run(o options) error {
 
 	// Two clients with the same code and the same kind of credentials; only
 	// the path to the apiservers differs.
-	viaFanout := &client{name: "demo-via-fanout", label: "via fanout"}
-	viaL4 := &client{name: "demo-via-l4", label: "via L4 proxy"}
+	viaFanout := newClient("demo-via-fanout", "via fanout", o.watches)
+	viaL4 := newClient("demo-via-l4", "via L4 proxy", o.watches)
 	kcFanout, err := cp.UserKubeconfig(viaFanout.name, "system:masters")
 	if err != nil {
 		return err
@@ -187,7 +187,7 @@ func run(o options) error {
 		c.onFailure = failures.record
 		c.note = cfgs[c].note
 		clientsDone.Go(func() {
-			if err := c.run(clientCtx, cfgs[c].cfg, o.rate, o.watches, func() { synced <- c }); err != nil {
+			if err := c.run(clientCtx, cfgs[c].cfg, o.rate, func() { synced <- c }); err != nil {
 				clientErr <- fmt.Errorf("%s: %w", c.name, err)
 			}
 		})
