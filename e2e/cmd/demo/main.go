@@ -6,6 +6,8 @@
 // rolling restart of the apiservers (the r key, or -roll-after) shows what
 // fanout is for: the L4 client's watches all move to one apiserver while
 // fanout's stay spread, and no request fails and no informer re-lists.
+// With -node a real node joins, with fanout installed from manifests/ as a
+// user installs it (nodedemo.go).
 //
 // Run it with `make demo` (as root: the test hosts are network namespaces).
 package main
