@@ -243,4 +243,3 @@ func TestProbesUseTheirOwnConnections(t *testing.T) {
 		}
 	}
 }
-

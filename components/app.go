@@ -174,4 +174,3 @@ func discoveryConfig(o Options) (*rest.Config, error) {
 // Metrics provides one Prometheus registry as both Registerer and Gatherer,
 // with the Go runtime and process collectors and fanout_build_info.
 var Metrics = metrics.Module
-
