@@ -114,6 +114,9 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	c.WatchRebalance = o.watchRebalance
 	c.Log = o.log
 	c.Registerer = o.registerer
+	if o.tune != nil {
+		o.tune(&c)
+	}
 	return c, nil
 }
 

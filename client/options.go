@@ -22,6 +22,8 @@ type options struct {
 	watchRebalance bool
 	discovery      *rest.Config
 	startWait      time.Duration
+	// tune edits the engine's Config last; tests shorten timings with it.
+	tune func(*engine.Config)
 }
 
 // DefaultStartWait bounds how long New waits for the resolver's first
