@@ -174,6 +174,7 @@ type Engine struct {
 
 	mu      sync.Mutex
 	started bool
+	running []string // the loops Start runs, by part name
 	cancel  context.CancelFunc
 	loops   sync.WaitGroup
 	stopped chan struct{} // closed when Stop finished
@@ -305,10 +306,9 @@ func (e *Engine) build() error {
 // in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Parts names the parts the engine built, in the order Start starts them
-// after the credential watcher: the resolver loop last but one, then the
-// state log. The sidecar and the library built from one Config report the
-// same parts.
+// Parts names the parts the engine built and, once started, the loops
+// Start runs (the resolver loop, then the state log), in start order. The
+// sidecar and the library built from one Config report the same parts.
 func (e *Engine) Parts() []string {
 	parts := []string{PartCredentials, PartBalancer, PartTransports, PartProxy}
 	if e.prober != nil {
@@ -317,7 +317,16 @@ func (e *Engine) Parts() []string {
 	if e.rebalancer != nil {
 		parts = append(parts, PartWatchRebalancer)
 	}
-	return append(parts, PartResolver, PartStateLog)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append(parts, e.running...)
+}
+
+// run starts loop on a goroutine of its own until Stop, under name.
+// e.mu is held.
+func (e *Engine) run(ctx context.Context, name string, loop func(context.Context)) {
+	e.running = append(e.running, name)
+	e.loops.Go(func() { loop(ctx) })
 }
 
 // Start watches the credential files and starts the prober, the watch
@@ -347,8 +356,8 @@ func (e *Engine) Start(context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	e.loops.Go(func() { e.runResolver(ctx) })
-	e.loops.Go(func() { logEndpointStates(ctx, e.balancer, e.log, stateLogInterval) })
+	e.run(ctx, PartResolver, e.runResolver)
+	e.run(ctx, PartStateLog, func(ctx context.Context) { logEndpointStates(ctx, e.balancer, e.log, stateLogInterval) })
 	return nil
 }
 
