@@ -221,7 +221,8 @@ func testWatchRebalancing(t *testing.T, on bool) {
 		return o[0]+o[1]+o[2] == watches && o[0] <= 3 && o[1] >= 1 && o[2] >= 1
 	}
 	if on {
-		deadline := time.Now().Add(waitLimit)
+		start := time.Now()
+		deadline := start.Add(waitLimit)
 		for !spread() {
 			if time.Now().After(deadline) {
 				t.Fatalf("watches per apiserver %v after %s, want them spread over the three", w.open(), waitLimit)
@@ -229,9 +230,12 @@ func testWatchRebalancing(t *testing.T, on bool) {
 			<-ticker.C
 			w.tick()
 		}
-		if n := rebalanced(t, reg); n == 0 {
+		n := rebalanced(t, reg)
+		if n == 0 {
 			t.Error("fanout_watch_rebalanced_total is 0: the watches moved for another reason")
 		}
+		t.Logf("watches per apiserver %v %s after apiservers 2 and 3 were ready; %v ended by the rebalancer; %d lists since the informers synced",
+			w.open(), time.Since(start).Round(time.Millisecond), n, w.initial()-synced)
 	} else {
 		// Nothing can end a watch: no rebalancer runs, none counts.
 		if parts := b.engine.Parts(); slices.Contains(parts, engine.PartWatchRebalancer) {
