@@ -84,8 +84,8 @@ type Config struct {
 // slow start, proxy.DefaultRetryBudget, /readyz probes every
 // health.DefaultInterval with health.DefaultRise and DefaultFall, and watch
 // rebalancing at proxy.DefaultRebalanceRate and DefaultRebalanceTolerance.
-// The sidecar's flags default to the same values (components
-// TestFlagDefaultsAreTheEngines); the library starts from this.
+// The library starts from it; the sidecar's flags default to the same
+// values (client TestSidecarAndLibraryRunTheSameEngine checks both).
 func Defaults() Config {
 	budget := proxy.DefaultRetryBudget()
 	return Config{
