@@ -54,8 +54,9 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			admin.Config{ListenAddress: o.AdminAddress, EnablePprof: o.EnablePprof},
 		),
 		Metrics,
-		// The engine first: fx stops in reverse order, so it stops after
-		// the listener drained and the admin server stopped.
+		// Built first (the admin server below needs it), so its hooks are
+		// appended first: fx stops in reverse order, and the engine stops
+		// after the listener drained and the admin server stopped.
 		fx.Provide(func(lc fx.Lifecycle, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
 			return newEngine(lc, cfg, reg, log)
 		}),
