@@ -5,46 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/health"
-	"github.com/fanout-dev/fanout/components/proxy"
-	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/resolver"
+	"github.com/fanout-dev/fanout/components/engine"
 )
 
-// Balancer is a running fanout inside the program: resolver, readiness
-// prober, credential watcher and connection pools, with the balancing
-// RoundTripper in front of them. Create it with New (or Wrap) and Close it
-// when the clients built from Config are done. Its methods are safe for
+// Balancer is a running fanout inside the program: the sidecar's engine
+// (components/engine: resolver, readiness prober, credential watcher,
+// connection pools, watch rebalancer, endpoint state log) with its
+// balancing RoundTripper in front. Create it with New (or Wrap) and Close
+// it when the clients built from Config are done. Its methods are safe for
 // concurrent use.
 type Balancer struct {
-	config     *rest.Config
-	handler    *proxy.Handler
-	balancer   *balancer.Balancer
-	transports *transport.Transports
-	// probes is the prober's own pool set, as in the sidecar: probes must
-	// not share fate with client traffic (a connection at its stream
-	// limit or starved by unread responses, one being torn down by a
-	// GOAWAY). nil when probing is off.
-	probes  *transport.Transports
-	prober  *health.Prober // nil when probing is off
-	creds   *certs.Credentials
-	metrics *tracking
-	log     *slog.Logger
-
-	cancel    context.CancelFunc
-	resolving sync.WaitGroup
-	closeOnce sync.Once
+	config *rest.Config
+	engine *engine.Engine
 }
 
 // Wrap is New for callers that need only the config and a way to stop:
@@ -80,109 +60,64 @@ func New(cfg *rest.Config, opts ...Option) (*Balancer, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	up, err := upstreamFrom(cfg)
+	ecfg, err := engineConfig(cfg, o)
 	if err != nil {
 		return nil, err
 	}
-	if err := (balancer.Config{Policy: o.policy}).Validate(); err != nil {
+	e, err := engine.New(ecfg)
+	if err != nil {
+		if _, ok := errors.AsType[*engine.EndpointsError](err); ok {
+			return nil, fmt.Errorf("fanout client: WithEndpoints: %w", err)
+		}
 		return nil, fmt.Errorf("fanout client: %w", err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		_ = e.Stop(context.Background())
+		return nil, fmt.Errorf("fanout client: %w", err)
+	}
+	if o.startWait > 0 {
+		t := time.NewTimer(o.startWait)
+		select {
+		case <-e.Resolved():
+		case <-t.C:
+			ecfg.Log.Warn("fanout client: no endpoint set yet; requests get 503 with Retry-After until the resolver publishes one", "waited", o.startWait)
+		}
+		t.Stop()
+	}
+	return &Balancer{config: wrappedConfig(cfg, e.RoundTripper()), engine: e}, nil
+}
+
+// engineConfig is the engine's Config for cfg and the options: the
+// sidecar's defaults (engine.Defaults, which its flags default to) with
+// what the options change.
+func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
+	up, err := upstreamFrom(cfg)
+	if err != nil {
+		return engine.Config{}, err
+	}
+	if err := (balancer.Config{Policy: o.policy}).Validate(); err != nil {
+		return engine.Config{}, fmt.Errorf("fanout client: %w", err)
 	}
 	if o.probeInterval < 0 {
-		return nil, fmt.Errorf("fanout client: WithProbeInterval must not be negative, got %s; use 0 to disable probing", o.probeInterval)
+		return engine.Config{}, fmt.Errorf("fanout client: WithProbeInterval must not be negative, got %s; use 0 to disable probing", o.probeInterval)
 	}
-
-	b := &Balancer{log: o.log, metrics: &tracking{reg: o.registerer}}
-	ok := false
-	defer func() {
-		if !ok {
-			b.Close()
-		}
-	}()
-
-	var certMetrics *certs.Metrics
-	if o.registerer != nil {
-		certMetrics = certs.NewMetrics()
-		if err := b.metrics.Register(certMetrics); err != nil {
-			return nil, fmt.Errorf("fanout client: registering metrics: %w", err)
-		}
-	}
-	b.creds, err = certs.NewCredentialsWithOptions(up, certs.Options{Log: o.log, Metrics: certMetrics})
-	if err != nil {
-		return nil, fmt.Errorf("fanout client: %w", err)
-	}
-	if err := b.creds.Start(); err != nil {
-		return nil, fmt.Errorf("fanout client: watching credential files: %w", err)
-	}
-
-	resolverMetrics := resolver.NewMetrics()
 	discovery := o.discovery
 	if discovery == nil {
 		discovery = cfg
 	}
-	res, err := resolver.Parse(o.endpoints, resolver.Config{
-		Fallback:  up.Server,
-		Discovery: func() (*rest.Config, error) { return rest.CopyConfig(discovery), nil },
-		Log:       o.log,
-		Metrics:   resolverMetrics,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fanout client: WithEndpoints: %w", err)
+	c := engine.Defaults()
+	c.Upstream = up
+	c.Endpoints = o.endpoints
+	c.Discovery = func() (*rest.Config, error) { return rest.CopyConfig(discovery), nil }
+	c.Balancer.Policy = o.policy
+	c.Probe.Interval = o.probeInterval
+	c.WatchRebalance = o.watchRebalance
+	c.Log = o.log
+	c.Registerer = o.registerer
+	if o.tune != nil {
+		o.tune(&c)
 	}
-
-	b.transports, err = transport.New(transport.Config{ServerName: up.ServerName}, b.creds)
-	if err != nil {
-		return nil, fmt.Errorf("fanout client: %w", err)
-	}
-	b.balancer, err = balancer.New(balancerConfig(o))
-	if err != nil {
-		return nil, fmt.Errorf("fanout client: %w", err)
-	}
-	proxyMetrics, err := proxy.NewMetrics(b.metrics.orNil())
-	if err != nil {
-		return nil, fmt.Errorf("fanout client: registering metrics: %w", err)
-	}
-	pcfg := proxyConfig()
-	pcfg.Log = o.log
-	b.handler = proxy.New(pcfg, b.balancer, b.transports, proxyMetrics)
-
-	collectors := append([]prometheus.Collector{b.balancer.Collector(), resolverMetrics}, b.transports.Collectors()...)
-	sinks := []endpointSink{b.balancer}
-	if o.probeInterval > 0 {
-		b.probes, err = transport.New(transport.Config{ServerName: up.ServerName}, b.creds)
-		if err != nil {
-			return nil, fmt.Errorf("fanout client: %w", err)
-		}
-		b.prober, err = health.New(proberConfig(o), b.probes, health.WithResolveOnFailure(b.balancer, res), o.log)
-		if err != nil {
-			return nil, fmt.Errorf("fanout client: %w", err)
-		}
-		collectors = append(collectors, b.prober.Collectors()...)
-		sinks = append(sinks, b.prober)
-		_ = b.prober.Start() // never fails; probes start with the first snapshot
-	}
-	sinks = append(sinks, resolverMetrics)
-	if o.registerer != nil {
-		for _, c := range collectors {
-			if err := b.metrics.Register(c); err != nil {
-				return nil, fmt.Errorf("fanout client: registering metrics: %w", err)
-			}
-		}
-	}
-
-	first := b.runResolver(res, sinks)
-	if o.startWait > 0 {
-		t := time.NewTimer(o.startWait)
-		select {
-		case <-first:
-		case <-t.C:
-			o.log.Warn("fanout client: no endpoint set yet; requests get 503 with Retry-After until the resolver publishes one", "waited", o.startWait)
-		}
-		t.Stop()
-	}
-
-	b.config = wrappedConfig(cfg, b.handler.RoundTripper())
-	ok = true
-	return b, nil
+	return c, nil
 }
 
 // Config returns a copy of the wrapped config: cfg with Transport set to
@@ -195,102 +130,21 @@ func (b *Balancer) Config() *rest.Config { return rest.CopyConfig(b.config) }
 // RoundTripper returns the balancing RoundTripper, for HTTP clients built
 // without rest.Config. Requests must carry a path kube-apiserver serves;
 // their URL host is ignored.
-func (b *Balancer) RoundTripper() http.RoundTripper { return b.handler.RoundTripper() }
+func (b *Balancer) RoundTripper() http.RoundTripper { return b.engine.RoundTripper() }
 
 // Endpoints returns the balancer's view of every endpoint, as the
 // sidecar's /debug/endpoints serves it.
-func (b *Balancer) Endpoints() []balancer.EndpointStatus { return b.balancer.Endpoints() }
+func (b *Balancer) Endpoints() []balancer.EndpointStatus { return b.engine.Endpoints() }
 
 // Close ends open watches cleanly (client-go sees the stream end), stops
-// the resolver, the prober and the credential watcher, closes every
-// connection and unregisters the metrics. Short requests still in flight
-// fail, and requests made afterwards fail with proxy.ErrStopped: stop the
-// clients (informers, manager) first. Close is idempotent and returns nil.
+// the resolver, the prober, the watch rebalancer and the credential
+// watcher, closes every connection and unregisters the metrics. Short
+// requests still in flight fail, and requests made afterwards fail with
+// proxy.ErrStopped: stop the clients (informers, manager) first. Close is
+// idempotent and returns nil.
 func (b *Balancer) Close() error {
-	b.closeOnce.Do(func() {
-		if b.handler != nil {
-			b.handler.StopLongRunning()
-		}
-		if b.cancel != nil {
-			b.cancel()
-		}
-		b.resolving.Wait()
-		if b.prober != nil {
-			_ = b.prober.Stop()
-		}
-		if b.creds != nil {
-			b.creds.Stop()
-		}
-		if b.transports != nil {
-			b.transports.Close()
-		}
-		if b.probes != nil {
-			b.probes.Close()
-		}
-		b.metrics.unregisterAll()
-	})
+	_ = b.engine.Stop(context.Background()) // cannot time out without a deadline
 	return nil
-}
-
-// balancerConfig is the sidecar's default balancer configuration
-// (balancer.Recommended: outlier ejection capped at a third of the
-// endpoints, 5 consecutive failures, 10 s slow start) with the chosen
-// policy.
-func balancerConfig(o options) balancer.Config { return balancer.Recommended(o.policy) }
-
-// proxyConfig sets the retry budget the sidecar's flags default to. The
-// values are spelled out, not left to proxy.Config's zero value, so that
-// TestFlagDefaultsAreTheLibrarys compares what each side passes.
-func proxyConfig() proxy.Config {
-	b := proxy.DefaultRetryBudget()
-	return proxy.Config{RetryBudget: &b}
-}
-
-// proberConfig sets the probe rise and fall the sidecar's flags default
-// to, spelled out for the same reason.
-func proberConfig(o options) health.Config {
-	return health.Config{Interval: o.probeInterval, Rise: health.DefaultRise, Fall: health.DefaultFall}
-}
-
-// endpointSink receives resolver snapshots (components.RunResolver's
-// contract).
-type endpointSink interface {
-	Update([]resolver.Endpoint)
-}
-
-// runResolver feeds snapshots to the sinks in order, then lets the
-// transports drop pools of removed endpoints: the same order as the
-// sidecar's components.RunResolver (balancer before prober, transports
-// last, after the prober stopped probing removed endpoints). The returned
-// channel closes after the first snapshot.
-func (b *Balancer) runResolver(r resolver.Resolver, sinks []endpointSink) <-chan struct{} {
-	ctx, cancel := context.WithCancel(context.Background())
-	b.cancel = cancel
-	first := make(chan struct{})
-	var once sync.Once
-	b.resolving.Add(1)
-	go func() {
-		defer b.resolving.Done()
-		err := r.Run(ctx, func(eps []resolver.Endpoint) {
-			addrs := make([]string, len(eps))
-			for i, ep := range eps {
-				addrs[i] = ep.Address
-			}
-			b.log.Info("fanout client: endpoints updated", "endpoints", addrs)
-			for _, s := range sinks {
-				s.Update(eps)
-			}
-			b.transports.Retain(addrs)
-			if b.probes != nil {
-				b.probes.Retain(addrs)
-			}
-			once.Do(func() { close(first) })
-		})
-		if err != nil && ctx.Err() == nil {
-			b.log.Error("fanout client: endpoint resolver stopped; keeping the last known endpoints", "error", err)
-		}
-	}()
-	return first
 }
 
 // upstreamFrom reads what fanout needs from cfg, refusing what it cannot
@@ -366,51 +220,4 @@ func wrappedConfig(cfg *rest.Config, rt http.RoundTripper) *rest.Config {
 	out.BearerToken, out.BearerTokenFile = "", ""
 	out.Transport = rt
 	return out
-}
-
-// tracking registers collectors on the caller's registerer and remembers
-// them, so that Close can unregister them.
-type tracking struct {
-	reg prometheus.Registerer
-	mu  sync.Mutex
-	cs  []prometheus.Collector
-}
-
-func (t *tracking) orNil() prometheus.Registerer {
-	if t.reg == nil {
-		return nil
-	}
-	return t
-}
-
-func (t *tracking) Register(c prometheus.Collector) error {
-	if err := t.reg.Register(c); err != nil {
-		return err
-	}
-	t.mu.Lock()
-	t.cs = append(t.cs, c)
-	t.mu.Unlock()
-	return nil
-}
-
-func (t *tracking) MustRegister(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		if err := t.Register(c); err != nil {
-			panic(err)
-		}
-	}
-}
-
-func (t *tracking) Unregister(c prometheus.Collector) bool { return t.reg.Unregister(c) }
-
-func (t *tracking) unregisterAll() {
-	if t.reg == nil {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, c := range t.cs {
-		t.reg.Unregister(c)
-	}
-	t.cs = nil
 }

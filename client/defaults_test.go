@@ -7,92 +7,183 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxtest"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-
-	"github.com/spf13/pflag"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fanout-dev/fanout/components"
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/engine"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
 // TestSidecarResilienceDefaults: the library balances with the sidecar's
-// flag defaults (components.defaultResilience starts from the same
-// balancer.Recommended, checked in package components), not with the more
-// permissive zero Config: ejections capped at a third of the endpoints,
-// slow start on.
+// defaults (balancer.Recommended), not with the more permissive zero
+// Config: ejections capped at a third of the endpoints, slow start on.
 func TestSidecarResilienceDefaults(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []Option
-		want balancer.Config
-	}{
-		{"default policy", nil, balancer.Config{Policy: balancer.PolicyLeastRequest, MaxEjectedFraction: 1.0 / 3, ConsecutiveFailures: 5, SlowStart: 10 * time.Second}},
-		{"round-robin", []Option{WithBalancerPolicy(balancer.PolicyRoundRobin)}, balancer.Config{Policy: balancer.PolicyRoundRobin, MaxEjectedFraction: 1.0 / 3, ConsecutiveFailures: 5, SlowStart: 10 * time.Second}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	f := newFixture(t)
+	for _, policy := range []string{balancer.PolicyLeastRequest, balancer.PolicyRoundRobin} {
+		t.Run(policy, func(t *testing.T) {
 			o := defaults()
-			for _, opt := range tc.opts {
-				opt(&o)
+			WithBalancerPolicy(policy)(&o)
+			c, err := engineConfig(f.cfg, o)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got := balancerConfig(o); !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("balancer config %+v, want %+v", got, tc.want)
-			}
-			if got := balancerConfig(o); !reflect.DeepEqual(got, balancer.Recommended(o.policy)) {
-				t.Errorf("balancer config %+v differs from balancer.Recommended %+v", got, balancer.Recommended(o.policy))
+			want := balancer.Config{Policy: policy, MaxEjectedFraction: 1.0 / 3, ConsecutiveFailures: 5, SlowStart: 10 * time.Second}
+			if !reflect.DeepEqual(c.Balancer, want) || !reflect.DeepEqual(c.Balancer, balancer.Recommended(policy)) {
+				t.Errorf("balancer config %+v, want %+v (balancer.Recommended)", c.Balancer, want)
 			}
 		})
 	}
 }
 
-// TestFlagDefaultsAreTheLibrarys: the library (package client) passes
-// the balancer, proxy and prober the resilience settings that the sidecar
-// builds from an empty command line parsed through its real flag set, so
-// a flag registered with a default of its own, or a library that passes
-// something else, is caught here.
-func TestFlagDefaultsAreTheLibrarys(t *testing.T) {
-	for _, policy := range []string{"", balancer.PolicyRoundRobin} {
-		name := "default policy"
-		if policy != "" {
-			name = policy
-		}
-		t.Run(name, func(t *testing.T) {
-			o := components.NewOptions()
-			fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
-			o.AddFlags(fs)
-			args := []string{}
-			if policy != "" {
-				args = append(args, "--balancer="+policy)
-			}
-			if err := fs.Parse(args); err != nil {
-				t.Fatalf("parsing %q: %v", args, err)
-			}
-			sidecarBalancer, sidecarProxy, sidecarProber := components.ResilienceConfigs(*o)
+// kubeconfigFor writes a kubeconfig with the fixture's server, CA and
+// client key pair, for the sidecar's --kubeconfig; clientcmd reads it into
+// the library's rest.Config, so both start from the same identity.
+func kubeconfigFor(t *testing.T, f *fixture) string {
+	t.Helper()
+	tc := f.cfg.TLSClientConfig
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: %q, certificate-authority: %q, tls-server-name: %q}
+users:
+- name: u
+  user: {client-certificate: %q, client-key: %q}
+contexts:
+- name: ctx
+  context: {cluster: c, user: u}
+current-context: ctx
+`, f.cfg.Host, tc.CAFile, tc.ServerName, tc.CertFile, tc.KeyFile)
+	return testpki.WriteFile(t, t.TempDir(), "upstream.kubeconfig", []byte(kc))
+}
 
+// sidecarConfig is the engine Config the sidecar builds from its real
+// flag set, parsed from args.
+func sidecarConfig(t *testing.T, kubeconfig string, args []string) (components.Options, engine.Config) {
+	t.Helper()
+	o := components.NewOptions()
+	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	args = append([]string{"--kubeconfig", kubeconfig, "--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, args...)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parsing %q: %v", args, err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := components.EngineConfig(*o, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *o, c
+}
+
+// settings is c without what each caller supplies from its surroundings
+// (logger, registry, clocks, discovery credentials, the kubeconfig file
+// the sidecar also watches): what is left must not differ between the
+// sidecar and the library.
+func settings(c engine.Config) engine.Config {
+	up := *c.Upstream
+	up.Kubeconfig = ""
+	c.Upstream = &up
+	c.Discovery, c.Log, c.Registerer, c.Now = nil, nil, nil, nil
+	c.Transport.Now, c.Balancer.Now, c.Proxy.Now, c.Proxy.Log, c.Rebalance.Now = nil, nil, nil, nil, nil
+	return c
+}
+
+// TestSidecarAndLibraryRunTheSameEngine keeps the two composition roots
+// from drifting apart: for the same apiserver identity, the sidecar's
+// flags and the library's options that mean the same thing must give the
+// same engine Config, and both must run the same parts. An empty command
+// line and no options are the defaults of both. A flag registered with a
+// default of its own, an option the library translates differently, or a
+// part one of them runs and the other does not fails here.
+func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
+	f := newFixture(t)
+	kubeconfig := kubeconfigFor(t, f)
+	libCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		opts  []Option
+	}{
+		{"defaults", nil, nil},
+		{"endpoints", []string{"--endpoints", f.endpoints}, []Option{WithEndpoints(f.endpoints)}},
+		{"round-robin", []string{"--balancer=round-robin"}, []Option{WithBalancerPolicy(balancer.PolicyRoundRobin)}},
+		{"no probes", []string{"--probe-interval=0"}, []Option{WithProbeInterval(0)}},
+		{"probe interval", []string{"--probe-interval=5s"}, []Option{WithProbeInterval(5 * time.Second)}},
+		{"no watch rebalancing", []string{"--watch-rebalance=false"}, []Option{WithWatchRebalancing(false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, sidecar := sidecarConfig(t, kubeconfig, tc.flags)
 			lo := defaults()
-			if policy != "" {
-				WithBalancerPolicy(policy)(&lo)
+			for _, opt := range tc.opts {
+				opt(&lo)
 			}
-			libBalancer, libProxy, libProber := balancerConfig(lo), proxyConfig(), proberConfig(lo)
-
-			if !reflect.DeepEqual(libBalancer, sidecarBalancer) {
-				t.Errorf("the library's balancer config is %+v, the sidecar's flag defaults give %+v", libBalancer, sidecarBalancer)
+			library, err := engineConfig(libCfg, lo)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if libProxy.RetryBudget == nil || sidecarProxy.RetryBudget == nil || *libProxy.RetryBudget != *sidecarProxy.RetryBudget {
-				t.Errorf("the library's retry budget is %+v, the sidecar's flag defaults give %+v",
-					libProxy.RetryBudget, sidecarProxy.RetryBudget)
+			if s, l := settings(sidecar), settings(library); !reflect.DeepEqual(s, l) {
+				t.Fatalf("the sidecar (%q) and the library build different engines:\nsidecar %s\nlibrary %s", tc.flags, describe(s), describe(l))
 			}
-			if libProber.Interval != sidecarProber.Interval || libProber.Rise != sidecarProber.Rise || libProber.Fall != sidecarProber.Fall {
-				t.Errorf("the library probes every %v with rise/fall %d/%d, the sidecar's flag defaults give %v and %d/%d",
-					libProber.Interval, libProber.Rise, libProber.Fall, sidecarProber.Interval, sidecarProber.Rise, sidecarProber.Fall)
+			if tc.name != "defaults" && tc.name != "no watch rebalancing" && tc.name != "no probes" {
+				return
+			}
+			// Built and started, both run the same parts with the same
+			// configuration.
+			var se *engine.Engine
+			app := fxtest.New(t, components.Sidecar(o, quiet()), fx.Populate(&se))
+			app.RequireStart()
+			defer app.RequireStop()
+			b := newBalancer(t, libCfg, append(tc.opts, WithLogger(quiet()))...)
+			if s, l := se.Parts(), b.engine.Parts(); !reflect.DeepEqual(s, l) {
+				t.Errorf("the sidecar runs %v, the library %v", s, l)
+			}
+			if s, l := settings(se.Config()), settings(b.engine.Config()); !reflect.DeepEqual(s, l) {
+				t.Errorf("running, the sidecar's and the library's engines differ:\nsidecar %s\nlibrary %s", describe(s), describe(l))
 			}
 		})
+	}
+}
+
+// describe prints c with the pointers it holds followed.
+func describe(c engine.Config) string {
+	var rb string
+	if c.Proxy.RetryBudget != nil {
+		rb = fmt.Sprintf("%+v", *c.Proxy.RetryBudget)
+	}
+	return fmt.Sprintf("{Upstream:%+v Endpoints:%q Transport:%+v Balancer:%+v Proxy:%+v RetryBudget:%s Probe:%+v WatchRebalance:%v Rebalance:%+v}",
+		*c.Upstream, c.Endpoints, c.Transport, c.Balancer, c.Proxy, rb, c.Probe, c.WatchRebalance, c.Rebalance)
+}
+
+// TestDefaultsAreTheEngines: the library starts from engine.Defaults,
+// which names every part the sidecar runs by default.
+func TestDefaultsAreTheEngines(t *testing.T) {
+	f := newFixture(t)
+	b := newBalancer(t, f.cfg, WithEndpoints(f.endpoints), WithLogger(quiet()))
+	want := []string{engine.PartCredentials, engine.PartBalancer, engine.PartTransports, engine.PartProxy,
+		engine.PartProbeTransports, engine.PartProber, engine.PartWatchRebalancer, engine.PartResolver, engine.PartStateLog}
+	if got := b.engine.Parts(); !reflect.DeepEqual(got, want) {
+		t.Errorf("the library runs %v, want %v", got, want)
+	}
+	if got := strings.Join(newBalancer(t, f.cfg, WithEndpoints(f.endpoints), WithLogger(quiet()), WithWatchRebalancing(false), WithProbeInterval(0)).engine.Parts(), ","); strings.Contains(got, engine.PartWatchRebalancer) || strings.Contains(got, engine.PartProber) {
+		t.Errorf("with rebalancing and probing off the library runs %s", got)
 	}
 }
 

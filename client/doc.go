@@ -12,8 +12,9 @@
 // client from rest.Config.Transport, which Wrap sets to the sidecar's
 // request path (components/proxy Handler.RoundTripper). The resolver,
 // balancer, readiness prober, connection pools, retries of requests the
-// apiserver never processed and watch handling are the sidecar's own
-// code; this package only wires them (as components/app.go does for the
-// sidecar) and takes the credentials from the rest.Config instead of a
-// kubeconfig file. See docs/library.md.
+// apiserver never processed, watch handling and rebalancing are the
+// sidecar's engine (components/engine); this package only turns the
+// rest.Config and the options into the engine's Config, as
+// components.EngineConfig does with the sidecar's flags. See
+// docs/library.md and docs/architecture.md.
 package client

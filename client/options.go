@@ -7,21 +7,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 
-	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/health"
+	"github.com/fanout-dev/fanout/components/engine"
 )
 
 // Option configures New and Wrap.
 type Option func(*options)
 
 type options struct {
-	endpoints     string
-	registerer    prometheus.Registerer
-	log           *slog.Logger
-	policy        string
-	probeInterval time.Duration
-	discovery     *rest.Config
-	startWait     time.Duration
+	endpoints      string
+	registerer     prometheus.Registerer
+	log            *slog.Logger
+	policy         string
+	probeInterval  time.Duration
+	watchRebalance bool
+	discovery      *rest.Config
+	startWait      time.Duration
+	// tune edits the engine's Config last; tests shorten timings with it.
+	tune func(*engine.Config)
 }
 
 // DefaultStartWait bounds how long New waits for the resolver's first
@@ -31,12 +33,18 @@ type options struct {
 // Retry-After, which client-go retries.
 const DefaultStartWait = 10 * time.Second
 
+// defaults are the engine's (engine.Defaults), which are the sidecar's
+// flag defaults. The logger is the program's default one: a library given
+// no logger logs where the program does. This is the only place the
+// library reads slog.Default; the engine gets the logger in its Config.
 func defaults() options {
+	d := engine.Defaults()
 	return options{
-		log:           slog.Default(),
-		policy:        balancer.PolicyLeastRequest,
-		probeInterval: health.DefaultInterval,
-		startWait:     DefaultStartWait,
+		log:            slog.Default(),
+		policy:         d.Balancer.Policy,
+		probeInterval:  d.Probe.Interval,
+		watchRebalance: d.WatchRebalance,
+		startWait:      DefaultStartWait,
 	}
 }
 
@@ -76,6 +84,16 @@ func WithBalancerPolicy(policy string) Option { return func(o *options) { o.poli
 // the config's credentials, like the sidecar's --probe-interval (default
 // 2s); 0 disables probing.
 func WithProbeInterval(d time.Duration) Option { return func(o *options) { o.probeInterval = d } }
+
+// WithWatchRebalancing turns active watch rebalancing on (the default) or
+// off, like the sidecar's --watch-rebalance: while one apiserver holds
+// more than its share of the program's watches, fanout ends some of them
+// between two events, at most 2 a second, and client-go's reflectors
+// re-watch from their last resourceVersion on the least loaded one,
+// without re-listing. A raw watch (Watch on a clientset) sees its result
+// channel close, as when an apiserver ends a watch; turn rebalancing off
+// if the program treats that as an error.
+func WithWatchRebalancing(on bool) Option { return func(o *options) { o.watchRebalance = on } }
 
 // WithDiscoveryConfig sets the credentials the endpointslice:/// resolver
 // lists and watches EndpointSlices with. The default is the config given

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/engine"
 	"github.com/fanout-dev/fanout/components/proxy"
 )
 
@@ -107,7 +108,7 @@ func checkDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p *proxy.Server
-	var b *balancer.Balancer
+	var b *engine.Engine
 	var reg prometheus.Gatherer
 	app := fxtest.New(t, Sidecar(*o, slog.New(slog.DiscardHandler)), fx.Populate(&p, &b, &reg))
 	app.RequireStart()

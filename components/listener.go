@@ -9,11 +9,12 @@ import (
 	"github.com/fanout-dev/fanout/components/proxy"
 )
 
-// listenerConfig is the proxy's configuration from the flags. With
+// listenerConfig is the loopback server's configuration from the flags
+// (engine.NewServer; the handler's part is EngineConfig's). With
 // --listen-tls it also makes the per-pod CA whose client certificate the
 // listener requires; nil otherwise.
 func listenerConfig(o Options) (proxy.Config, *certs.LocalCA, error) {
-	cfg := o.Limits.apply(proxyConfig(o))
+	cfg := o.Limits.apply(proxy.Config{ListenAddress: o.ListenAddress, ShutdownGrace: o.ShutdownGrace})
 	// A non-loopback listener is reached by names fanout cannot know.
 	cfg.AllowAnyHost = o.AllowRemote
 	if !o.ListenTLS {

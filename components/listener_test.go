@@ -23,8 +23,6 @@ func TestListenerConfig(t *testing.T) {
 		ListenAddress: "127.0.0.1:7080", ShutdownGrace: o.ShutdownGrace,
 		MaxConnections: 1, MaxInflight: 2, MaxLongRunning: 3, MaxConcurrentStreams: 4, MaxHeaderBytes: 5,
 		ReadHeaderTimeout: 6 * time.Second, RequestBodyTimeout: 7 * time.Second, IdleTimeout: 8 * time.Second,
-		// The resilience flags' share of the proxy config.
-		RetryBudget: &proxy.RetryBudget{Ratio: 0.1, Min: 10, Window: 10 * time.Second},
 	}
 	if cfg.TLS != nil || ca != nil {
 		t.Error("TLS without --listen-tls")

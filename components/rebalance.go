@@ -3,11 +3,8 @@ package components
 import (
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
-	"go.uber.org/fx"
 
-	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy"
 )
 
@@ -45,21 +42,4 @@ func (r RebalanceOptions) validate() error {
 		return fmt.Errorf("--watch-rebalance-rate must be above 0, got %v (to turn rebalancing off, use --watch-rebalance=false)", r.Rate)
 	}
 	return r.config().Validate()
-}
-
-// rebalancing runs the watch rebalancer beside the proxy unless
-// --watch-rebalance=false.
-func rebalancing(r RebalanceOptions) fx.Option {
-	if !r.Enabled {
-		return fx.Options()
-	}
-	return fx.Options(
-		fx.Provide(fx.Private, func(b *balancer.Balancer, reg prometheus.Registerer) (*proxy.WatchRebalancer, error) {
-			return proxy.NewWatchRebalancer(r.config(), b, reg)
-		}),
-		fx.Invoke(func(lc fx.Lifecycle, h *proxy.Handler, w *proxy.WatchRebalancer) {
-			h.SetRebalancer(w)
-			lc.Append(fx.StartStopHook(w.Start, w.Stop))
-		}),
-	)
 }

@@ -6,12 +6,10 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"go.uber.org/fx"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/components/proxy"
-	"github.com/fanout-dev/fanout/components/transport"
 )
 
 // ResilienceOptions are the flags of outlier detection, slow start, the
@@ -94,50 +92,16 @@ func (r *ResilienceOptions) retryBudget() *proxy.RetryBudget {
 	return &proxy.RetryBudget{Ratio: r.RetryBudget, Min: r.RetryBudgetMin, Window: proxy.DefaultRetryBudgetWindow}
 }
 
-// ProbeTransports is the prober's own upstream pool, apart from the one
-// client requests use: probes must not share fate with client traffic
-// (a connection full of watches at its stream limit, a pool whose
-// connection is being torn down by a GOAWAY), and a probe answer must be
-// about the apiserver, not about the client's load on it. Its metrics are
-// not registered: fanout_upstream_* describe client traffic.
-type ProbeTransports struct{ *transport.Transports }
-
-func newProbeTransports(lc fx.Lifecycle, cfg transport.Config, creds transport.Credentials) (*ProbeTransports, error) {
-	t, err := transport.New(cfg, creds)
-	if err != nil {
-		return nil, err
-	}
-	lc.Append(fx.StopHook(t.Close))
-	return &ProbeTransports{t}, nil
-}
-
-// retainers drops pools of removed endpoints in every pool set.
-type retainers []poolRetainer
-
-func (r retainers) Retain(addrs []string) {
-	for _, x := range r {
-		x.Retain(addrs)
-	}
-}
-
-// ResilienceConfigs returns the balancer, proxy and prober
-// configurations that Sidecar builds from o. The library (package client)
-// builds its own; its TestFlagDefaultsAreTheLibrarys parses an empty
-// command line and compares the two.
-func ResilienceConfigs(o Options) (balancer.Config, proxy.Config, health.Config) {
-	return balancerConfig(o), proxyConfig(o), proberConfig(o)
-}
-
 func balancerConfig(o Options) balancer.Config { return o.Resilience.balancer(o.Balancer) }
 
 // proberConfig returns the prober's Config; an interval of 0 turns
-// probing off (see probing).
+// probing off (engine.Config.Probe).
 func proberConfig(o Options) health.Config {
 	return health.Config{Interval: o.ProbeInterval, Rise: o.Resilience.ProbeRise, Fall: o.Resilience.ProbeFall}
 }
 
-// proxyConfig returns the proxy's Config from the options.
+// proxyConfig returns the handler's part of the proxy's Config: the retry
+// budget. The listener's part is listenerConfig's.
 func proxyConfig(o Options) proxy.Config {
-	return proxy.Config{ListenAddress: o.ListenAddress, ShutdownGrace: o.ShutdownGrace,
-		RetryBudget: o.Resilience.retryBudget()}
+	return proxy.Config{RetryBudget: o.Resilience.retryBudget()}
 }

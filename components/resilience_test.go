@@ -1,27 +1,22 @@
 package components
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	"go.uber.org/fx"
 
-	"github.com/fanout-dev/fanout/components/health"
-	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/components/engine"
 )
 
-// The prober must not share fate with client traffic: it gets a pool set
-// of its own, and it still probes every endpoint through it.
-func TestProberHasItsOwnTransport(t *testing.T) {
-	var up health.Upstream
-	var client *transport.Transports
-	f := startSidecar(t, "", "least-request", fx.Populate(&up, &client))
-	probe, ok := up.(*ProbeTransports)
-	if !ok {
-		t.Fatalf("the prober's Upstream is %T, want *ProbeTransports", up)
-	}
-	if probe.Transports == client {
-		t.Fatal("the prober uses the client's transport pools")
+// The sidecar's engine runs the prober over pools of its own (checked in
+// package engine), and it probes every endpoint.
+func TestSidecarProbesEveryEndpoint(t *testing.T) {
+	var e *engine.Engine
+	f := startSidecar(t, "", "least-request", fx.Populate(&e))
+	if parts := e.Parts(); !slices.Contains(parts, engine.PartProber) || !slices.Contains(parts, engine.PartProbeTransports) {
+		t.Fatalf("the sidecar's engine runs %v, want the prober and its own pools", parts)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range f.servers {

@@ -37,10 +37,10 @@ type Handler struct {
 	log     *slog.Logger
 }
 
-// NewHandler returns the admission handler.
+// NewHandler returns the admission handler; a nil log discards its lines.
 func NewHandler(m Mutator, metrics *Metrics, log *slog.Logger) *Handler {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Handler{mutator: m, metrics: metrics, log: log}
 }

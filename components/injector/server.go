@@ -32,10 +32,11 @@ type Server struct {
 	*serve.Server
 }
 
-// NewServer builds the HTTPS server; Start listens.
+// NewServer builds the HTTPS server; Start listens. A nil log discards
+// its lines.
 func NewServer(cfg ServerConfig, h *Handler, certs CertificateSource, log *slog.Logger) *Server {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", h)

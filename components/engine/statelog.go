@@ -1,14 +1,10 @@
-package components
+package engine
 
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
-	"go.uber.org/fx"
-
-	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/balancer"
 )
 
@@ -17,40 +13,30 @@ import (
 // that shows in fanout_endpoint_errors_total, not in the log.
 const stateLogInterval = time.Second
 
+// endpointStates is the balancer's snapshot, as the state log reads it.
+type endpointStates interface {
+	Endpoints() []balancer.EndpointStatus
+}
+
 // logEndpointStates logs ejections and recoveries of endpoints, one line
-// per change, by comparing the balancer's snapshots. Added and removed
-// endpoints are logged by the resolver loop ("endpoints updated") and
-// readiness changes by the prober, so they are not repeated here.
-func logEndpointStates(lc fx.Lifecycle, state admin.State, log *slog.Logger) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	lc.Append(fx.Hook{
-		OnStart: func(context.Context) error {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				t := time.NewTicker(stateLogInterval)
-				defer t.Stop()
-				prev := state.Endpoints()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-t.C:
-					}
-					cur := state.Endpoints()
-					logTransitions(log, prev, cur)
-					prev = cur
-				}
-			}()
-			return nil
-		},
-		OnStop: func(context.Context) error {
-			cancel()
-			wg.Wait()
-			return nil
-		},
-	})
+// per change, by comparing the balancer's snapshots every interval until
+// ctx ends. Added and removed endpoints are logged by the resolver loop
+// ("endpoints updated") and readiness changes by the prober, so they are
+// not repeated here.
+func logEndpointStates(ctx context.Context, state endpointStates, log *slog.Logger, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	prev := state.Endpoints()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cur := state.Endpoints()
+		logTransitions(log, prev, cur)
+		prev = cur
+	}
 }
 
 // logTransitions logs each endpoint of cur that became ejected, or stopped

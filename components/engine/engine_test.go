@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/fanout-dev/fanout/certs"
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/internal/testpki"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// apiserver is a TLS HTTP/2 stand-in for kube-apiserver that counts
+// probes and requests.
+type apiserver struct {
+	srv      *httptest.Server
+	probes   atomic.Int64
+	requests atomic.Int64
+}
+
+// testConfig returns Defaults for two apiservers whose certificates are
+// valid for "kubernetes" only.
+func testConfig(t *testing.T) (Config, []*apiserver) {
+	t.Helper()
+	ca := testpki.NewCA(t)
+	serving := ca.Serving("kubernetes")
+	client := ca.Client("system:engine-test")
+	var servers []*apiserver
+	var eps []string
+	for range 2 {
+		a := &apiserver{}
+		a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/readyz" {
+				a.probes.Add(1)
+			} else {
+				a.requests.Add(1)
+			}
+			fmt.Fprint(w, "ok")
+		}))
+		a.srv.EnableHTTP2 = true
+		a.srv.TLS = ca.ServerTLSConfig(serving, 0)
+		a.srv.StartTLS()
+		t.Cleanup(a.srv.Close)
+		servers = append(servers, a)
+		eps = append(eps, a.srv.URL)
+	}
+	server, err := url.Parse(eps[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	cfg.Upstream = &certs.Upstream{
+		Server: server, ServerName: "kubernetes",
+		CA:         certs.Source{Data: ca.CertPEM},
+		ClientCert: certs.Source{Data: client.CertPEM},
+		ClientKey:  certs.Source{Data: client.KeyPEM},
+	}
+	cfg.Endpoints = strings.Join(eps, ",")
+	cfg.Probe.Interval = 50 * time.Millisecond
+	return cfg, servers
+}
+
+// TestLifecycle: New builds every part and starts nothing; Start runs
+// them and the first snapshot reaches the balancer; requests go through
+// Handler and RoundTripper; Stop ends everything (goleak checks), refuses
+// later requests, unregisters every metric and is idempotent; an engine
+// does not start again.
+func TestLifecycle(t *testing.T) {
+	cfg, servers := testConfig(t)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{PartCredentials, PartBalancer, PartTransports, PartProxy, PartProbeTransports, PartProber, PartWatchRebalancer, PartResolver, PartStateLog}
+	if got := e.Parts(); !reflect.DeepEqual(got, want[:len(want)-2]) {
+		t.Errorf("before Start, Parts() = %v, want %v", got, want[:len(want)-2])
+	}
+	if n := len(e.Endpoints()); n != 0 {
+		t.Errorf("New published %d endpoints before Start", n)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err == nil {
+		t.Error("a second Start succeeded")
+	}
+	if got := e.Parts(); !reflect.DeepEqual(got, want) {
+		t.Errorf("after Start, Parts() = %v, want %v", got, want)
+	}
+	select {
+	case <-e.Resolved():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no endpoint snapshot 10s after Start")
+	}
+	if n := len(e.Endpoints()); n != 2 || !e.Ready() {
+		t.Errorf("after the first snapshot: %d endpoints, ready %v; want 2 and ready", n, e.Ready())
+	}
+	rec := httptest.NewRecorder()
+	e.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/api/v1/namespaces/default/configmaps/x", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("Handler: status %d, want 200", rec.Code)
+	}
+	resp, err := e.RoundTripper().RoundTrip(httptest.NewRequest(http.MethodGet, "https://ignored/api/v1/namespaces/default/configmaps/x", nil).WithContext(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got := servers[0].requests.Load() + servers[1].requests.Load(); got != 2 {
+		t.Errorf("the apiservers got %d requests, want 2", got)
+	}
+	for _, s := range servers {
+		for deadline := time.Now().Add(10 * time.Second); s.probes.Load() == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never probed", s.srv.URL)
+			}
+		}
+	}
+	if n, _ := testutil.GatherAndCount(reg, "fanout_requests_total", "fanout_endpoint_probe_ready", "fanout_watch_rebalanced_total", "fanout_resolver_endpoints"); n == 0 {
+		t.Error("no fanout_* series registered")
+	}
+
+	if err := e.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Stop(context.Background()); err != nil {
+		t.Errorf("a second Stop: %v", err)
+	}
+	if _, err := e.RoundTripper().RoundTrip(httptest.NewRequest(http.MethodGet, "https://ignored/api/v1/pods", nil).WithContext(context.Background())); !errors.Is(err, proxy.ErrStopped) {
+		t.Errorf("a request after Stop: %v, want proxy.ErrStopped", err)
+	}
+	if n, _ := testutil.GatherAndCount(reg); n != 0 {
+		t.Errorf("%d series left registered after Stop, want 0", n)
+	}
+	if err := e.Start(context.Background()); err == nil {
+		t.Error("Start after Stop succeeded")
+	}
+}
+
+// TestProbesHaveTheirOwnPools: the prober must not share fate with
+// client traffic, so it gets a pool set of its own, fed the same
+// snapshots.
+func TestProbesHaveTheirOwnPools(t *testing.T) {
+	cfg, _ := testConfig(t)
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop(context.Background())
+	if e.probes == nil || e.probes == e.transports {
+		t.Fatalf("the prober's pools are %p, the requests' %p: want a set of its own", e.probes, e.transports)
+	}
+	sinks, pools := e.sinks()
+	wantSinks := []endpointSink{e.balancer, e.prober, e.resolved}
+	if !reflect.DeepEqual(sinks, wantSinks) {
+		t.Errorf("snapshots go to %T, want the balancer, then the prober, then the resolver metrics", sinks)
+	}
+	if len(pools) != 2 || pools[0] != e.transports || pools[1] != e.probes {
+		t.Errorf("snapshots prune pools %v, want the requests' and the probes'", pools)
+	}
+
+	cfg.Probe.Interval, cfg.WatchRebalance = 0, false
+	off, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Stop(context.Background())
+	if got, want := off.Parts(), []string{PartCredentials, PartBalancer, PartTransports, PartProxy}; !reflect.DeepEqual(got, want) {
+		t.Errorf("with probing and rebalancing off, Parts() = %v, want %v", got, want)
+	}
+}
+
+// TestNewFailsCleanly: a Config that cannot work fails in New with the
+// reason, and leaves nothing registered or running.
+func TestNewFailsCleanly(t *testing.T) {
+	cfg, _ := testConfig(t)
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	cfg.Endpoints = "dns://server/name"
+	_, err := New(cfg)
+	if _, ok := errors.AsType[*EndpointsError](err); !ok {
+		t.Errorf("New with bad endpoints: %v, want an *EndpointsError", err)
+	}
+	if n, _ := testutil.GatherAndCount(reg); n != 0 {
+		t.Errorf("%d series left registered after a failed New, want 0", n)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"no upstream", func(c *Config) { c.Upstream = nil }, "Upstream"},
+		{"negative probe interval", func(c *Config) { c.Probe.Interval = -time.Second }, "use 0 to turn probing off"},
+		{"rebalancing at rate 0", func(c *Config) { c.Rebalance.Rate = 0 }, "WatchRebalance to false"},
+		{"unknown policy", func(c *Config) { c.Balancer.Policy = "random" }, "random"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := testConfig(t)
+			tc.edit(&c)
+			if _, err := New(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New: %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestStateLogRuns: the state log compares the balancer's snapshots on
+// its own until its context ends, and logs an ejection it sees.
+func TestStateLogRuns(t *testing.T) {
+	st := &fakeStates{read: make(chan struct{}, 1)}
+	st.set([]balancer.EndpointStatus{{Address: "a:1", State: balancer.StateReady}})
+	lines := make(chan string, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		logEndpointStates(ctx, st, slog.New(lineHandler{lines}), time.Millisecond)
+	}()
+	<-st.read // the loop took its first snapshot
+	st.set([]balancer.EndpointStatus{{Address: "a:1", State: balancer.StateEjected, EjectedUntil: "T1"}})
+	select {
+	case l := <-lines:
+		if !strings.Contains(l, "endpoint ejected") {
+			t.Errorf("logged %q, want the ejection", l)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the ejection was not logged within 10s")
+	}
+	cancel()
+	<-done
+}
+
+type fakeStates struct {
+	v    atomic.Pointer[[]balancer.EndpointStatus]
+	read chan struct{} // a token per Endpoints call, dropped when full
+}
+
+func (f *fakeStates) set(s []balancer.EndpointStatus) { f.v.Store(&s) }
+
+func (f *fakeStates) Endpoints() []balancer.EndpointStatus {
+	s := *f.v.Load()
+	select {
+	case f.read <- struct{}{}:
+	default:
+	}
+	return s
+}
+
+// lineHandler sends each record's message to a channel.
+type lineHandler struct{ ch chan<- string }
+
+func (h lineHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h lineHandler) Handle(_ context.Context, r slog.Record) error {
+	h.ch <- r.Message
+	return nil
+}
+func (h lineHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h lineHandler) WithGroup(string) slog.Handler      { return h }

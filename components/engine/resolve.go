@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/health"
+	"github.com/fanout-dev/fanout/resolver"
+)
+
+// endpointSink receives resolver snapshots.
+type endpointSink interface {
+	Update([]resolver.Endpoint)
+}
+
+// poolRetainer drops connection pools of endpoints that went away.
+type poolRetainer interface {
+	Retain(addresses []string)
+}
+
+// Compile-time checks that the parts meet the interfaces they are wired
+// to.
+var (
+	_ endpointSink        = (*balancer.Balancer)(nil)
+	_ endpointSink        = (*health.Prober)(nil)
+	_ endpointSink        = (*resolver.Metrics)(nil)
+	_ health.Sink         = (*balancer.Balancer)(nil)
+	_ health.ResolveNower = (*resolver.DNS)(nil)
+)
+
+// sinks returns who gets each snapshot, in order, and whose pools follow
+// it. The balancer goes first so that it knows a new endpoint before the
+// prober's first report about it; the pools last, as the prober's Update
+// returns only once probes of removed endpoints have ended, so none of
+// them can recreate a pool that Retain just dropped.
+func (e *Engine) sinks() ([]endpointSink, []poolRetainer) {
+	sinks := []endpointSink{e.balancer}
+	if e.prober != nil {
+		sinks = append(sinks, e.prober)
+	}
+	sinks = append(sinks, e.resolved)
+	pools := []poolRetainer{e.transports}
+	if e.probes != nil {
+		pools = append(pools, e.probes)
+	}
+	return sinks, pools
+}
+
+// runResolver runs the resolver until ctx ends and feeds its snapshots to
+// the sinks, then lets the pools drop removed endpoints. A resolver that
+// fails leaves the last snapshot in place.
+func (e *Engine) runResolver(ctx context.Context) {
+	sinks, pools := e.sinks()
+	err := e.resolver.Run(ctx, func(eps []resolver.Endpoint) {
+		addrs := make([]string, len(eps))
+		var draining []string
+		for i, ep := range eps {
+			addrs[i] = ep.Address
+			if ep.Draining {
+				draining = append(draining, ep.Address)
+			}
+		}
+		if len(draining) > 0 {
+			e.log.Info("endpoints updated", "endpoints", addrs, "draining", draining)
+		} else {
+			e.log.Info("endpoints updated", "endpoints", addrs)
+		}
+		for _, s := range sinks {
+			s.Update(eps)
+		}
+		for _, p := range pools {
+			p.Retain(addrs)
+		}
+		e.firstOnce.Do(func() { close(e.first) })
+	})
+	if err != nil && ctx.Err() == nil {
+		e.log.Error("endpoint resolver stopped; keeping the last known endpoints", "error", err)
+	}
+}
