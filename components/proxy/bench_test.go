@@ -31,18 +31,3 @@ func BenchmarkServeShort(b *testing.B) {
 		u.mu.Unlock()
 	}
 }
-
-func BenchmarkClassify(b *testing.B) {
-	for _, target := range []string{
-		"/api/v1/namespaces/ns/pods/p",
-		"/apis/apps/v1/namespaces/ns/deployments?watch=true&resourceVersion=123&allowWatchBookmarks=true",
-	} {
-		r := httptest.NewRequest("GET", target, nil)
-		b.Run(target, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				Classify(r)
-			}
-		})
-	}
-}

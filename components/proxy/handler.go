@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -122,26 +123,35 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
-	kind, class, org := classifyRequest(r)
+	info := requestInfo(r)
 	if h.stopping.Load() {
-		h.metrics.answered(kind, http.StatusServiceUnavailable, "", h.now().Sub(start))
+		h.metrics.answered(info.Kind, http.StatusServiceUnavailable, "", h.now().Sub(start))
 		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
 		return
 	}
-	if isUpgrade(r) {
+	if info.H2COffer {
+		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
+		// http://). The offer is optional: decline it by serving the
+		// request as plain HTTP/1.1 (h2c is served with prior knowledge).
+		r = r.Clone(r.Context())
+		for _, k := range []string{"Connection", "Upgrade", "HTTP2-Settings"} {
+			r.Header.Del(k)
+		}
+	}
+	if info.Upgrade {
 		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
 		// its own HTTP/1.1 connection (upgrade.go).
-		h.serveUpgrade(w, r, class, org, start)
+		h.serveUpgrade(w, r, &info, start)
 		return
 	}
-	if kind == balancer.Long {
+	if info.Kind == balancer.Long {
 		h.metrics.openLong.Inc()
 		defer h.metrics.openLong.Dec()
 	}
-	st := &reqState{kind: kind, class: class, origin: org, mode: AuthModeFor(r), start: start}
+	st := &reqState{Info: info, start: start}
 	p := h.proxy
-	if kind == balancer.Long {
+	if info.Kind == balancer.Long {
 		p = h.longProxy
 	}
 	p.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
@@ -162,15 +172,33 @@ func (h *Handler) StopLongRunning() {
 // context) from ServeHTTP to RoundTrip and handleError. The reverse proxy
 // calls both on the ServeHTTP goroutine, so it needs no lock.
 type reqState struct {
-	kind     balancer.Kind
-	class    balancer.Class
-	origin   origin
-	mode     transport.AuthMode
+	reqinfo.Info
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
 }
 
 type stateKey struct{}
+
+// requestInfo returns the classification that the Server's chain put in
+// r's context (reqinfo.WithInfo). A Handler served on its own (a test, or
+// a program that mounts it in its own server) has none: then the request
+// is classified here, once, as the chain would have.
+func requestInfo(r *http.Request) reqinfo.Info {
+	if info := reqinfo.From(r.Context()); info != nil {
+		return *info
+	}
+	return reqinfo.New(r)
+}
+
+// markRelayed returns out, or for a relayed origin a copy of out whose
+// context tells the transport that a 401 may be the backend's, so that it
+// neither re-reads fanout's credentials nor sends again.
+func markRelayed(out *http.Request, o reqinfo.Origin) *http.Request {
+	if !o.Relayed() {
+		return out
+	}
+	return out.WithContext(transport.WithRelayedAnswer(out.Context()))
+}
 
 func stateFrom(ctx context.Context) *reqState {
 	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
@@ -187,13 +215,13 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := stateFrom(req.Context())
 	// Assigned once: the 410 retry's closure captures out, and a variable
 	// assigned twice would be captured by reference, on the heap.
-	out := markRelayed(req, st.origin)
+	out := markRelayed(req, st.Origin)
 
 	body, err := h.prepareBody(out)
 	if err != nil {
 		return nil, err
 	}
-	h.prepareWatch(out, st.kind)
+	h.prepareWatch(out, st.Kind)
 	h.budget.request()
 
 	var avoid string
@@ -209,11 +237,11 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	// spent and the retry counted only once a pick found an endpoint.
 	retrying := ""
 	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid, Unloaded: held != nil || elsewhere})
+		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.Kind, Class: st.Class, Avoid: avoid, Unloaded: held != nil || elsewhere})
 		if err != nil {
 			switch {
 			case held != nil:
-				h.metrics.answered(st.kind, held.StatusCode, heldAddr, h.now().Sub(st.start))
+				h.metrics.answered(st.Kind, held.StatusCode, heldAddr, h.now().Sub(st.start))
 				return held, nil
 			case first != nil:
 				// The retry found nothing; the first failure is the story.
@@ -235,16 +263,16 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		st.endpoint = addr
 
 		sent := h.now()
-		resp, err := h.upstream.For(addr, st.mode).RoundTrip(body.request(out, addr))
+		resp, err := h.upstream.For(addr, st.Mode).RoundTrip(body.request(out, addr))
 		if err == nil {
 			headers := h.now()
 			v := verdictAnswer
-			if !st.origin.relayed() {
+			if !st.Origin.Relayed() {
 				// Only kube-apiserver's own rejections are verdicts; a
 				// relayed answer is passed on whatever it says.
 				v, _ = inspect(resp)
 			}
-			info := doneInfo(resp.StatusCode, v, headers.Sub(sent), st.origin.relayed())
+			info := doneInfo(resp.StatusCode, v, headers.Sub(sent), st.Origin.Relayed())
 			retry := v != verdictAnswer && attempt+1 < maxAttempts && body.replayable && out.Context().Err() == nil &&
 				(v == verdictShutdown || attempt == 0) && (v != verdictThrottled || isRead(out.Method))
 			if retry && !h.budget.allow() {
@@ -263,10 +291,10 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				continue
 			}
-			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
-			resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
-			resp.Body = h.trackWatch(out, resp, st.kind, addr)
-			if st.kind == balancer.Long && !st.origin.relayed() {
+			h.metrics.answered(st.Kind, resp.StatusCode, addr, headers.Sub(st.start))
+			resp.Body = h.watchBody(resp.Body, st.Kind, pick, info)
+			resp.Body = h.trackWatch(out, resp, &st.Info, addr)
+			if st.Kind == balancer.Long && !st.Origin.Relayed() {
 				if f, ok := goneCandidate(out, resp); ok {
 					resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
 				}
@@ -278,13 +306,13 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A relayed request's stream may break because its backend did:
 		// it is no failure of the endpoint's (DoneInfo.Relayed).
 		pick.Done(balancer.DoneInfo{Err: err, Unavailable: connectFailed(err),
-			Failed: !st.origin.relayed() && !unprocessed && failedErr(out.Context(), err), Relayed: st.origin.relayed()})
+			Failed: !st.Origin.Relayed() && !unprocessed && failedErr(out.Context(), err), Relayed: st.Origin.Relayed()})
 		h.metrics.upstreamError(addr, err)
 		uerr := &upstreamError{endpoint: addr, err: err, first: first}
 		// Once only: when two apiservers in a row never received the
 		// request, the cause is more likely ours (network, credentials)
 		// than theirs, and more attempts would only delay the error.
-		reason, safe := retryableError(out, st.origin, unprocessed, err)
+		reason, safe := retryableError(out, st.Origin, unprocessed, err)
 		if first != nil || !safe || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
 			return nil, uerr
 		}
@@ -470,7 +498,7 @@ func (b *doneBody) finish() {
 func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateFrom(r.Context())
 	code, reason, msg := describeError(r.Context(), err)
-	h.metrics.answered(st.kind, code, st.endpoint, h.now().Sub(st.start))
+	h.metrics.answered(st.Kind, code, st.endpoint, h.now().Sub(st.start))
 	if code == statusClientClosedRequest {
 		return // nobody is listening
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,7 +130,8 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 	shortGauge := m.inflight.WithLabelValues(balancer.Short.String())
 	longGauge := m.inflight.WithLabelValues(balancer.Long.String())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kind, upgrade := limitKind(r)
+		info := requestInfo(r)
+		kind, upgrade := info.LimitKind(), info.Upgrade
 		counter, limit, gauge, reason := &short, int64(maxShort), shortGauge, rejectShort
 		if kind == balancer.Long {
 			counter, limit, gauge, reason = &long, int64(maxLong), longGauge, rejectLong
@@ -169,17 +169,6 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// limitKind is Classify, with every real upgrade (exec, attach,
-// port-forward) long-running whatever its path, and an h2c offer (served
-// as plain HTTP/1.1, see serveUpgrade) classified by its path. upgrade
-// reports a real upgrade.
-func limitKind(r *http.Request) (kind balancer.Kind, upgrade bool) {
-	if isUpgrade(r) && !strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
-		return balancer.Long, true
-	}
-	return Classify(r), false
 }
 
 func hasBody(r *http.Request) bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 )
 
 // Active watch rebalancing: see docs/resilience.md, "Watch rebalancing".
@@ -220,7 +221,7 @@ func (r *WatchRebalancer) Stop() {
 // track wraps the body of a response to out, served by endpoint, so that
 // it can be rebalanced, if it is a watch in a framing fanout can cut:
 // never an upgrade (those do not come here), a log, exec or proxy stream.
-func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, endpoint string) io.ReadCloser {
+func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, verb, endpoint string) io.ReadCloser {
 	if resp.StatusCode != http.StatusOK {
 		return resp.Body
 	}
@@ -232,8 +233,7 @@ func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, endpoint
 	if f == framingNone {
 		return resp.Body
 	}
-	info, err := requestInfoFactory.NewRequestInfo(out)
-	if err != nil || info.Verb != "watch" {
+	if verb != "watch" {
 		return resp.Body
 	}
 	q := out.URL.Query()
@@ -430,12 +430,12 @@ func sortByOpened(ws []*watchStream) {
 func (h *Handler) SetRebalancer(r *WatchRebalancer) { h.rebalancer.Store(r) }
 
 // trackWatch hands a long-running response to the rebalancer, if any.
-func (h *Handler) trackWatch(out *http.Request, resp *http.Response, kind balancer.Kind, endpoint string) io.ReadCloser {
+func (h *Handler) trackWatch(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string) io.ReadCloser {
 	r := h.rebalancer.Load()
-	if r == nil || kind != balancer.Long {
+	if r == nil || info.Kind != balancer.Long {
 		return resp.Body
 	}
-	return r.track(out, resp, endpoint)
+	return r.track(out, resp, info.Verb, endpoint)
 }
 
 // prepareWatch lets the rebalancer see a WatchList's events: kube-apiserver

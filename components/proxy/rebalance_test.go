@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 )
 
 func TestEligible(t *testing.T) {
@@ -275,7 +276,7 @@ func TestTrackOnlyWatches(t *testing.T) {
 	} {
 		req := httptest.NewRequest(http.MethodGet, tt.url, nil)
 		resp := &http.Response{StatusCode: tt.code, Header: http.Header{"Content-Type": {tt.ct}}, Body: http.NoBody}
-		body := r.track(req, resp, "a")
+		body := r.track(req, resp, reqinfo.New(req).Verb, "a")
 		if _, got := body.(*watchStream); got != tt.want {
 			t.Errorf("%s (%s, %d): tracked %v, want %v", tt.url, tt.ct, tt.code, got, tt.want)
 		}

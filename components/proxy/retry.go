@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -181,11 +182,11 @@ func failedErr(ctx context.Context, err error) bool {
 // Writes that may have been processed never move, nor does any request
 // through a proxy subresource: its backend is arbitrary code, to which a
 // GET may be a write.
-func retryableError(out *http.Request, o origin, unprocessed bool, err error) (reason string, ok bool) {
+func retryableError(out *http.Request, o reqinfo.Origin, unprocessed bool, err error) (reason string, ok bool) {
 	switch {
 	case unprocessed:
 		return reasonUnprocessed, true
-	case isRead(out.Method) && o != originProxy && failedErr(out.Context(), err):
+	case isRead(out.Method) && o != reqinfo.OriginProxy && failedErr(out.Context(), err):
 		return reasonRead, true
 	}
 	return "", false

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server/filters"
 
@@ -48,7 +49,7 @@ func (closedWG) Done()         {}
 func shutdown503() http.Handler {
 	h := filters.WithWaitGroup(http.NotFoundHandler(), func(*http.Request, *apirequest.RequestInfo) bool { return false }, closedWG{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info, _ := requestInfoFactory.NewRequestInfo(r)
+		info, _ := (&apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}).NewRequestInfo(r)
 		h.ServeHTTP(w, r.WithContext(apirequest.WithRequestInfo(r.Context(), info)))
 	})
 }

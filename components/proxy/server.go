@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 )
 
 // Server serves a Handler on the loopback address client-go is pointed at.
@@ -50,8 +52,9 @@ func NewServer(cfg Config, h *Handler) *Server {
 	}
 	srv := &http.Server{
 		Addr: cfg.ListenAddress,
-		Handler: withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
-			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
+		// Classified once, here at the edge; everything behind reads it.
+		Handler: reqinfo.WithInfo(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
+			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits)),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,

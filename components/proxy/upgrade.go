@@ -20,6 +20,7 @@ import (
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -83,18 +84,7 @@ func upgradeProtocol(r *http.Request) string {
 // whatever later rebalances watches) never ends it; it never rides the
 // HTTP/2 pools, so it takes no stream there. Only its two peers end it, or
 // CloseUpgrades when the shutdown grace has run out.
-func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class balancer.Class, org origin, start time.Time) {
-	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
-		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
-		// http://). The offer is optional: decline it by serving the
-		// request as plain HTTP/1.1 (h2c is served with prior knowledge).
-		r = r.Clone(r.Context())
-		for _, k := range []string{"Connection", "Upgrade", "HTTP2-Settings"} {
-			r.Header.Del(k)
-		}
-		h.ServeHTTP(w, r)
-		return
-	}
+func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, info *reqinfo.Info, start time.Time) {
 	proto := upgradeProtocol(r)
 	dialer, ok := h.upstream.(UpgradeDialer)
 	if !ok {
@@ -107,11 +97,11 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class bal
 	h.metrics.openLong.Inc()
 	defer h.metrics.openLong.Dec()
 
-	mode := AuthModeFor(r)
+	mode := info.Mode
 	var avoid string
 	var first *upstreamError
 	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: balancer.Long, Class: class, Avoid: avoid})
+		pick, err := h.picker.Pick(balancer.PickInfo{Kind: balancer.Long, Class: info.Class, Avoid: avoid})
 		if err != nil {
 			var out error = &pickError{err: err}
 			if first != nil {
@@ -127,7 +117,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class bal
 			// Answered, and counted as such when the answer went out. The
 			// status of exec, attach, port-forward and proxy upgrades may
 			// be the kubelet's or the backend's (origin).
-			pick.Done(balancer.DoneInfo{StatusCode: status, Latency: a.latency, Relayed: org.relayed()})
+			pick.Done(balancer.DoneInfo{StatusCode: status, Latency: a.latency, Relayed: info.Origin.Relayed()})
 			a.release()
 			return
 		}
@@ -136,7 +126,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class bal
 			// logged why.
 			a.err = errors.New("the upgrade ended without a response from kube-apiserver")
 		}
-		pick.Done(balancer.DoneInfo{Err: a.err, Unavailable: a.dialFailed, Relayed: org.relayed()})
+		pick.Done(balancer.DoneInfo{Err: a.err, Unavailable: a.dialFailed, Relayed: info.Origin.Relayed()})
 		a.release()
 		h.metrics.upstreamError(a.addr, a.err)
 		uerr := &upstreamError{endpoint: a.addr, err: a.err, first: first}

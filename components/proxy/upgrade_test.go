@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
@@ -99,7 +100,7 @@ func (b *upgradeBackend) serve(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods \"p\" is forbidden","code":403}`)
 		return
 	}
-	if !isUpgrade(r) {
+	if !reqinfo.New(r).Upgrade {
 		http.Error(w, "want an upgrade", http.StatusBadRequest)
 		return
 	}

@@ -210,13 +210,13 @@ func (h *Handler) retryGone(out *http.Request, body outBody, st *reqState, addr 
 		h.metrics.budgetExhausted(reasonGone)
 		return nil, errNoOlder
 	}
-	pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: addr, Oldest: true, Unloaded: true})
+	pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.Kind, Class: st.Class, Avoid: addr, Oldest: true, Unloaded: true})
 	if err != nil {
 		return nil, errNoOlder
 	}
 	next := pick.Endpoint.Address()
 	sent := h.now()
-	resp, err := h.upstream.For(next, st.mode).RoundTrip(body.request(out, next))
+	resp, err := h.upstream.For(next, st.Mode).RoundTrip(body.request(out, next))
 	if err != nil {
 		pick.Done(balancer.DoneInfo{Err: err})
 		return nil, err
@@ -230,6 +230,6 @@ func (h *Handler) retryGone(out *http.Request, body outBody, st *reqState, addr 
 	h.budget.spend()
 	h.metrics.retried(reasonGone)
 	st.endpoint = next
-	resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
-	return h.trackWatch(out, resp, st.kind, next), nil
+	resp.Body = h.watchBody(resp.Body, st.Kind, pick, info)
+	return h.trackWatch(out, resp, &st.Info, next), nil
 }
