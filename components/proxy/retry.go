@@ -138,29 +138,15 @@ func failedStatus(code int) bool {
 }
 
 // connectFailed reports whether err says the endpoint could not be
-// reached at all (dial, TLS handshake): it is ejected at once. An
-// unprocessed error of HTTP/2 itself (a GOAWAY, a refused stream, a
-// closing connection) is not one: kube-apiserver sends GOAWAY for
-// --goaway-chance, idle connections and after 401s, and none of those
-// says the apiserver is down.
+// reached at all (dial, TLS handshake): it is ejected at once. A stream
+// that the endpoint's HTTP/2 connection turned away
+// (transport.UnprocessedError.Refused) is not one.
 func connectFailed(err error) bool {
 	if isDialError(err) {
 		return true
 	}
 	var u *transport.UnprocessedError
-	if !errors.As(err, &u) {
-		return false
-	}
-	return !isHTTP2Error(u.Err)
-}
-
-func isHTTP2Error(err error) bool {
-	var se http2.StreamError
-	var ga http2.GoAwayError
-	if errors.As(err, &se) || errors.As(err, &ga) {
-		return true
-	}
-	return strings.HasPrefix(err.Error(), "http2:")
+	return errors.As(err, &u) && !u.Refused
 }
 
 // failedErr reports whether a round-trip error counts towards passive

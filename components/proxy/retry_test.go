@@ -123,8 +123,11 @@ func TestConnectFailed(t *testing.T) {
 	}{
 		{"dial refused", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("dial: connection refused")}, true},
 		{"TLS handshake", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("tls: handshake failure")}, true},
-		{"graceful GOAWAY", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("http2: Transport received Server's graceful shutdown GOAWAY")}, false},
-		{"refused stream", &transport.UnprocessedError{Endpoint: "a", Err: http2.StreamError{Code: http2.ErrCodeRefusedStream}}, false},
+		// What transport's classification returns for HTTP/2 refusals
+		// (its TestClassify checks that it sets Refused).
+		{"graceful GOAWAY", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("http2: Transport received Server's graceful shutdown GOAWAY"), Refused: true}, false},
+		{"refused stream", &transport.UnprocessedError{Endpoint: "a", Err: http2.StreamError{Code: http2.ErrCodeRefusedStream}, Refused: true}, false},
+		{"wrapped refusal", fmt.Errorf("round trip: %w", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("http2: client conn not usable"), Refused: true}), false},
 		{"GOAWAY error", http2.GoAwayError{ErrCode: http2.ErrCodeNo}, false},
 		{"processed reset", errors.New("stream reset"), false},
 	}
