@@ -97,6 +97,7 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 		fx.Provide(
 			func(b *balancer.Balancer) proxy.Picker { return b },
 			func(t *transport.Transports) proxy.Upstream { return t },
+			func(t *transport.Transports) proxy.UpgradeDialer { return t },
 			func(b *balancer.Balancer) admin.State { return b },
 			func(m *resolver.Metrics) admin.ResolverStatus { return m },
 		),
@@ -289,6 +290,7 @@ func runResolver(lc fx.Lifecycle, r resolver.Resolver, sink endpointSink, pools 
 var (
 	_ proxy.Picker          = (*balancer.Balancer)(nil)
 	_ proxy.Upstream        = (*transport.Transports)(nil)
+	_ proxy.UpgradeDialer   = (*transport.Transports)(nil)
 	_ admin.State           = (*balancer.Balancer)(nil)
 	_ admin.ResolverStatus  = (*resolver.Metrics)(nil)
 	_ transport.Credentials = (*certs.Credentials)(nil)

@@ -65,6 +65,9 @@ type Handler struct {
 	stopCtx  context.Context
 	stop     context.CancelFunc
 
+	// upgrader dials the connections of upgrade requests; nil answers
+	// them 501 (Config.Upgrades).
+	upgrader UpgradeDialer
 	// upgrades tracks upgraded connections, which StopLongRunning leaves
 	// alone (upgrade.go).
 	upgrades upgradeSet
@@ -87,6 +90,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		metrics:  m,
 		maxBody:  cfg.MaxReplayBody,
 		now:      cfg.Now,
+		upgrader: cfg.Upgrades,
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
@@ -142,7 +146,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if info.Upgrade {
 		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
 		// its own HTTP/1.1 connection (upgrade.go).
-		h.serveUpgrade(w, r, &info, start)
+		h.serveUpgrade(w, r, &reqState{Info: info, start: start})
 		return
 	}
 	if info.Kind == balancer.Long {
@@ -222,109 +226,30 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	h.prepareWatch(out, st.Kind)
-	h.budget.request()
-
-	var avoid string
-	var first *upstreamError
-	// held is an overload rejection kept while looking for a less loaded
-	// endpoint: the client gets it unchanged if there is none.
-	var held *http.Response
-	var heldAddr string
-	// elsewhere is set for a retry that is worth making only on another
-	// endpoint: a read whose connection broke.
-	elsewhere := false
-	// retrying is the reason of the retry being picked for; the budget is
-	// spent and the retry counted only once a pick found an endpoint.
-	retrying := ""
-	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.Kind, Class: st.Class, Avoid: avoid, Unloaded: held != nil || elsewhere})
-		if err != nil {
-			switch {
-			case held != nil:
-				h.metrics.answered(st.Kind, held.StatusCode, heldAddr, h.now().Sub(st.start))
-				return held, nil
-			case first != nil:
-				// The retry found nothing; the first failure is the story.
-				return nil, first
-			}
-			return nil, &pickError{err: err}
-		}
-		if held != nil {
-			// An unloaded endpoint exists: move the request there.
-			_ = held.Body.Close()
-			held = nil
-		}
-		if retrying != "" {
-			h.budget.spend()
-			h.metrics.retried(retrying)
-			retrying = ""
-		}
-		addr := pick.Endpoint.Address()
-		st.endpoint = addr
-
-		sent := h.now()
-		resp, err := h.upstream.For(addr, st.Mode).RoundTrip(body.request(out, addr))
-		if err == nil {
-			headers := h.now()
-			v := verdictAnswer
-			if !st.Origin.Relayed() {
-				// Only kube-apiserver's own rejections are verdicts; a
-				// relayed answer is passed on whatever it says.
-				v, _ = inspect(resp)
-			}
-			info := doneInfo(resp.StatusCode, v, headers.Sub(sent), st.Origin.Relayed())
-			retry := v != verdictAnswer && attempt+1 < maxAttempts && body.replayable && out.Context().Err() == nil &&
-				(v == verdictShutdown || attempt == 0) && (v != verdictThrottled || isRead(out.Method))
-			if retry && !h.budget.allow() {
-				h.metrics.budgetExhausted(retryReason(v))
-				retry = false
-			}
-			if retry {
-				pick.Done(info)
-				avoid, retrying, elsewhere = addr, retryReason(v), false
-				if v == verdictOverload {
-					// Retried only if the next pick finds an endpoint
-					// that is not overloaded too.
-					held, heldAddr = resp, addr
-				} else {
-					_ = resp.Body.Close()
-				}
-				continue
-			}
-			h.metrics.answered(st.Kind, resp.StatusCode, addr, headers.Sub(st.start))
-			resp.Body = h.watchBody(resp.Body, st.Kind, pick, info)
-			resp.Body = h.trackWatch(out, resp, &st.Info, addr)
-			if st.Kind == balancer.Long && !st.Origin.Relayed() {
-				if f, ok := goneCandidate(out, resp); ok {
-					resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
-				}
-			}
-			return resp, nil
-		}
-
-		unprocessed := transport.IsUnprocessed(err)
-		// A relayed request's stream may break because its backend did:
-		// it is no failure of the endpoint's (DoneInfo.Relayed).
-		pick.Done(balancer.DoneInfo{Err: err, Unavailable: connectFailed(err),
-			Failed: !st.Origin.Relayed() && !unprocessed && failedErr(out.Context(), err), Relayed: st.Origin.Relayed()})
-		h.metrics.upstreamError(addr, err)
-		uerr := &upstreamError{endpoint: addr, err: err, first: first}
-		// Once only: when two apiservers in a row never received the
-		// request, the cause is more likely ours (network, credentials)
-		// than theirs, and more attempts would only delay the error.
-		reason, safe := retryableError(out, st.Origin, unprocessed, err)
-		if first != nil || !safe || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
-			return nil, uerr
-		}
-		if !h.budget.allow() {
-			h.metrics.budgetExhausted(reason)
-			return nil, uerr
-		}
-		first, avoid, retrying = uerr, addr, reason
-		elsewhere = reason == reasonRead
-		// If the balancer has nothing but addr left it returns addr again;
-		// the apiserver never saw the request, so a second try is safe.
+	a := h.newAttempts(out, st, body)
+	ans, err := a.run()
+	if err != nil {
+		return nil, err
 	}
+	resp := ans.resp
+	h.metrics.answered(st.Kind, resp.StatusCode, ans.addr, ans.headers.Sub(st.start))
+	if ans.pick.Endpoint == nil {
+		return resp, nil // a held overload rejection: the balancer heard of it
+	}
+	resp.Body = h.watchBody(resp.Body, st.Kind, ans.pick, ans.info)
+	resp.Body = h.trackWatch(out, resp, &st.Info, ans.addr)
+	if st.Kind == balancer.Long && !st.Origin.Relayed() {
+		if f, ok := goneCandidate(out, resp); ok {
+			// The 410 retry continues this request's attempts, on its
+			// goroutine, once the response is already the client's; a
+			// copy on the heap keeps the short path's on the stack.
+			gone := new(attempts)
+			*gone = a
+			addr := ans.addr
+			resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return gone.retryGone(addr) })
+		}
+	}
+	return resp, nil
 }
 
 // outBody is the request body as the forwarder sends it.

@@ -123,7 +123,7 @@ func TestIdentityHeadersStripped(t *testing.T) {
 	t.Run("upgrade", func(t *testing.T) {
 		// WrapRequest builds the request the apiserver gets on the
 		// upgrade path.
-		a := &upgradeAttempt{dialer: nopUpgradeDialer{}, mode: transport.AuthSidecar}
+		a := &upgradeAttempt{h: &Handler{upgrader: nopUpgradeDialer{}}, mode: transport.AuthSidecar}
 		req := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
 		req.Header.Set("Connection", "Upgrade")
 		req.Header.Set("Upgrade", "SPDY/3.1")

@@ -168,11 +168,15 @@ func failedErr(ctx context.Context, err error) bool {
 // Writes that may have been processed never move, nor does any request
 // through a proxy subresource: its backend is arbitrary code, to which a
 // GET may be a write.
-func retryableError(out *http.Request, o reqinfo.Origin, unprocessed bool, err error) (reason string, ok bool) {
+func retryableError(out *http.Request, st *reqState, unprocessed bool, err error) (reason string, ok bool) {
 	switch {
 	case unprocessed:
 		return reasonUnprocessed, true
-	case isRead(out.Method) && o != reqinfo.OriginProxy && failedErr(out.Context(), err):
+	case st.Upgrade:
+		// The session may have begun: the client's connection may be
+		// hijacked already.
+		return "", false
+	case isRead(out.Method) && st.Origin != reqinfo.OriginProxy && failedErr(out.Context(), err):
 		return reasonRead, true
 	}
 	return "", false

@@ -11,8 +11,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/fanout-dev/fanout/components/balancer"
 )
 
 // A young apiserver's watch cache starts at the resourceVersion it had when
@@ -199,37 +197,26 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 func (b *goneRetryBody) Close() error { return b.rc.Close() }
 
 // retryGone makes the retry of a watch that endpoint addr answered with
-// 410: on the oldest other usable endpoint, within the retry budget. It
-// returns the new response body, wrapped like any other, or an error if
-// there is no such endpoint or it did not answer 200.
-func (h *Handler) retryGone(out *http.Request, body outBody, st *reqState, addr string) (io.ReadCloser, error) {
-	if !body.replayable || out.Context().Err() != nil {
+// 410: one more attempt of the request, on the oldest other usable
+// endpoint, through the attempt policy and its budget. It returns the new
+// response body, wrapped like any other, or an error if there is no such
+// endpoint or it did not answer 200.
+func (a *attempts) retryGone(addr string) (io.ReadCloser, error) {
+	a.max = a.n + 1
+	if !a.mayRetry(reasonGone) {
 		return nil, errNoOlder
 	}
-	if !h.budget.allow() {
-		h.metrics.budgetExhausted(reasonGone)
-		return nil, errNoOlder
-	}
-	pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.Kind, Class: st.Class, Avoid: addr, Oldest: true, Unloaded: true})
+	a.retry(reasonGone, addr)
+	a.pick.Oldest, a.pick.Unloaded = true, true
+	ans, err := a.run()
 	if err != nil {
-		return nil, errNoOlder
-	}
-	next := pick.Endpoint.Address()
-	sent := h.now()
-	resp, err := h.upstream.For(next, st.Mode).RoundTrip(body.request(out, next))
-	if err != nil {
-		pick.Done(balancer.DoneInfo{Err: err})
 		return nil, err
 	}
-	info := balancer.DoneInfo{StatusCode: resp.StatusCode, Latency: h.now().Sub(sent)}
-	if resp.StatusCode != http.StatusOK {
-		_ = resp.Body.Close()
-		pick.Done(info)
+	if ans.resp.StatusCode != http.StatusOK {
+		_ = ans.resp.Body.Close()
+		ans.pick.Done(ans.info)
 		return nil, errNoOlder
 	}
-	h.budget.spend()
-	h.metrics.retried(reasonGone)
-	st.endpoint = next
-	resp.Body = h.watchBody(resp.Body, st.Kind, pick, info)
-	return h.trackWatch(out, resp, &st.Info, next), nil
+	ans.resp.Body = a.h.watchBody(ans.resp.Body, a.st.Kind, ans.pick, ans.info)
+	return a.h.trackWatch(a.out, ans.resp, &a.st.Info, ans.addr), nil
 }
