@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -184,4 +185,34 @@ func (a *attempts) run() (answer, error) {
 		// never saw the request, so a second try is safe.
 		a.pick.Unloaded = reason == reasonRead
 	}
+}
+
+// reasonGone counts, in fanout_retries_total, watches moved after a 410.
+const reasonGone = "gone"
+
+// errNoOlder says there is no other endpoint to retry a 410 on.
+var errNoOlder = errors.New("no other endpoint to retry the watch on")
+
+// retryGone is the watch.Resend of a watch that endpoint from answered
+// with a 410: one more attempt of the request, on the oldest other usable
+// endpoint, through the attempt policy and its budget. The response it
+// returns reports to the balancer when it ends, like any other.
+func (a *attempts) retryGone(from string) (*http.Response, string, error) {
+	a.max = a.n + 1
+	if !a.mayRetry(reasonGone) {
+		return nil, "", errNoOlder
+	}
+	a.retry(reasonGone, from)
+	a.pick.Oldest, a.pick.Unloaded = true, true
+	ans, err := a.run()
+	if err != nil {
+		return nil, "", err
+	}
+	if ans.resp.StatusCode != http.StatusOK {
+		_ = ans.resp.Body.Close()
+		ans.pick.Done(ans.info)
+		return nil, "", errNoOlder
+	}
+	ans.resp.Body = a.h.watchBody(ans.resp.Body, a.st.Kind, ans.pick, ans.info)
+	return ans.resp, ans.addr, nil
 }

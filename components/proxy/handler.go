@@ -18,6 +18,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -72,8 +73,9 @@ type Handler struct {
 	// alone (upgrade.go).
 	upgrades upgradeSet
 
-	// rebalancer, when set, may end watches between events (rebalance.go).
-	rebalancer atomic.Pointer[WatchRebalancer]
+	// watch is the hook into the watch features (package watch):
+	// rebalancing and the 410 retry.
+	watch watch.Hook
 
 	now func() time.Time
 }
@@ -225,7 +227,9 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.prepareWatch(out, st.Kind)
+	if st.Kind == balancer.Long {
+		h.watch.Prepare(out, &st.Info)
+	}
 	a := h.newAttempts(out, st, body)
 	ans, err := a.run()
 	if err != nil {
@@ -237,17 +241,13 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil // a held overload rejection: the balancer heard of it
 	}
 	resp.Body = h.watchBody(resp.Body, st.Kind, ans.pick, ans.info)
-	resp.Body = h.trackWatch(out, resp, &st.Info, ans.addr)
-	if st.Kind == balancer.Long && !st.Origin.Relayed() {
-		if f, ok := goneCandidate(out, resp); ok {
-			// The 410 retry continues this request's attempts, on its
-			// goroutine, once the response is already the client's; a
-			// copy on the heap keeps the short path's on the stack.
-			gone := new(attempts)
-			*gone = a
-			addr := ans.addr
-			resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return gone.retryGone(addr) })
-		}
+	if st.Kind == balancer.Long {
+		// A 410 retry continues this request's attempts, on its
+		// goroutine, once the response is already the client's; a copy
+		// on the heap keeps the short path's on the stack.
+		more := new(attempts)
+		*more = a
+		resp.Body = h.watch.Track(out, resp, &st.Info, ans.addr, more.retryGone)
 	}
 	return resp, nil
 }

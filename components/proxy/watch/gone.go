@@ -1,10 +1,9 @@
-package proxy
+package watch
 
 import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -19,14 +18,11 @@ import (
 // which is the flood fanout exists to prevent. An apiserver that has run
 // longer usually still holds that history. So, before passing such a 410
 // on, the proxy retries the watch once on the endpoint that has been usable
-// longest (balancer.PickInfo.Oldest); if that one says 410 too, the client
-// gets it.
+// longest (balancer.PickInfo.Oldest; Hook.Track's Resend); if that one
+// says 410 too, the client gets it.
 //
 // JSON (one event per line) and protobuf (length-prefixed frames) watch
 // streams are inspected; CBOR streams pass through as they come.
-
-// reasonGone counts, in fanout_retries_total, watches moved after a 410.
-const reasonGone = "gone"
 
 // maxFirstEvent bounds the first event read to look for a 410; a Status is
 // far smaller, and a larger first event is an object, passed on as is. The
@@ -91,9 +87,6 @@ func isGoneProtobufEvent(ev []byte) bool {
 	var st metav1.Status
 	return st.Unmarshal(u.Raw) == nil && st.Code == http.StatusGone
 }
-
-// errNoOlder says there is no other endpoint to retry a 410 on.
-var errNoOlder = errors.New("no other endpoint to retry the watch on")
 
 // goneRetryBody is a watch body whose first event is checked for a 410;
 // on one, retry is asked for another body, which replaces this one if it
@@ -195,28 +188,3 @@ type errReader struct{ err error }
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func (b *goneRetryBody) Close() error { return b.rc.Close() }
-
-// retryGone makes the retry of a watch that endpoint addr answered with
-// 410: one more attempt of the request, on the oldest other usable
-// endpoint, through the attempt policy and its budget. It returns the new
-// response body, wrapped like any other, or an error if there is no such
-// endpoint or it did not answer 200.
-func (a *attempts) retryGone(addr string) (io.ReadCloser, error) {
-	a.max = a.n + 1
-	if !a.mayRetry(reasonGone) {
-		return nil, errNoOlder
-	}
-	a.retry(reasonGone, addr)
-	a.pick.Oldest, a.pick.Unloaded = true, true
-	ans, err := a.run()
-	if err != nil {
-		return nil, err
-	}
-	if ans.resp.StatusCode != http.StatusOK {
-		_ = ans.resp.Body.Close()
-		ans.pick.Done(ans.info)
-		return nil, errNoOlder
-	}
-	ans.resp.Body = a.h.watchBody(ans.resp.Body, a.st.Kind, ans.pick, ans.info)
-	return a.h.trackWatch(a.out, ans.resp, &a.st.Info, ans.addr), nil
-}
