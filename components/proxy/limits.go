@@ -3,11 +3,9 @@ package proxy
 import (
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,55 +59,6 @@ func newLimitMetrics() limitMetrics {
 
 func (m limitMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.rejected, m.connections, m.inflight}
-}
-
-// limitListener closes connections beyond max at once, rather than leaving
-// them in the kernel's backlog as netutil.LimitListener does: a client then
-// fails fast (and client-go retries) instead of hanging on a connection
-// nobody will read. Hijacked connections keep their slot until closed.
-type limitListener struct {
-	net.Listener
-	max     int64
-	open    atomic.Int64
-	metrics limitMetrics
-}
-
-func newLimitListener(ln net.Listener, max int, m limitMetrics) *limitListener {
-	return &limitListener{Listener: ln, max: int64(max), metrics: m}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			l.metrics.rejected.WithLabelValues(rejectConnections).Inc()
-			_ = c.Close()
-			continue
-		}
-		l.metrics.connections.Inc()
-		return &limitConn{Conn: c, l: l}, nil
-	}
-}
-
-// limitConn gives its slot back on the first Close; net/http and the
-// upgrade code may both close it.
-type limitConn struct {
-	net.Conn
-	l    *limitListener
-	once sync.Once
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.l.open.Add(-1)
-		c.l.metrics.connections.Dec()
-	})
-	return err
 }
 
 // withLimits caps concurrent requests with two budgets, short and

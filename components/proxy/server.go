@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/internal/serve"
 )
 
 // Server serves a Handler on the loopback address client-go is pointed at.
@@ -91,7 +92,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
 	}
-	ln = newLimitListener(ln, s.cfg.MaxConnections, s.handler.metrics.limits)
+	lm := s.handler.metrics.limits
+	ln = serve.LimitListener(ln, s.cfg.MaxConnections, serve.ListenerMetrics{
+		Rejected: lm.rejected.WithLabelValues(rejectConnections), Open: lm.connections})
 	s.ln = ln
 	s.served = make(chan struct{})
 	go func() {
