@@ -213,14 +213,13 @@ func stateFrom(ctx context.Context) *reqState {
 	return &reqState{} // only when RoundTrip is called outside ServeHTTP
 }
 
-// forwarder is the reverse proxy's Transport: pick, send, maybe retry.
+// forwarder is the reverse proxy's Transport: it runs the attempt policy
+// (attempt.go) and wraps the body of the answer it returns.
 type forwarder Handler
 
 func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	h := (*Handler)(f)
 	st := stateFrom(req.Context())
-	// Assigned once: the 410 retry's closure captures out, and a variable
-	// assigned twice would be captured by reference, on the heap.
 	out := markRelayed(req, st.Origin)
 
 	body, err := h.prepareBody(out)
