@@ -128,15 +128,17 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := h.now()
-	info := requestInfo(r)
+	st, ok := stateOf(r, h.now)
+	if !ok {
+		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	}
 	if h.stopping.Load() {
-		h.metrics.answered(info.Kind, http.StatusServiceUnavailable, "", h.now().Sub(start))
+		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
 		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
 		return
 	}
-	if info.H2COffer {
+	if st.H2COffer {
 		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
 		// http://). The offer is optional: decline it by serving the
 		// request as plain HTTP/1.1 (h2c is served with prior knowledge).
@@ -145,22 +147,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Header.Del(k)
 		}
 	}
-	if info.Upgrade {
+	if st.Upgrade {
 		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
 		// its own HTTP/1.1 connection (upgrade.go).
-		h.serveUpgrade(w, r, &reqState{Info: info, start: start})
+		h.serveUpgrade(w, r, st)
 		return
 	}
-	if info.Kind == balancer.Long {
+	p := h.proxy
+	if st.Kind == balancer.Long {
 		h.metrics.openLong.Inc()
 		defer h.metrics.openLong.Dec()
-	}
-	st := &reqState{Info: info, start: start}
-	p := h.proxy
-	if info.Kind == balancer.Long {
 		p = h.longProxy
 	}
-	p.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	p.ServeHTTP(w, r)
 }
 
 // StopLongRunning ends every open long-running response cleanly: its body
@@ -174,9 +173,11 @@ func (h *Handler) StopLongRunning() {
 	h.stop()
 }
 
-// reqState travels with one request through the reverse proxy (in its
-// context) from ServeHTTP to RoundTrip and handleError. The reverse proxy
-// calls both on the ServeHTTP goroutine, so it needs no lock.
+// reqState travels with one request in its context, from the edge of the
+// Server (withRequestState) through the limits, ServeHTTP, the reverse
+// proxy's RoundTrip and handleError. It holds the request's one
+// classification and what the forwarder learns on the way. All of them run
+// on the request's goroutine, so it needs no lock.
 type reqState struct {
 	reqinfo.Info
 	start    time.Time
@@ -185,15 +186,28 @@ type reqState struct {
 
 type stateKey struct{}
 
-// requestInfo returns the classification that the Server's chain put in
-// r's context (reqinfo.WithInfo). A Handler served on its own (a test, or
-// a program that mounts it in its own server) has none: then the request
-// is classified here, once, as the chain would have.
-func requestInfo(r *http.Request) reqinfo.Info {
-	if info := reqinfo.From(r.Context()); info != nil {
-		return *info
+// withRequestState is the edge of the Server, as kube-apiserver's
+// WithRequestInfo is of its own: it classifies each request once
+// (reqinfo.New) and puts the result in the request's context, where the
+// limits, the handler, the forwarder, the watch hook and the metrics read
+// it.
+func withRequestState(next http.Handler, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := &reqState{Info: reqinfo.New(r), start: now()}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	})
+}
+
+// stateOf returns the state withRequestState put in r's context, and true.
+// A Handler served on its own (a test, or a program that mounts it in its
+// own server) has none: then the request is classified here, once, as the
+// edge would have, and ok is false so that the caller can carry the new
+// state on.
+func stateOf(r *http.Request, now func() time.Time) (st *reqState, ok bool) {
+	if st, ok := r.Context().Value(stateKey{}).(*reqState); ok {
+		return st, true
 	}
-	return reqinfo.New(r)
+	return &reqState{Info: reqinfo.New(r), start: now()}, false
 }
 
 // markRelayed returns out, or for a relayed origin a copy of out whose

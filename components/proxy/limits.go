@@ -79,8 +79,8 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 	shortGauge := m.inflight.WithLabelValues(balancer.Short.String())
 	longGauge := m.inflight.WithLabelValues(balancer.Long.String())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := requestInfo(r)
-		kind, upgrade := info.LimitKind(), info.Upgrade
+		st, _ := stateOf(r, now)
+		kind, upgrade := st.LimitKind(), st.Upgrade
 		counter, limit, gauge, reason := &short, int64(maxShort), shortGauge, rejectShort
 		if kind == balancer.Long {
 			counter, limit, gauge, reason = &long, int64(maxLong), longGauge, rejectLong

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +16,7 @@ import (
 )
 
 // TestOneClassification: the limits and the handler act on the
-// classification in the request context (reqinfo.WithInfo, at the edge)
+// classification in the request context (withRequestState, at the edge)
 // and parse nothing themselves. A context that says "long-running list"
 // for the path of a short GET shows which one they used.
 func TestOneClassification(t *testing.T) {
@@ -41,7 +42,7 @@ func TestOneClassification(t *testing.T) {
 	}
 	info.Kind, info.Class = balancer.Long, balancer.ClassList
 	rec := httptest.NewRecorder()
-	limited.ServeHTTP(rec, req.WithContext(reqinfo.NewContext(req.Context(), &info)))
+	limited.ServeHTTP(rec, req.WithContext(context.WithValue(req.Context(), stateKey{}, &reqState{Info: info, start: time.Now()})))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
@@ -54,5 +55,21 @@ func TestOneClassification(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(m.requests.WithLabelValues("long", "200", addr)); v != 1 {
 		t.Errorf("fanout_requests_total{kind=long,code=200} = %v, want 1: metrics classified the request again", v)
+	}
+}
+
+// TestEdgeClassifies: the Server's chain starts with withRequestState,
+// which puts the request's one classification in its context.
+func TestEdgeClassifies(t *testing.T) {
+	var got *reqState
+	edge := withRequestState(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		got, _ = r.Context().Value(stateKey{}).(*reqState)
+	}), time.Now)
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
+	r.Header.Set("Connection", "Upgrade")
+	r.Header.Set("Upgrade", "SPDY/3.1")
+	edge.ServeHTTP(nil, r)
+	if want := reqinfo.New(r); got == nil || got.Info != want || got.start.IsZero() {
+		t.Fatalf("state in the context = %+v, want %+v and a start time", got, want)
 	}
 }

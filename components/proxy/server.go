@@ -13,7 +13,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/internal/serve"
 )
 
@@ -54,8 +53,8 @@ func NewServer(cfg Config, h *Handler) *Server {
 	srv := &http.Server{
 		Addr: cfg.ListenAddress,
 		// Classified once, here at the edge; everything behind reads it.
-		Handler: reqinfo.WithInfo(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
-			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits)),
+		Handler: withRequestState(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
+			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits), cfg.Now),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,

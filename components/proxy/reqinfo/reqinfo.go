@@ -1,15 +1,12 @@
-// Package reqinfo classifies a request to kube-apiserver once, at the edge
-// of fanout, and carries the result in the request's context, the way
-// kube-apiserver's WithRequestInfo filter does: the limits, the forwarder,
-// the watch features and the metrics all read that one result instead of
-// parsing the path again.
-//
-// It is its own package so that the watch features (package watch) can
-// read the result without importing the proxy.
+// Package reqinfo classifies a request to kube-apiserver: what
+// kube-apiserver's WithRequestInfo learns of it, and what fanout needs
+// besides (long-running or not, whose answer it is, which credentials it
+// carries). The proxy calls New once per request, at its edge, and
+// carries the Info in the request's context for everything behind; the
+// watch features (package watch) read it without importing the proxy.
 package reqinfo
 
 import (
-	"context"
 	"net/http"
 	"strings"
 
@@ -57,28 +54,6 @@ func (i *Info) LimitKind() balancer.Kind {
 		return balancer.Long
 	}
 	return i.Kind
-}
-
-type infoKey struct{}
-
-// NewContext returns ctx carrying info.
-func NewContext(ctx context.Context, info *Info) context.Context {
-	return context.WithValue(ctx, infoKey{}, info)
-}
-
-// From returns the Info that NewContext put in ctx, nil if none.
-func From(ctx context.Context) *Info {
-	info, _ := ctx.Value(infoKey{}).(*Info)
-	return info
-}
-
-// WithInfo classifies every request once (New) and puts the result in its
-// context for every handler behind it.
-func WithInfo(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := New(r)
-		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), &info)))
-	})
 }
 
 // requestInfoFactory parses paths exactly like kube-apiserver's own

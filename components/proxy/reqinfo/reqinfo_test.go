@@ -212,28 +212,3 @@ func FuzzLongRunningMatchesApiserver(f *testing.F) {
 		}
 	})
 }
-
-// TestWithInfo: the filter puts New's result in the context, where From
-// finds it; a context without one has none.
-func TestWithInfo(t *testing.T) {
-	var got *Info
-	h := WithInfo(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got = From(r.Context()) }))
-	r, err := http.NewRequest("POST", "http://127.0.0.1:7080/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Header.Set("Connection", "Upgrade")
-	r.Header.Set("Upgrade", "SPDY/3.1")
-	r.Header.Set("Authorization", "Bearer x")
-	h.ServeHTTP(nil, r)
-	want := New(r)
-	if got == nil || *got != want {
-		t.Fatalf("From(ctx) = %+v, want %+v", got, want)
-	}
-	if !want.Upgrade || want.Kind != balancer.Long || want.Mode != transport.AuthPassthrough || want.Origin != OriginNode || want.LimitKind() != balancer.Long {
-		t.Errorf("New = %+v, want a long-running passthrough upgrade of the node's", want)
-	}
-	if From(r.Context()) != nil {
-		t.Error("From found an Info in a context without one")
-	}
-}
