@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
 
@@ -410,7 +410,7 @@ func waitStatus(ctx context.Context, t *testing.T, admin *rest.Config, a *harnes
 }
 
 // TestOwnGroupsAreLocalAPIServices checks fanout's list of the groups
-// kube-apiserver serves itself (proxy.OwnGroups) against a real one: each
+// kube-apiserver serves itself (reqinfo.OwnGroups) against a real one: each
 // is a local APIService (no service: not aggregated; apiregistration.k8s.io,
 // the aggregator's own group, has none), and every local
 // group fanout does not list is a CustomResourceDefinition's, which fanout
@@ -460,7 +460,7 @@ func TestOwnGroupsAreLocalAPIServices(t *testing.T) {
 	for _, c := range crds.Items {
 		crdGroups.Insert(c.Spec.Group)
 	}
-	own := sets.New(proxy.OwnGroups()...)
+	own := sets.New(reqinfo.OwnGroups()...)
 	for _, g := range sets.List(own) {
 		// kube-aggregator serves its own group and lists no APIService
 		// for it.

@@ -49,15 +49,56 @@ func TestPickDoesNotAllocate(t *testing.T) {
 }
 
 // TestNewPickDoneOnce checks the Picks fakes make: Done reaches the hook
-// once however often it is called, and a zero Pick's Done does nothing.
+// once however often it is called, through any copy, and a zero Pick's Done does nothing.
 func TestNewPickDoneOnce(t *testing.T) {
 	var got []DoneInfo
 	p := NewPick(NewEndpoint("a:1"), func(di DoneInfo) { got = append(got, di) })
+	c := p
 	p.Done(DoneInfo{StatusCode: 200})
 	p.Done(DoneInfo{StatusCode: 500})
+	c.Done(DoneInfo{StatusCode: 500})
 	if len(got) != 1 || got[0].StatusCode != 200 {
 		t.Errorf("hook got %+v, want the first DoneInfo only", got)
 	}
 	var zero Pick
 	zero.Done(DoneInfo{}) // must not panic
+}
+
+// TestPickCopiesDoneOnce: a Pick is a value, and every copy of it shares
+// one ticket. Done through two copies releases the request once, and a
+// stale copy's Done, after its ticket went to a new pick, leaves that
+// pick's request counted.
+func TestPickCopiesDoneOnce(t *testing.T) {
+	b, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Update(endpoints("10.0.0.1:6443"))
+	e := b.current.Load().eps[0]
+	inflight := func() int64 { return e.inflight[kindIndex(Short)].Load() }
+
+	p, err := b.Pick(PickInfo{Kind: Short, Class: ClassGet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := p // a copy, as a struct field or a closure would hold it
+	p.Done(DoneInfo{StatusCode: 200})
+	stale.Done(DoneInfo{StatusCode: 200})
+	if n := inflight(); n != 0 {
+		t.Fatalf("in flight after Done on two copies = %d, want 0", n)
+	}
+	for range 100 { // the pool hands the ticket out again, sooner or later
+		next, err := b.Pick(PickInfo{Kind: Short, Class: ClassGet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale.Done(DoneInfo{StatusCode: 200})
+		if n := inflight(); n != 1 {
+			t.Fatalf("in flight after a stale copy's Done = %d, want 1: it released a newer pick", n)
+		}
+		next.Done(DoneInfo{StatusCode: 200})
+	}
+	if n := inflight(); n != 0 {
+		t.Errorf("in flight at the end = %d, want 0", n)
+	}
 }

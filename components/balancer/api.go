@@ -12,6 +12,7 @@ package balancer
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -159,56 +160,63 @@ type DoneInfo struct {
 	Relayed bool
 }
 
-// Pick is the result of a successful pick. It is a plain value so that
-// Pick does not allocate: the request it counts is released by Done.
+// Pick is the result of a successful pick: the endpoint, and Done, which
+// releases the request it counts. It is a small value that may be copied
+// freely: every copy shares one ticket, so Done counts the request once
+// whichever copies call it, however often and concurrently.
 //
-// Concurrency contract: Done must be called when the request has finished
-// (response body closed or the round trip failed). Only the first call
-// through one Pick counts; later calls, concurrent ones included, do
-// nothing. The flag that decides this lives in the Pick value itself, so
-// call Done through one variable (or a method value of it, pick.Done,
-// which binds its address): Done on two copies of a Pick counts the
-// request twice. A Pick must not be copied once Done may have run.
+// Done must be called when the request has finished (response body closed
+// or the round trip failed).
 type Pick struct {
 	Endpoint *Endpoint
 
+	t   *ticket
+	gen uint64 // t.gen when the pick was made
+}
+
+// ticket is the state the copies of one Pick share. Tickets are recycled
+// through a pool, so that picking allocates nothing; gen tells a ticket's
+// uses apart. The first Done of a use moves gen on, which makes every
+// other Done of that use, and of any stale copy from an older use, a
+// no-op, before the ticket goes back to the pool.
+type ticket struct {
+	gen   atomic.Uint64
 	kind  Kind
 	class Class
-	// done is set by the first Done (atomically, see Done).
-	done uint32
 	// hook replaces the balancer's bookkeeping in Picks made by NewPick.
 	hook func(DoneInfo)
 }
 
+var tickets = sync.Pool{New: func() any { return new(ticket) }}
+
+func newPick(e *Endpoint, kind Kind, class Class, hook func(DoneInfo)) Pick {
+	t := tickets.Get().(*ticket)
+	t.kind, t.class, t.hook = kind, class, hook
+	return Pick{Endpoint: e, t: t, gen: t.gen.Load()}
+}
+
 // NewPick returns a Pick of e whose Done calls done (once, as for the
 // balancer's own picks) instead of the balancer's bookkeeping. It is for
-// fakes of Picker in other packages' tests.
+// fakes of the proxy's Picker in other packages' tests.
 func NewPick(e *Endpoint, done func(DoneInfo)) Pick {
-	return Pick{Endpoint: e, hook: done}
+	return newPick(e, Short, ClassOther, done)
 }
 
 // Done reports how the picked request ended and stops counting it in
-// flight. See Pick for the concurrency contract.
-func (p *Pick) Done(di DoneInfo) {
-	// A plain uint32 with atomic functions rather than an atomic.Bool:
-	// Pick is returned and passed by value, which vet's copylocks check
-	// forbids for the atomic types.
-	if p.Endpoint == nil || !atomic.CompareAndSwapUint32(&p.done, 0, 1) {
+// flight. Only the first call through any copy of the Pick counts; the
+// zero Pick's Done does nothing.
+func (p Pick) Done(di DoneInfo) {
+	if p.t == nil || !p.t.gen.CompareAndSwap(p.gen, p.gen+1) {
 		return
 	}
-	if p.hook != nil {
-		p.hook(di)
+	kind, class, hook := p.t.kind, p.t.class, p.t.hook
+	p.t.hook = nil
+	tickets.Put(p.t)
+	if hook != nil {
+		hook(di)
 		return
 	}
-	p.Endpoint.finish(p.kind, p.class, di)
-}
-
-// Picker picks an endpoint. Implementations are safe for concurrent use and
-// Pick never blocks. They need not be immutable: *Balancer, the one the
-// proxy uses, changes its endpoint set on every Update, and a Pick running
-// meanwhile sees either the old set or the new one.
-type Picker interface {
-	Pick(PickInfo) (Pick, error)
+	p.Endpoint.finish(kind, class, di)
 }
 
 // ErrNoEndpoints is returned by Pick when the resolver has published no

@@ -10,7 +10,7 @@ import (
 	"github.com/fanout-dev/fanout/resolver"
 )
 
-// Balancer is the Picker the proxy uses. Update is called from one
+// Balancer is what the proxy picks with (its Picker). Update is called from one
 // goroutine (the resolver's); Pick, Endpoints, Ready, SetReady and the collector may
 // be called concurrently with it and with each other. None of them takes a
 // lock: Update publishes an immutable snapshot through an atomic pointer
@@ -21,8 +21,6 @@ type Balancer struct {
 	maxEjected float64
 	current    atomic.Pointer[snapshot]
 }
-
-var _ Picker = (*Balancer)(nil)
 
 // snapshot is one published endpoint set, sorted by address. Neither the
 // slice nor the struct is modified after it is stored.
@@ -126,7 +124,7 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 		e = b.policy.pick(c, info)
 	}
 	e.inflight[kindIndex(info.Kind)].Add(1)
-	return Pick{Endpoint: e, kind: info.Kind, class: info.Class}, nil
+	return newPick(e, info.Kind, info.Class, nil), nil
 }
 
 // Endpoints returns the status of every current endpoint, sorted by

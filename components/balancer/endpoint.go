@@ -191,8 +191,8 @@ type Endpoint struct {
 }
 
 // NewEndpoint returns a standalone endpoint with default settings and the
-// real clock. The Balancer makes its own; this is for fakes of Picker in
-// other packages' tests.
+// real clock. The Balancer makes its own; this is for fakes of the proxy's
+// Picker in other packages' tests.
 func NewEndpoint(address string) *Endpoint {
 	d := Config{}.withDefaults()
 	return newEndpoint(address, newParams(d), 1, 0, d.Now().UnixNano())

@@ -5,15 +5,12 @@ import (
 	"go.uber.org/fx"
 )
 
-// Module provides *Balancer and, for consumers that only pick, Picker. The
+// Module provides *Balancer. The
 // application supplies the Config and a prometheus.Registerer; the module
 // registers the endpoint collector with it. Feeding the balancer (calling
 // Update from a resolver) is left to whoever owns the resolver.
 var Module = fx.Module("balancer",
-	fx.Provide(
-		New,
-		func(b *Balancer) Picker { return b },
-	),
+	fx.Provide(New),
 	fx.Invoke(registerCollector),
 )
 

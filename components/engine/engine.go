@@ -271,7 +271,13 @@ func (e *Engine) build() error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	e.handler = proxy.New(cfg.Proxy, e.balancer, e.transports, proxyMetrics)
+	// The transports dial upgrades (exec, attach, port-forward) too, unless
+	// the Config names a dialer of its own.
+	proxyCfg := cfg.Proxy
+	if proxyCfg.Upgrades == nil {
+		proxyCfg.Upgrades = e.transports
+	}
+	e.handler = proxy.New(proxyCfg, e.balancer, e.transports, proxyMetrics)
 
 	collectors := append([]prometheus.Collector{e.balancer.Collector(), e.resolved}, e.transports.Collectors()...)
 	if cfg.Probe.Interval > 0 {

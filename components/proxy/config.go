@@ -77,6 +77,12 @@ type Config struct {
 	// Long-running requests are ended at once either way.
 	ShutdownGrace time.Duration
 
+	// Upgrades dials the connections of upgrade requests (exec, attach,
+	// port-forward); *transport.Transports is one. nil answers upgrade
+	// requests with 501. Module sets it to the app's UpgradeDialer, if it
+	// provides one.
+	Upgrades UpgradeDialer
+
 	// RetryBudget caps the retries to another endpoint. nil means
 	// DefaultRetryBudget; a budget that is set is used as it is, so that
 	// a Ratio of 0 means no retries beyond Min (--retry-budget 0).

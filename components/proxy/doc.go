@@ -1,12 +1,17 @@
 // Package proxy is the loopback side of fanout: the http.Handler a client-go
 // controller talks to, and the server it runs in.
 //
-// For every request it classifies the request (short or long-running, which
-// credentials it carries), asks the balancer for an endpoint, forwards the
-// request through the transport for that endpoint, retries once elsewhere
-// when the transport says the apiserver never received it, and turns every
-// failure into a Kubernetes Status object that client-go understands.
+// Every request is classified once, at the edge (package reqinfo: short or
+// long-running, verb class, whose answer it is, which credentials it
+// carries); everything behind reads that result. The forwarder then runs
+// the one attempt policy (attempt.go): it asks the balancer for an
+// endpoint, sends the request through the transport for that endpoint (or,
+// for an upgrade, over its own HTTP/1.1 connection), looks at the answer,
+// and retries elsewhere within the retry budget when the answer or the
+// transport's typed error says that is safe. Failures become Kubernetes
+// Status objects that client-go understands. Long-running responses go
+// through the watch features (package watch) by one hook.
 //
 // The request path takes no lock: classification is a pure function, the
-// picker is immutable, shutdown is an atomic flag plus one context.
+// picker is lock-free, shutdown is an atomic flag plus one context.
 package proxy

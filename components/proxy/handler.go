@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -64,12 +66,16 @@ type Handler struct {
 	stopCtx  context.Context
 	stop     context.CancelFunc
 
+	// upgrader dials the connections of upgrade requests; nil answers
+	// them 501 (Config.Upgrades).
+	upgrader UpgradeDialer
 	// upgrades tracks upgraded connections, which StopLongRunning leaves
 	// alone (upgrade.go).
 	upgrades upgradeSet
 
-	// rebalancer, when set, may end watches between events (rebalance.go).
-	rebalancer atomic.Pointer[WatchRebalancer]
+	// watch is the hook into the watch features (package watch):
+	// rebalancing and the 410 retry.
+	watch watch.Hook
 
 	now func() time.Time
 }
@@ -86,6 +92,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		metrics:  m,
 		maxBody:  cfg.MaxReplayBody,
 		now:      cfg.Now,
+		upgrader: cfg.Upgrades,
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.stopCtx, h.stop = context.WithCancel(context.Background())
@@ -121,30 +128,38 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	start := h.now()
-	kind, class, org := classifyRequest(r)
+	st, ok := stateOf(r, h.now)
+	if !ok {
+		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+	}
 	if h.stopping.Load() {
-		h.metrics.answered(kind, http.StatusServiceUnavailable, "", h.now().Sub(start))
+		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
 		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
 		return
 	}
-	if isUpgrade(r) {
+	if st.H2COffer {
+		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
+		// http://). The offer is optional: decline it by serving the
+		// request as plain HTTP/1.1 (h2c is served with prior knowledge).
+		r = r.Clone(r.Context())
+		for _, k := range []string{"Connection", "Upgrade", "HTTP2-Settings"} {
+			r.Header.Del(k)
+		}
+	}
+	if st.Upgrade {
 		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
 		// its own HTTP/1.1 connection (upgrade.go).
-		h.serveUpgrade(w, r, class, org, start)
+		h.serveUpgrade(w, r, st)
 		return
 	}
-	if kind == balancer.Long {
+	p := h.proxy
+	if st.Kind == balancer.Long {
 		h.metrics.openLong.Inc()
 		defer h.metrics.openLong.Dec()
-	}
-	st := &reqState{kind: kind, class: class, origin: org, mode: AuthModeFor(r), start: start}
-	p := h.proxy
-	if kind == balancer.Long {
 		p = h.longProxy
 	}
-	p.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	p.ServeHTTP(w, r)
 }
 
 // StopLongRunning ends every open long-running response cleanly: its body
@@ -158,19 +173,52 @@ func (h *Handler) StopLongRunning() {
 	h.stop()
 }
 
-// reqState travels with one request through the reverse proxy (in its
-// context) from ServeHTTP to RoundTrip and handleError. The reverse proxy
-// calls both on the ServeHTTP goroutine, so it needs no lock.
+// reqState travels with one request in its context, from the edge of the
+// Server (withRequestState) through the limits, ServeHTTP, the reverse
+// proxy's RoundTrip and handleError. It holds the request's one
+// classification and what the forwarder learns on the way. All of them run
+// on the request's goroutine, so it needs no lock.
 type reqState struct {
-	kind     balancer.Kind
-	class    balancer.Class
-	origin   origin
-	mode     transport.AuthMode
+	reqinfo.Info
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
 }
 
 type stateKey struct{}
+
+// withRequestState is the edge of the Server, as kube-apiserver's
+// WithRequestInfo is of its own: it classifies each request once
+// (reqinfo.New) and puts the result in the request's context, where the
+// limits, the handler, the forwarder, the watch hook and the metrics read
+// it.
+func withRequestState(next http.Handler, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := &reqState{Info: reqinfo.New(r), start: now()}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	})
+}
+
+// stateOf returns the state withRequestState put in r's context, and true.
+// A Handler served on its own (a test, or a program that mounts it in its
+// own server) has none: then the request is classified here, once, as the
+// edge would have, and ok is false so that the caller can carry the new
+// state on.
+func stateOf(r *http.Request, now func() time.Time) (st *reqState, ok bool) {
+	if st, ok := r.Context().Value(stateKey{}).(*reqState); ok {
+		return st, true
+	}
+	return &reqState{Info: reqinfo.New(r), start: now()}, false
+}
+
+// markRelayed returns out, or for a relayed origin a copy of out whose
+// context tells the transport that a 401 may be the backend's, so that it
+// neither re-reads fanout's credentials nor sends again.
+func markRelayed(out *http.Request, o reqinfo.Origin) *http.Request {
+	if !o.Relayed() {
+		return out
+	}
+	return out.WithContext(transport.WithRelayedAnswer(out.Context()))
+}
 
 func stateFrom(ctx context.Context) *reqState {
 	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
@@ -179,124 +227,42 @@ func stateFrom(ctx context.Context) *reqState {
 	return &reqState{} // only when RoundTrip is called outside ServeHTTP
 }
 
-// forwarder is the reverse proxy's Transport: pick, send, maybe retry.
+// forwarder is the reverse proxy's Transport: it runs the attempt policy
+// (attempt.go) and wraps the body of the answer it returns.
 type forwarder Handler
 
 func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	h := (*Handler)(f)
 	st := stateFrom(req.Context())
-	// Assigned once: the 410 retry's closure captures out, and a variable
-	// assigned twice would be captured by reference, on the heap.
-	out := markRelayed(req, st.origin)
+	out := markRelayed(req, st.Origin)
 
 	body, err := h.prepareBody(out)
 	if err != nil {
 		return nil, err
 	}
-	h.prepareWatch(out, st.kind)
-	h.budget.request()
-
-	var avoid string
-	var first *upstreamError
-	// held is an overload rejection kept while looking for a less loaded
-	// endpoint: the client gets it unchanged if there is none.
-	var held *http.Response
-	var heldAddr string
-	// elsewhere is set for a retry that is worth making only on another
-	// endpoint: a read whose connection broke.
-	elsewhere := false
-	// retrying is the reason of the retry being picked for; the budget is
-	// spent and the retry counted only once a pick found an endpoint.
-	retrying := ""
-	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: avoid, Unloaded: held != nil || elsewhere})
-		if err != nil {
-			switch {
-			case held != nil:
-				h.metrics.answered(st.kind, held.StatusCode, heldAddr, h.now().Sub(st.start))
-				return held, nil
-			case first != nil:
-				// The retry found nothing; the first failure is the story.
-				return nil, first
-			}
-			return nil, &pickError{err: err}
-		}
-		if held != nil {
-			// An unloaded endpoint exists: move the request there.
-			_ = held.Body.Close()
-			held = nil
-		}
-		if retrying != "" {
-			h.budget.spend()
-			h.metrics.retried(retrying)
-			retrying = ""
-		}
-		addr := pick.Endpoint.Address()
-		st.endpoint = addr
-
-		sent := h.now()
-		resp, err := h.upstream.For(addr, st.mode).RoundTrip(body.request(out, addr))
-		if err == nil {
-			headers := h.now()
-			v := verdictAnswer
-			if !st.origin.relayed() {
-				// Only kube-apiserver's own rejections are verdicts; a
-				// relayed answer is passed on whatever it says.
-				v, _ = inspect(resp)
-			}
-			info := doneInfo(resp.StatusCode, v, headers.Sub(sent), st.origin.relayed())
-			retry := v != verdictAnswer && attempt+1 < maxAttempts && body.replayable && out.Context().Err() == nil &&
-				(v == verdictShutdown || attempt == 0) && (v != verdictThrottled || isRead(out.Method))
-			if retry && !h.budget.allow() {
-				h.metrics.budgetExhausted(retryReason(v))
-				retry = false
-			}
-			if retry {
-				pick.Done(info)
-				avoid, retrying, elsewhere = addr, retryReason(v), false
-				if v == verdictOverload {
-					// Retried only if the next pick finds an endpoint
-					// that is not overloaded too.
-					held, heldAddr = resp, addr
-				} else {
-					_ = resp.Body.Close()
-				}
-				continue
-			}
-			h.metrics.answered(st.kind, resp.StatusCode, addr, headers.Sub(st.start))
-			resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
-			resp.Body = h.trackWatch(out, resp, st.kind, addr)
-			if st.kind == balancer.Long && !st.origin.relayed() {
-				if f, ok := goneCandidate(out, resp); ok {
-					resp.Body = newGoneRetryBody(resp.Body, f, func() (io.ReadCloser, error) { return h.retryGone(out, body, st, addr) })
-				}
-			}
-			return resp, nil
-		}
-
-		unprocessed := transport.IsUnprocessed(err)
-		// A relayed request's stream may break because its backend did:
-		// it is no failure of the endpoint's (DoneInfo.Relayed).
-		pick.Done(balancer.DoneInfo{Err: err, Unavailable: connectFailed(err),
-			Failed: !st.origin.relayed() && !unprocessed && failedErr(out.Context(), err), Relayed: st.origin.relayed()})
-		h.metrics.upstreamError(addr, err)
-		uerr := &upstreamError{endpoint: addr, err: err, first: first}
-		// Once only: when two apiservers in a row never received the
-		// request, the cause is more likely ours (network, credentials)
-		// than theirs, and more attempts would only delay the error.
-		reason, safe := retryableError(out, st.origin, unprocessed, err)
-		if first != nil || !safe || !body.replayable || out.Context().Err() != nil || attempt+1 >= maxAttempts {
-			return nil, uerr
-		}
-		if !h.budget.allow() {
-			h.metrics.budgetExhausted(reason)
-			return nil, uerr
-		}
-		first, avoid, retrying = uerr, addr, reason
-		elsewhere = reason == reasonRead
-		// If the balancer has nothing but addr left it returns addr again;
-		// the apiserver never saw the request, so a second try is safe.
+	if st.Kind == balancer.Long {
+		h.watch.Prepare(out, &st.Info)
 	}
+	a := h.newAttempts(out, st, body)
+	ans, err := a.run()
+	if err != nil {
+		return nil, err
+	}
+	resp := ans.resp
+	h.metrics.answered(st.Kind, resp.StatusCode, ans.addr, ans.headers.Sub(st.start))
+	if ans.pick.Endpoint == nil {
+		return resp, nil // a held overload rejection: the balancer heard of it
+	}
+	resp.Body = h.watchBody(resp.Body, st.Kind, ans.pick, ans.info)
+	if st.Kind == balancer.Long {
+		// A 410 retry continues this request's attempts, on its
+		// goroutine, once the response is already the client's; a copy
+		// on the heap keeps the short path's on the stack.
+		more := new(attempts)
+		*more = a
+		resp.Body = h.watch.Track(out, resp, &st.Info, ans.addr, more.retryGone)
+	}
+	return resp, nil
 }
 
 // outBody is the request body as the forwarder sends it.
@@ -470,7 +436,7 @@ func (b *doneBody) finish() {
 func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateFrom(r.Context())
 	code, reason, msg := describeError(r.Context(), err)
-	h.metrics.answered(st.kind, code, st.endpoint, h.now().Sub(st.start))
+	h.metrics.answered(st.Kind, code, st.endpoint, h.now().Sub(st.start))
 	if code == statusClientClosedRequest {
 		return // nobody is listening
 	}

@@ -13,6 +13,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -35,15 +37,12 @@ func TestConnectionUpgradeNeedsUpgradeHeader(t *testing.T) {
 	// The classification behind both the limits and the handler.
 	r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
 	r.Header.Set("Connection", "Upgrade")
-	if isUpgrade(r) {
-		t.Error("isUpgrade: true without an Upgrade header")
-	}
-	if _, upgrade := limitKind(r); upgrade {
-		t.Error("limitKind: an upgrade without an Upgrade header")
+	if info := reqinfo.New(r); info.Upgrade || info.H2COffer || info.LimitKind() != balancer.Short {
+		t.Errorf("reqinfo.New = %+v: an upgrade without an Upgrade header", info)
 	}
 	r.Header.Set("Upgrade", "SPDY/3.1")
-	if !isUpgrade(r) {
-		t.Error("isUpgrade: false for Connection: Upgrade with Upgrade: SPDY/3.1")
+	if info := reqinfo.New(r); !info.Upgrade || info.LimitKind() != balancer.Long {
+		t.Errorf("reqinfo.New = %+v: not an upgrade for Connection: Upgrade with Upgrade: SPDY/3.1", info)
 	}
 }
 
@@ -124,7 +123,7 @@ func TestIdentityHeadersStripped(t *testing.T) {
 	t.Run("upgrade", func(t *testing.T) {
 		// WrapRequest builds the request the apiserver gets on the
 		// upgrade path.
-		a := &upgradeAttempt{dialer: nopUpgradeDialer{}, mode: transport.AuthSidecar}
+		a := &upgradeAttempt{h: &Handler{upgrader: nopUpgradeDialer{}}, mode: transport.AuthSidecar}
 		req := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
 		req.Header.Set("Connection", "Upgrade")
 		req.Header.Set("Upgrade", "SPDY/3.1")

@@ -3,12 +3,9 @@ package proxy
 import (
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,55 +61,6 @@ func (m limitMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.rejected, m.connections, m.inflight}
 }
 
-// limitListener closes connections beyond max at once, rather than leaving
-// them in the kernel's backlog as netutil.LimitListener does: a client then
-// fails fast (and client-go retries) instead of hanging on a connection
-// nobody will read. Hijacked connections keep their slot until closed.
-type limitListener struct {
-	net.Listener
-	max     int64
-	open    atomic.Int64
-	metrics limitMetrics
-}
-
-func newLimitListener(ln net.Listener, max int, m limitMetrics) *limitListener {
-	return &limitListener{Listener: ln, max: int64(max), metrics: m}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			l.metrics.rejected.WithLabelValues(rejectConnections).Inc()
-			_ = c.Close()
-			continue
-		}
-		l.metrics.connections.Inc()
-		return &limitConn{Conn: c, l: l}, nil
-	}
-}
-
-// limitConn gives its slot back on the first Close; net/http and the
-// upgrade code may both close it.
-type limitConn struct {
-	net.Conn
-	l    *limitListener
-	once sync.Once
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() {
-		c.l.open.Add(-1)
-		c.l.metrics.connections.Dec()
-	})
-	return err
-}
-
 // withLimits caps concurrent requests with two budgets, short and
 // long-running, so that a client holding many watches still gets its GETs
 // and LISTs served, and a flood of short requests cannot stop watches from
@@ -131,7 +79,8 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 	shortGauge := m.inflight.WithLabelValues(balancer.Short.String())
 	longGauge := m.inflight.WithLabelValues(balancer.Long.String())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		kind, upgrade := limitKind(r)
+		st, _ := stateOf(r, now)
+		kind, upgrade := st.LimitKind(), st.Upgrade
 		counter, limit, gauge, reason := &short, int64(maxShort), shortGauge, rejectShort
 		if kind == balancer.Long {
 			counter, limit, gauge, reason = &long, int64(maxLong), longGauge, rejectLong
@@ -169,17 +118,6 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// limitKind is Classify, with every real upgrade (exec, attach,
-// port-forward) long-running whatever its path, and an h2c offer (served
-// as plain HTTP/1.1, see serveUpgrade) classified by its path. upgrade
-// reports a real upgrade.
-func limitKind(r *http.Request) (kind balancer.Kind, upgrade bool) {
-	if isUpgrade(r) && !strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
-		return balancer.Long, true
-	}
-	return Classify(r), false
 }
 
 func hasBody(r *http.Request) bool {

@@ -20,51 +20,6 @@ import (
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
-func TestOriginOf(t *testing.T) {
-	tests := []struct {
-		method, target string
-		want           origin
-	}{
-		{"POST", "/api/v1/namespaces/ns/configmaps", originAPIServer},
-		{"GET", "/apis/apps/v1/namespaces/ns/deployments?watch=1", originAPIServer},
-		{"POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", originAPIServer},
-		{"GET", "/api/v1/namespaces/ns/pods/p", originAPIServer},
-		{"POST", "/api/v1/namespaces/ns/pods/p/eviction", originAPIServer},
-		{"GET", "/version", originAPIServer},
-		{"GET", "/apis", originAPIServer},
-		// The group document of any group is kube-aggregator's own.
-		{"GET", "/apis/metrics.k8s.io", originAPIServer},
-		{"GET", "/apis/metrics.k8s.io/", originAPIServer},
-
-		{"POST", "/api/v1/namespaces/ns/services/x/proxy/", originProxy},
-		{"GET", "/api/v1/namespaces/ns/services/https:x:443/proxy/any/path", originProxy},
-		{"POST", "/api/v1/namespaces/ns/pods/p:8080/proxy", originProxy},
-		{"GET", "/api/v1/nodes/n/proxy/metrics", originProxy},
-		{"GET", "/api/v1/proxy/namespaces/ns/services/x/", originProxy},
-
-		{"GET", "/api/v1/namespaces/ns/pods/p/log?follow=1", originNode},
-		{"POST", "/api/v1/namespaces/ns/pods/p/exec?command=ls", originNode},
-		{"POST", "/api/v1/namespaces/ns/pods/p/attach", originNode},
-		{"POST", "/api/v1/namespaces/ns/pods/p/portforward", originNode},
-
-		{"POST", "/apis/example.dev/v1/namespaces/ns/widgets", originAggregated},
-		{"GET", "/apis/metrics.k8s.io/v1beta1/nodes", originAggregated},
-		{"GET", "/apis/metrics.k8s.io/v1beta1", originAggregated},
-		{"GET", "/apis/metrics.k8s.io/v1beta1/", originAggregated},
-		// Alpha-only groups may be claimed by an APIService.
-		{"POST", "/apis/lifecycle.k8s.io/v1alpha1/leases", originAggregated},
-		// RequestInfo fails on a bare special verb; the group still counts.
-		{"GET", "/apis/example.dev/v1/watch", originAggregated},
-		{"GET", "/api/v1/watch", originAPIServer},
-	}
-	for _, tt := range tests {
-		r := httptest.NewRequest(tt.method, tt.target, nil)
-		if _, _, got := classifyRequest(r); got != tt.want {
-			t.Errorf("%s %s: origin %v, want %v", tt.method, tt.target, got, tt.want)
-		}
-	}
-}
-
 // relayedPaths are requests whose answer may be another server's.
 var relayedPaths = []struct{ name, path string }{
 	{"service proxy", "/api/v1/namespaces/ns/services/x/proxy/hook"},

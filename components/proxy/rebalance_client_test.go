@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -119,11 +119,14 @@ func TestRebalanceWithReflector(t *testing.T) {
 	up.set(addr, rt)
 	picker := newFakePicker(addr)
 	_, h, url := startProxy(t, Config{}, picker, up, nil)
-	loads := &fakeLoads{loads: []balancer.WatchLoad{
+	loads := staticLoads{
 		{Address: addr, Usable: true, OpenLong: 3},
 		{Address: "other:443", Usable: true},
-	}}
-	r, err := NewWatchRebalancer(RebalanceConfig{MinAge: 50 * time.Millisecond, Margin: time.Millisecond}, loads, nil)
+	}
+	// The rebalancer's own loop compares the loads every 20ms; its
+	// metrics say what it did.
+	reg := prometheus.NewRegistry()
+	r, err := NewWatchRebalancer(RebalanceConfig{MinAge: 50 * time.Millisecond, Margin: time.Millisecond, Interval: 20 * time.Millisecond}, loads, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,14 +167,16 @@ func TestRebalanceWithReflector(t *testing.T) {
 	// The first tick records the other endpoint's readiness; the watch
 	// then passes on newer events and ages past MinAge.
 	deadline := time.Now().Add(waitLimit)
-	for testutil.ToFloat64(r.rebalanced.WithLabelValues("json")) == 0 {
+	r.Start()
+	defer r.Stop()
+	for metricValue(t, reg, "fanout_watch_rebalanced_total", "framing", "json") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the rebalancer ended no watch; blocked: initial_events %v, too_young %v, not_caught_up %v",
-				testutil.ToFloat64(r.blocked.WithLabelValues(blockedInitialEvents)), testutil.ToFloat64(r.blocked.WithLabelValues(blockedTooYoung)),
-				testutil.ToFloat64(r.blocked.WithLabelValues(blockedNotCaughtUp)))
+				metricValue(t, reg, "fanout_watch_rebalance_blocked", "reason", "initial_events"),
+				metricValue(t, reg, "fanout_watch_rebalance_blocked", "reason", "too_young"),
+				metricValue(t, reg, "fanout_watch_rebalance_blocked", "reason", "not_caught_up"))
 		}
-		r.tick()
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	for watches.Load() < 2 {
 		if time.Now().After(deadline) {
@@ -213,6 +218,39 @@ func TestRebalanceWithReflector(t *testing.T) {
 	if q := mustQuery(t, last); q.Get("sendInitialEvents") != "" || q.Get("resourceVersion") == "" || q.Get("resourceVersion") == "0" {
 		t.Errorf("the re-watch was %q, want a plain watch from the last resourceVersion", last)
 	}
+}
+
+// metricValue is the value of the counter or gauge name{label="value"}
+// in reg, 0 when absent.
+func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					if c := m.GetCounter(); c != nil {
+						return c.GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// staticLoads is a LoadSource whose loads never change.
+type staticLoads []balancer.WatchLoad
+
+func (s staticLoads) WatchLoads() []balancer.WatchLoad {
+	return append([]balancer.WatchLoad(nil), s...)
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

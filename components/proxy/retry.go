@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -137,29 +138,15 @@ func failedStatus(code int) bool {
 }
 
 // connectFailed reports whether err says the endpoint could not be
-// reached at all (dial, TLS handshake): it is ejected at once. An
-// unprocessed error of HTTP/2 itself (a GOAWAY, a refused stream, a
-// closing connection) is not one: kube-apiserver sends GOAWAY for
-// --goaway-chance, idle connections and after 401s, and none of those
-// says the apiserver is down.
+// reached at all (dial, TLS handshake): it is ejected at once. A stream
+// that the endpoint's HTTP/2 connection turned away
+// (transport.UnprocessedError.Refused) is not one.
 func connectFailed(err error) bool {
 	if isDialError(err) {
 		return true
 	}
 	var u *transport.UnprocessedError
-	if !errors.As(err, &u) {
-		return false
-	}
-	return !isHTTP2Error(u.Err)
-}
-
-func isHTTP2Error(err error) bool {
-	var se http2.StreamError
-	var ga http2.GoAwayError
-	if errors.As(err, &se) || errors.As(err, &ga) {
-		return true
-	}
-	return strings.HasPrefix(err.Error(), "http2:")
+	return errors.As(err, &u) && !u.Refused
 }
 
 // failedErr reports whether a round-trip error counts towards passive
@@ -181,11 +168,15 @@ func failedErr(ctx context.Context, err error) bool {
 // Writes that may have been processed never move, nor does any request
 // through a proxy subresource: its backend is arbitrary code, to which a
 // GET may be a write.
-func retryableError(out *http.Request, o origin, unprocessed bool, err error) (reason string, ok bool) {
+func retryableError(out *http.Request, st *reqState, unprocessed bool, err error) (reason string, ok bool) {
 	switch {
 	case unprocessed:
 		return reasonUnprocessed, true
-	case isRead(out.Method) && o != originProxy && failedErr(out.Context(), err):
+	case st.Upgrade:
+		// The session may have begun: the client's connection may be
+		// hijacked already.
+		return "", false
+	case isRead(out.Method) && st.Origin != reqinfo.OriginProxy && failedErr(out.Context(), err):
 		return reasonRead, true
 	}
 	return "", false

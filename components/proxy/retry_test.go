@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server/filters"
 
@@ -48,7 +49,7 @@ func (closedWG) Done()         {}
 func shutdown503() http.Handler {
 	h := filters.WithWaitGroup(http.NotFoundHandler(), func(*http.Request, *apirequest.RequestInfo) bool { return false }, closedWG{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info, _ := requestInfoFactory.NewRequestInfo(r)
+		info, _ := (&apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}).NewRequestInfo(r)
 		h.ServeHTTP(w, r.WithContext(apirequest.WithRequestInfo(r.Context(), info)))
 	})
 }
@@ -122,8 +123,11 @@ func TestConnectFailed(t *testing.T) {
 	}{
 		{"dial refused", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("dial: connection refused")}, true},
 		{"TLS handshake", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("tls: handshake failure")}, true},
-		{"graceful GOAWAY", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("http2: Transport received Server's graceful shutdown GOAWAY")}, false},
-		{"refused stream", &transport.UnprocessedError{Endpoint: "a", Err: http2.StreamError{Code: http2.ErrCodeRefusedStream}}, false},
+		// What transport's classification returns for HTTP/2 refusals
+		// (its TestClassify checks that it sets Refused).
+		{"graceful GOAWAY", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("http2: Transport received Server's graceful shutdown GOAWAY"), Refused: true}, false},
+		{"refused stream", &transport.UnprocessedError{Endpoint: "a", Err: http2.StreamError{Code: http2.ErrCodeRefusedStream}, Refused: true}, false},
+		{"wrapped refusal", fmt.Errorf("round trip: %w", &transport.UnprocessedError{Endpoint: "a", Err: errors.New("http2: client conn not usable"), Refused: true}), false},
 		{"GOAWAY error", http2.GoAwayError{ErrCode: http2.ErrCodeNo}, false},
 		{"processed reset", errors.New("stream reset"), false},
 	}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 )
 
 // ErrStopped is returned by the RoundTripper for requests made after
@@ -45,12 +46,13 @@ var _ http.RoundTripper = (*roundTripper)(nil)
 func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	h := (*Handler)(rt)
 	start := h.now()
-	kind, class, org := classifyRequest(r)
+	info := reqinfo.New(r)
+	kind := info.Kind
 	if h.stopping.Load() {
 		closeRequestBody(r)
 		return nil, ErrStopped
 	}
-	if isUpgrade(r) {
+	if info.Upgrade || info.H2COffer {
 		closeRequestBody(r)
 		h.metrics.answered(kind, http.StatusNotImplemented, "", h.now().Sub(start))
 		return statusResponse(r, http.StatusNotImplemented, metav1.StatusReasonUnknown,
@@ -71,7 +73,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 
-	st := &reqState{kind: kind, class: class, origin: org, mode: AuthModeFor(r), start: start}
+	st := &reqState{Info: info, start: start}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
 	out := r.WithContext(ctx) // a shallow copy; r stays untouched
 	u := *r.URL

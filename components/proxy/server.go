@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/internal/serve"
 )
 
 // Server serves a Handler on the loopback address client-go is pointed at.
@@ -50,8 +52,9 @@ func NewServer(cfg Config, h *Handler) *Server {
 	}
 	srv := &http.Server{
 		Addr: cfg.ListenAddress,
-		Handler: withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
-			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits),
+		// Classified once, here at the edge; everything behind reads it.
+		Handler: withRequestState(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
+			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits), cfg.Now),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,
@@ -88,7 +91,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
 	}
-	ln = newLimitListener(ln, s.cfg.MaxConnections, s.handler.metrics.limits)
+	lm := s.handler.metrics.limits
+	ln = serve.LimitListener(ln, s.cfg.MaxConnections, serve.ListenerMetrics{
+		Rejected: lm.rejected.WithLabelValues(rejectConnections), Open: lm.connections})
 	s.ln = ln
 	s.served = make(chan struct{})
 	go func() {

@@ -74,8 +74,10 @@ func upgradeProtocol(r *http.Request) string {
 }
 
 // serveUpgrade proxies one upgrade request over its own HTTP/1.1 connection
-// to an endpoint picked as long-running. A dial that fails before anything
-// was sent is retried once on another endpoint.
+// to an endpoint picked as long-running, through the attempt policy
+// (attempt.go): a dial that fails before anything was sent is retried
+// once on another endpoint, within the retry budget; an answer, already
+// the client's, is never retried.
 //
 // Contract with shutdown and rebalancing: the upgraded connection is owned
 // by this request alone. It is not registered with stopCtx, so
@@ -83,22 +85,10 @@ func upgradeProtocol(r *http.Request) string {
 // whatever later rebalances watches) never ends it; it never rides the
 // HTTP/2 pools, so it takes no stream there. Only its two peers end it, or
 // CloseUpgrades when the shutdown grace has run out.
-func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class balancer.Class, org origin, start time.Time) {
-	if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
-		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
-		// http://). The offer is optional: decline it by serving the
-		// request as plain HTTP/1.1 (h2c is served with prior knowledge).
-		r = r.Clone(r.Context())
-		for _, k := range []string{"Connection", "Upgrade", "HTTP2-Settings"} {
-			r.Header.Del(k)
-		}
-		h.ServeHTTP(w, r)
-		return
-	}
+func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqState) {
 	proto := upgradeProtocol(r)
-	dialer, ok := h.upstream.(UpgradeDialer)
-	if !ok {
-		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(start))
+	if h.upgrader == nil {
+		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(st.start))
 		h.metrics.upgraded(proto, resultError)
 		writeStatus(w, http.StatusNotImplemented, metav1.StatusReasonUnknown,
 			"fanout: this fanout's upstream cannot dial HTTP/1.1 connections for upgrade requests (exec/attach/port-forward)")
@@ -107,48 +97,62 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, class bal
 	h.metrics.openLong.Inc()
 	defer h.metrics.openLong.Dec()
 
-	mode := AuthModeFor(r)
-	var avoid string
-	var first *upstreamError
-	for attempt := 0; ; attempt++ {
-		pick, err := h.picker.Pick(balancer.PickInfo{Kind: balancer.Long, Class: class, Avoid: avoid})
-		if err != nil {
-			var out error = &pickError{err: err}
-			if first != nil {
-				out = first // the retry found nothing; the first failure is the story
-			}
-			h.upgradeFailed(w, r, proto, "", start, out)
-			return
-		}
-		a := &upgradeAttempt{h: h, dialer: dialer, addr: pick.Endpoint.Address(), mode: mode, proto: proto, start: start, sent: h.now()}
-		a.run(w, r)
+	s := &upgradeSession{h: h, w: w, r: r, mode: st.Mode, proto: proto, start: st.start}
+	defer s.release()
+	a := h.newAttempts(r, st, outBody{replayable: true})
+	a.upgrade = s
+	// Whatever its path, an upgrade holds its connection for as long as
+	// the session lasts.
+	a.pick.Kind = balancer.Long
+	ans, err := a.run()
+	if err != nil {
+		h.upgradeFailed(w, r, proto, st.endpoint, st.start, err)
+		return
+	}
+	// Answered, and counted as such when the answer went out. The status
+	// of exec, attach, port-forward and proxy upgrades may be the
+	// kubelet's or the backend's (origin).
+	ans.info.Latency = s.cur.latency
+	ans.pick.Done(ans.info)
+}
 
-		if status := int(a.status.Load()); status != 0 {
-			// Answered, and counted as such when the answer went out. The
-			// status of exec, attach, port-forward and proxy upgrades may
-			// be the kubelet's or the backend's (origin).
-			pick.Done(balancer.DoneInfo{StatusCode: status, Latency: a.latency, Relayed: org.relayed()})
-			a.release()
-			return
-		}
-		if a.err == nil {
-			// The handler gave up without an answer or an error; it
-			// logged why.
-			a.err = errors.New("the upgrade ended without a response from kube-apiserver")
-		}
-		pick.Done(balancer.DoneInfo{Err: a.err, Unavailable: a.dialFailed, Relayed: org.relayed()})
-		a.release()
-		h.metrics.upstreamError(a.addr, a.err)
-		uerr := &upstreamError{endpoint: a.addr, err: a.err, first: first}
-		// Once only, as for plain requests: a second dial failure in a row
-		// points at us (network, credentials) rather than the apiservers.
-		if attempt > 0 || !a.dialFailed || r.Context().Err() != nil {
-			h.upgradeFailed(w, r, proto, a.addr, start, uerr)
-			return
-		}
-		h.metrics.retried(reasonUnprocessed)
-		first = uerr
-		avoid = a.addr
+// upgradeSession sends the attempts of one upgrade request.
+type upgradeSession struct {
+	h     *Handler
+	w     http.ResponseWriter
+	r     *http.Request
+	mode  transport.AuthMode
+	proto string
+	start time.Time
+	cur   *upgradeAttempt // the last attempt
+}
+
+// send runs one attempt on addr. The response it returns stands for the
+// answer the client already got: only its status is read.
+func (s *upgradeSession) send(addr string) (*http.Response, error) {
+	s.release()
+	a := &upgradeAttempt{h: s.h, addr: addr, mode: s.mode, proto: s.proto, start: s.start, sent: s.h.now()}
+	s.cur = a
+	a.run(s.w, s.r)
+	if status := int(a.status.Load()); status != 0 {
+		return &http.Response{StatusCode: status, Body: http.NoBody}, nil
+	}
+	switch {
+	case a.dialErr != nil:
+		return nil, a.dialErr
+	case a.err == nil:
+		// The handler gave up without an answer or an error; it logged
+		// why.
+		return nil, errors.New("the upgrade ended without a response from kube-apiserver")
+	}
+	return nil, a.err
+}
+
+// release ends the last attempt's tracking, after the balancer heard of
+// its end: CloseUpgrades returning means every upgrade has reported.
+func (s *upgradeSession) release() {
+	if s.cur != nil {
+		s.cur.release()
 	}
 }
 
@@ -172,18 +176,19 @@ func (h *Handler) upgradeFailed(w http.ResponseWriter, r *http.Request, proto, e
 //
 // All fields but status are written and read on the ServeHTTP goroutine.
 type upgradeAttempt struct {
-	h      *Handler
-	dialer UpgradeDialer
-	addr   string
-	mode   transport.AuthMode
-	proto  string
-	start  time.Time // the request's arrival
-	sent   time.Time // this attempt's start
+	h     *Handler
+	addr  string
+	mode  transport.AuthMode
+	proto string
+	start time.Time // the request's arrival
+	sent  time.Time // this attempt's start
 
-	conns      *upgradeConns // nil until dialed
-	err        error         // what the responder was given
-	dialFailed bool          // err is a dial error: nothing was sent
-	latency    time.Duration // from sending to the answer's status line
+	conns *upgradeConns // nil until dialed
+	err   error         // what the responder was given
+	// dialErr is the dial's own error, typed: the handler passes it to
+	// the responder only as text.
+	dialErr error
+	latency time.Duration // from sending to the answer's status line
 	// status is the HTTP status the apiserver answered with, read off the
 	// first bytes the handler writes to the hijacked client connection.
 	// The handler writes them before it starts its copy goroutines; atomic
@@ -220,6 +225,7 @@ func (a *upgradeAttempt) run(w http.ResponseWriter, r *http.Request) {
 func (a *upgradeAttempt) release() {
 	if a.conns != nil {
 		a.h.upgrades.remove(a.conns)
+		a.conns = nil
 	}
 }
 
@@ -234,7 +240,7 @@ func (a *upgradeAttempt) WrapRequest(req *http.Request) (*http.Request, error) {
 		out.Header.Del(k)
 	}
 	stripIdentityHeaders(out.Header)
-	if err := a.dialer.AuthorizeUpgrade(out.Header, a.mode); err != nil {
+	if err := a.h.upgrader.AuthorizeUpgrade(out.Header, a.mode); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -252,9 +258,11 @@ func (a *upgradeAttempt) WrappedRoundTripper() http.RoundTripper {
 
 // dial ignores the address: the attempt always goes to its endpoint.
 func (a *upgradeAttempt) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	c, err := a.dialer.DialUpgrade(ctx, a.addr, a.mode)
+	// Its errors are *transport.UnprocessedError: the attempt policy may
+	// send the request elsewhere.
+	c, err := a.h.upgrader.DialUpgrade(ctx, a.addr, a.mode)
 	if err != nil {
-		a.dialFailed = true
+		a.dialErr = err
 		return nil, err
 	}
 	// Until the apiserver answers; the hijack clears it.
@@ -262,8 +270,8 @@ func (a *upgradeAttempt) dial(ctx context.Context, _, _ string) (net.Conn, error
 	a.conns = &upgradeConns{backend: c, proto: a.proto, metrics: a.h.metrics}
 	if !a.h.upgrades.add(a.conns) {
 		c.Close()
-		a.dialFailed = true
-		return nil, errors.New("fanout is shutting down")
+		a.dialErr = &transport.UnprocessedError{Endpoint: a.addr, Err: errors.New("fanout is shutting down")}
+		return nil, a.dialErr
 	}
 	// A client that leaves before the answer must not leave us blocked
 	// reading it. The request context ends only then, or when ServeHTTP

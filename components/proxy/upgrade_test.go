@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
@@ -99,7 +100,7 @@ func (b *upgradeBackend) serve(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"pods \"p\" is forbidden","code":403}`)
 		return
 	}
-	if !isUpgrade(r) {
+	if !reqinfo.New(r).Upgrade {
 		http.Error(w, "want an upgrade", http.StatusBadRequest)
 		return
 	}
@@ -136,6 +137,7 @@ func newUpgradeRig(t *testing.T, ca *testpki.CA, cfg Config, addrs ...string) *u
 		t.Fatal(err)
 	}
 	p := newFakePicker(addrs...)
+	cfg.Upgrades = tr
 	s, _, base := startProxy(t, cfg, p, tr, m)
 	return &upgradeRig{ca: ca, picker: p, srv: s, reg: reg, m: m, proxy: strings.TrimPrefix(base, "http://")}
 }
@@ -683,4 +685,27 @@ func labelledGoroutines(t *testing.T, side string) int {
 		}
 	}
 	return total
+}
+
+// TestUpgradeRetryWithinBudget: an upgrade's retry after a failed dial
+// goes through the one attempt policy, so the retry budget caps it like
+// any other retry.
+func TestUpgradeRetryWithinBudget(t *testing.T) {
+	ca := testpki.NewCA(t)
+	dead := closedPort(t)
+	b := newUpgradeBackend(t, ca, 0)
+	rig := newUpgradeRig(t, ca, Config{RetryBudget: &RetryBudget{Window: time.Second}}, dead, b.addr)
+	_, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "websocket"})
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("status = %d, want 502: a budget of no retries leaves the dead endpoint's failure", resp.StatusCode)
+	}
+	if n := len(rig.picker.records()); n != 1 {
+		t.Errorf("%d picks, want 1: the budget allows no retry", n)
+	}
+	if v := testutil.ToFloat64(rig.m.budgetOut.WithLabelValues(reasonUnprocessed)); v != 1 {
+		t.Errorf("fanout_retry_budget_exhausted_total{reason=unprocessed} = %v, want 1", v)
+	}
+	if v := testutil.ToFloat64(rig.m.retries.WithLabelValues(reasonUnprocessed)); v != 0 {
+		t.Errorf("fanout_retries_total{reason=unprocessed} = %v, want 0", v)
+	}
 }

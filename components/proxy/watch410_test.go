@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -87,19 +86,6 @@ func TestWatchGoneRetriedOnOldest(t *testing.T) {
 	}
 }
 
-func TestIsGoneEvent(t *testing.T) {
-	for line, want := range map[string]bool{
-		goneEvent:  true,
-		addedEvent: false,
-		`{"type":"ERROR","object":{"kind":"Status","code":500}}`: false,
-		`not json`: false,
-	} {
-		if got := isGoneEvent([]byte(line)); got != want {
-			t.Errorf("isGoneEvent(%s) = %v, want %v", line, got, want)
-		}
-	}
-}
-
 // protoFrame encodes one protobuf watch event as kube-apiserver sends it:
 // a length prefix, then a metav1.WatchEvent whose object is "k8s\x00" and
 // a runtime.Unknown.
@@ -177,69 +163,6 @@ func TestProtobufWatchGoneRetriedOnOldest(t *testing.T) {
 			}
 			if got := counterValue(t, c.m.retries.WithLabelValues(reasonGone)); got != tt.wantRetried {
 				t.Errorf("fanout_retries_total{reason=gone} = %v, want %v", got, tt.wantRetried)
-			}
-		})
-	}
-}
-
-func TestIsGoneProtobufEvent(t *testing.T) {
-	frame := func(typ string, obj runtime.Object) []byte { return protoFrame(t, typ, obj)[4:] }
-	for _, tc := range []struct {
-		name string
-		ev   []byte
-		want bool
-	}{
-		{"410 Status", frame("ERROR", goneStatus()), true},
-		{"500 Status", frame("ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500}), false},
-		{"ADDED object", frame("ADDED", addedConfigMap()), false},
-		{"garbage", []byte("not protobuf"), false},
-		{"empty", nil, false},
-	} {
-		if got := isGoneProtobufEvent(tc.ev); got != tc.want {
-			t.Errorf("%s: isGoneProtobufEvent = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-// TestGoneRetryBodyPassesEverythingOn: when the first event is not a 410,
-// every byte reaches the client in order, the first event too, whatever
-// its size, and an error after it comes after the bytes.
-func TestGoneRetryBodyPassesEverythingOn(t *testing.T) {
-	added := protoFrame(t, "ADDED", addedConfigMap())
-	big := `{"type":"ADDED","object":{"kind":"ConfigMap","data":{"k":"` + strings.Repeat("x", 100<<10) + `"}}}` + "\n"
-	boom := errors.New("stream broke")
-	for _, tc := range []struct {
-		name    string
-		framing framing
-		body    string
-		err     error
-	}{
-		{"JSON, several events", framingJSON, addedEvent + "\n" + strings.Repeat(addedEvent+"\n", 1000), nil},
-		{"JSON, first event above the 64 KiB buffer", framingJSON, big + addedEvent + "\n", nil},
-		{"JSON, broken after half an event", framingJSON, addedEvent[:20], boom},
-		{"protobuf, several events", framingProtobuf, string(added) + strings.Repeat(string(added), 1000), nil},
-		{"protobuf, broken inside the length", framingProtobuf, string(added[:2]), boom},
-		{"protobuf, broken inside the first frame", framingProtobuf, string(added[:10]), boom},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var src io.Reader = strings.NewReader(tc.body)
-			if tc.err != nil {
-				src = io.MultiReader(src, errReader{tc.err})
-			}
-			retried := false
-			b := newGoneRetryBody(io.NopCloser(src), tc.framing, func() (io.ReadCloser, error) {
-				retried = true
-				return nil, errNoOlder
-			})
-			got, err := io.ReadAll(b)
-			if string(got) != tc.body {
-				t.Errorf("passed on %d bytes, want the %d sent, in order", len(got), len(tc.body))
-			}
-			if !errors.Is(err, tc.err) {
-				t.Errorf("error %v, want %v", err, tc.err)
-			}
-			if retried {
-				t.Error("retried a watch whose first event is not a 410")
 			}
 		})
 	}

@@ -52,6 +52,13 @@ type Credentials interface {
 type UnprocessedError struct {
 	Endpoint string
 	Err      error
+	// Refused says the endpoint was reached and its HTTP/2 connection
+	// turned the stream away unprocessed (REFUSED_STREAM, a GOAWAY, a
+	// closing or unusable connection). kube-apiserver does that for
+	// --goaway-chance, idle connections and after 401s; none of it says
+	// the apiserver is down. False means the endpoint could not be reached
+	// at all (dial, TLS handshake): it is down as far as fanout can tell.
+	Refused bool
 }
 
 func (e *UnprocessedError) Error() string {

@@ -30,7 +30,7 @@ const (
 	prefixGoAwayFirstStream = "http2: Transport received GOAWAY from server ErrCode:"
 )
 
-// classify wraps err in *UnprocessedError when it proves that the
+// classify wraps err in *UnprocessedError, Refused set, when it proves that the
 // apiserver at endpoint did not process the request, and returns it
 // unchanged otherwise: an error that may follow processing (a reset
 // stream, a connection lost mid-response, a GOAWAY naming our stream as
@@ -52,7 +52,7 @@ func classify(endpoint string, err error) error {
 		return err
 	}
 	if unprocessedByServer(err) {
-		return &UnprocessedError{Endpoint: endpoint, Err: err}
+		return &UnprocessedError{Endpoint: endpoint, Err: err, Refused: true}
 	}
 	return err
 }

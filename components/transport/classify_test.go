@@ -47,6 +47,11 @@ func TestClassify(t *testing.T) {
 			if tc.unprocessed && got.(*UnprocessedError).Endpoint != "10.0.0.1:6443" {
 				t.Errorf("endpoint = %q", got.(*UnprocessedError).Endpoint)
 			}
+			// Every error classify recognises is HTTP/2 turning the stream
+			// away: the endpoint was reached (the proxy does not eject it).
+			if tc.unprocessed && !got.(*UnprocessedError).Refused {
+				t.Errorf("classify(%v) is not Refused; the proxy would eject a reachable endpoint", tc.err)
+			}
 		})
 	}
 	if got := classify("10.0.0.1:6443", already); got != already {

@@ -1,7 +1,7 @@
 // Package serve runs an *http.Server in the background on a listener it
 // opens, and stops it gracefully. The admin server and the injector's
-// webhook server share it; the proxy listener has its own (it limits and
-// counts connections).
+// webhook server share it; the proxy runs its own http.Server and shares
+// only LimitListener.
 package serve
 
 import (

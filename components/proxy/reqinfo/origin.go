@@ -1,15 +1,12 @@
-package proxy
+package reqinfo
 
 import (
-	"net/http"
 	"strings"
 
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
-
-	"github.com/fanout-dev/fanout/components/transport"
 )
 
-// origin says who may have written the status of a request's answer:
+// Origin says who may have written the status of a request's answer:
 // kube-apiserver itself, or a server it relays the request to. Only
 // kube-apiserver's own answers say anything about kube-apiserver, so only
 // they may move a request that was not provably left unprocessed, drain or
@@ -20,35 +17,35 @@ import (
 // verbatim, and an aggregated apiserver is built on k8s.io/apiserver and
 // writes the very same shutdown and APF rejections, headers included.
 // So the origin is decided from the request alone.
-type origin uint8
+type Origin uint8
 
 const (
-	// originAPIServer: kube-apiserver answers from its own storage.
-	originAPIServer origin = iota
-	// originNode: pods/{name}/log, exec, attach, portforward. kube-apiserver
+	// OriginAPIServer: kube-apiserver answers from its own storage.
+	OriginAPIServer Origin = iota
+	// OriginNode: pods/{name}/log, exec, attach, portforward. kube-apiserver
 	// streams from the kubelet and turns the kubelet's error statuses
 	// (401, 429, 5xx) into its own Status with the same code.
-	originNode
-	// originProxy: pods|services|nodes/{name}/proxy/..., and the
+	OriginNode
+	// OriginProxy: pods|services|nodes/{name}/proxy/..., and the
 	// deprecated /api/v1/proxy/... verb. The backend's answer passes
 	// through unchanged, and the backend is arbitrary code: even a GET may
 	// change something there.
-	originProxy
-	// originAggregated: a group that kube-apiserver does not serve from its
+	OriginProxy
+	// OriginAggregated: a group that kube-apiserver does not serve from its
 	// own storage (see ownGroups), which may be an APIService's.
-	originAggregated
+	OriginAggregated
 )
 
-// relayed reports whether the answer's status may be another server's.
-func (o origin) relayed() bool { return o != originAPIServer }
+// Relayed reports whether the answer's status may be another server's.
+func (o Origin) Relayed() bool { return o != OriginAPIServer }
 
-func (o origin) String() string {
+func (o Origin) String() string {
 	switch o {
-	case originNode:
+	case OriginNode:
 		return "node"
-	case originProxy:
+	case OriginProxy:
 		return "proxy"
-	case originAggregated:
+	case OriginAggregated:
 		return "aggregated"
 	default:
 		return "apiserver"
@@ -113,20 +110,20 @@ func OwnGroups() []string {
 
 // originOf tells the origin of the answer to the request info describes,
 // path being its URL path.
-func originOf(info *apirequest.RequestInfo, path string) origin {
+func originOf(info *apirequest.RequestInfo, path string) Origin {
 	if info.IsResourceRequest {
 		switch {
 		case info.Verb == "proxy" || info.Subresource == "proxy":
-			return originProxy
+			return OriginProxy
 		case info.APIPrefix == "apis" && !isOwnGroup(info.APIGroup):
-			return originAggregated
+			return OriginAggregated
 		case info.APIGroup == "" && info.Resource == "pods":
 			switch info.Subresource {
 			case "log", "exec", "attach", "portforward":
-				return originNode
+				return OriginNode
 			}
 		}
-		return originAPIServer
+		return OriginAPIServer
 	}
 	// /apis/{group}/{version} and below is proxied to an aggregated
 	// server whole, its discovery document included; /apis and
@@ -134,27 +131,17 @@ func originOf(info *apirequest.RequestInfo, path string) origin {
 	// group's document from the APIService objects).
 	rest, ok := strings.CutPrefix(path, "/apis/")
 	if !ok {
-		return originAPIServer
+		return OriginAPIServer
 	}
 	group, version, _ := strings.Cut(rest, "/")
 	version, _, _ = strings.Cut(version, "/")
 	if group == "" || version == "" || isOwnGroup(group) {
-		return originAPIServer
+		return OriginAPIServer
 	}
-	return originAggregated
+	return OriginAggregated
 }
 
 func isOwnGroup(g string) bool {
 	_, ok := ownGroups[g]
 	return ok
-}
-
-// markRelayed returns out, or for a relayed origin a copy of out whose
-// context tells the transport that a 401 may be the backend's, so that it
-// neither re-reads fanout's credentials nor sends again.
-func markRelayed(out *http.Request, o origin) *http.Request {
-	if !o.relayed() {
-		return out
-	}
-	return out.WithContext(transport.WithRelayedAnswer(out.Context()))
 }

@@ -1,4 +1,4 @@
-package proxy
+package watch
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 )
 
 func TestEligible(t *testing.T) {
@@ -86,7 +87,7 @@ func (c *rbClock) Advance(d time.Duration) {
 
 // addStreams registers n idle watches on endpoint, opened at opened, whose
 // last event came at lastAt with resourceVersion rv.
-func addStreams(r *WatchRebalancer, endpoint string, n int, opened, lastAt time.Time, rv uint64) []*chunkReader {
+func addStreams(r *Rebalancer, endpoint string, n int, opened, lastAt time.Time, rv uint64) []*chunkReader {
 	var out []*chunkReader
 	for i := range n {
 		rc := &chunkReader{}
@@ -120,7 +121,7 @@ func closedCount(rcs []*chunkReader) int {
 func TestRebalancerMovesAtRate(t *testing.T) {
 	clock := &rbClock{t: time.Unix(50_000, 0)}
 	src := &fakeLoads{}
-	r, err := NewWatchRebalancer(RebalanceConfig{Now: clock.Now}, src, nil)
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now}, src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestRebalancerMovesAtRate(t *testing.T) {
 func TestRebalancerLeavesYoungAndInitialWatches(t *testing.T) {
 	clock := &rbClock{t: time.Unix(50_000, 0)}
 	src := &fakeLoads{}
-	r, err := NewWatchRebalancer(RebalanceConfig{Now: clock.Now, Rate: 100}, src, nil)
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Rate: 100}, src, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestRebalancerToleratesSmallGaps(t *testing.T) {
 		{map[string]int64{"a": 40, "b": 33, "c": 27}, 0.1, true},
 	} {
 		src := &fakeLoads{}
-		r, err := NewWatchRebalancer(RebalanceConfig{Now: clock.Now, Tolerance: tt.tol}, src, nil)
+		r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Tolerance: tt.tol}, src, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +255,7 @@ func TestRebalancerToleratesSmallGaps(t *testing.T) {
 // TestTrackOnlyWatches: only watch responses in a framing fanout can cut
 // are wrapped.
 func TestTrackOnlyWatches(t *testing.T) {
-	r, err := NewWatchRebalancer(RebalanceConfig{}, &fakeLoads{}, nil)
+	r, err := NewRebalancer(RebalanceConfig{}, &fakeLoads{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func TestTrackOnlyWatches(t *testing.T) {
 	} {
 		req := httptest.NewRequest(http.MethodGet, tt.url, nil)
 		resp := &http.Response{StatusCode: tt.code, Header: http.Header{"Content-Type": {tt.ct}}, Body: http.NoBody}
-		body := r.track(req, resp, "a")
+		body := r.track(req, resp, reqinfo.New(req).Verb, "a")
 		if _, got := body.(*watchStream); got != tt.want {
 			t.Errorf("%s (%s, %d): tracked %v, want %v", tt.url, tt.ct, tt.code, got, tt.want)
 		}
@@ -304,7 +305,7 @@ func TestRebalanceConfigValidate(t *testing.T) {
 }
 
 func TestRebalancerStartStop(t *testing.T) {
-	r, err := NewWatchRebalancer(RebalanceConfig{Interval: time.Millisecond}, &fakeLoads{}, nil)
+	r, err := NewRebalancer(RebalanceConfig{Interval: time.Millisecond}, &fakeLoads{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,15 @@
-package proxy
+package watch
 
 import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/fanout-dev/fanout/components/balancer"
 )
 
 // A young apiserver's watch cache starts at the resourceVersion it had when
@@ -21,14 +18,11 @@ import (
 // which is the flood fanout exists to prevent. An apiserver that has run
 // longer usually still holds that history. So, before passing such a 410
 // on, the proxy retries the watch once on the endpoint that has been usable
-// longest (balancer.PickInfo.Oldest); if that one says 410 too, the client
-// gets it.
+// longest (balancer.PickInfo.Oldest; Hook.Track's Resend); if that one
+// says 410 too, the client gets it.
 //
 // JSON (one event per line) and protobuf (length-prefixed frames) watch
 // streams are inspected; CBOR streams pass through as they come.
-
-// reasonGone counts, in fanout_retries_total, watches moved after a 410.
-const reasonGone = "gone"
 
 // maxFirstEvent bounds the first event read to look for a 410; a Status is
 // far smaller, and a larger first event is an object, passed on as is. The
@@ -93,9 +87,6 @@ func isGoneProtobufEvent(ev []byte) bool {
 	var st metav1.Status
 	return st.Unmarshal(u.Raw) == nil && st.Code == http.StatusGone
 }
-
-// errNoOlder says there is no other endpoint to retry a 410 on.
-var errNoOlder = errors.New("no other endpoint to retry the watch on")
 
 // goneRetryBody is a watch body whose first event is checked for a 410;
 // on one, retry is asked for another body, which replaces this one if it
@@ -197,39 +188,3 @@ type errReader struct{ err error }
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func (b *goneRetryBody) Close() error { return b.rc.Close() }
-
-// retryGone makes the retry of a watch that endpoint addr answered with
-// 410: on the oldest other usable endpoint, within the retry budget. It
-// returns the new response body, wrapped like any other, or an error if
-// there is no such endpoint or it did not answer 200.
-func (h *Handler) retryGone(out *http.Request, body outBody, st *reqState, addr string) (io.ReadCloser, error) {
-	if !body.replayable || out.Context().Err() != nil {
-		return nil, errNoOlder
-	}
-	if !h.budget.allow() {
-		h.metrics.budgetExhausted(reasonGone)
-		return nil, errNoOlder
-	}
-	pick, err := h.picker.Pick(balancer.PickInfo{Kind: st.kind, Class: st.class, Avoid: addr, Oldest: true, Unloaded: true})
-	if err != nil {
-		return nil, errNoOlder
-	}
-	next := pick.Endpoint.Address()
-	sent := h.now()
-	resp, err := h.upstream.For(next, st.mode).RoundTrip(body.request(out, next))
-	if err != nil {
-		pick.Done(balancer.DoneInfo{Err: err})
-		return nil, err
-	}
-	info := balancer.DoneInfo{StatusCode: resp.StatusCode, Latency: h.now().Sub(sent)}
-	if resp.StatusCode != http.StatusOK {
-		_ = resp.Body.Close()
-		pick.Done(info)
-		return nil, errNoOlder
-	}
-	h.budget.spend()
-	h.metrics.retried(reasonGone)
-	st.endpoint = next
-	resp.Body = h.watchBody(resp.Body, st.kind, pick, info)
-	return h.trackWatch(out, resp, st.kind, next), nil
-}

@@ -1,4 +1,4 @@
-package proxy
+package watch
 
 import (
 	"context"
@@ -37,7 +37,7 @@ type LoadSource interface {
 
 var _ LoadSource = (*balancer.Balancer)(nil)
 
-// RebalanceConfig configures the WatchRebalancer. Zero fields mean the
+// RebalanceConfig configures the Rebalancer. Zero fields mean the
 // defaults.
 type RebalanceConfig struct {
 	// Rate is how many watches may be ended per second, on average
@@ -117,11 +117,11 @@ const (
 
 var blockedReasons = []string{blockedInitialEvents, blockedTooYoung, blockedNotCaughtUp, blockedRate}
 
-// WatchRebalancer ends watches on over-loaded endpoints so that clients
+// Rebalancer ends watches on over-loaded endpoints so that clients
 // re-watch on the lightest one. Track is called from request goroutines;
 // Start and Stop from the app's lifecycle; the comparison runs on one
 // goroutine of its own.
-type WatchRebalancer struct {
+type Rebalancer struct {
 	cfg   RebalanceConfig
 	src   LoadSource
 	set   watchSet
@@ -149,14 +149,14 @@ type readiness struct {
 	rv       uint64
 }
 
-// NewWatchRebalancer returns a rebalancer over src's endpoints, with its
+// NewRebalancer returns a rebalancer over src's endpoints, with its
 // metrics registered with reg (nil: unregistered).
-func NewWatchRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registerer) (*WatchRebalancer, error) {
+func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registerer) (*Rebalancer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	r := &WatchRebalancer{
+	r := &Rebalancer{
 		cfg:   cfg,
 		src:   src,
 		ready: map[string]*readiness{},
@@ -192,7 +192,7 @@ func NewWatchRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Regi
 }
 
 // Start runs the comparison loop until Stop.
-func (r *WatchRebalancer) Start() {
+func (r *Rebalancer) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
 	r.wg.Go(func() {
@@ -210,7 +210,7 @@ func (r *WatchRebalancer) Start() {
 }
 
 // Stop ends the loop and waits for it.
-func (r *WatchRebalancer) Stop() {
+func (r *Rebalancer) Stop() {
 	if r.stop != nil {
 		r.stop()
 	}
@@ -220,7 +220,7 @@ func (r *WatchRebalancer) Stop() {
 // track wraps the body of a response to out, served by endpoint, so that
 // it can be rebalanced, if it is a watch in a framing fanout can cut:
 // never an upgrade (those do not come here), a log, exec or proxy stream.
-func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, endpoint string) io.ReadCloser {
+func (r *Rebalancer) track(out *http.Request, resp *http.Response, verb, endpoint string) io.ReadCloser {
 	if resp.StatusCode != http.StatusOK {
 		return resp.Body
 	}
@@ -232,8 +232,7 @@ func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, endpoint
 	if f == framingNone {
 		return resp.Body
 	}
-	info, err := requestInfoFactory.NewRequestInfo(out)
-	if err != nil || info.Verb != "watch" {
+	if verb != "watch" {
 		return resp.Body
 	}
 	q := out.URL.Query()
@@ -249,7 +248,7 @@ func (r *WatchRebalancer) track(out *http.Request, resp *http.Response, endpoint
 }
 
 // tick compares the loads once and ends what the rate allows.
-func (r *WatchRebalancer) tick() {
+func (r *Rebalancer) tick() {
 	now := r.cfg.Now()
 	r.refill(now)
 	loads := r.src.WatchLoads()
@@ -329,7 +328,7 @@ func extremes(ls []balancer.WatchLoad) (heavy, light int, gap int64) {
 
 // candidate returns the oldest watch on endpoint that may be ended, or nil
 // and why none may.
-func (r *WatchRebalancer) candidate(endpoint string, targets []*readiness, now time.Time, skip map[*watchStream]bool) (*watchStream, map[string]int) {
+func (r *Rebalancer) candidate(endpoint string, targets []*readiness, now time.Time, skip map[*watchStream]bool) (*watchStream, map[string]int) {
 	reasons := map[string]int{}
 	for _, w := range r.set.on(endpoint) {
 		if skip[w] {
@@ -384,7 +383,7 @@ func eligible(w watchView, targets []*readiness, now time.Time, minAge, margin t
 
 // note records when each endpoint became usable and, Margin later, the
 // highest resourceVersion passed on by then.
-func (r *WatchRebalancer) note(loads []balancer.WatchLoad, now time.Time) {
+func (r *Rebalancer) note(loads []balancer.WatchLoad, now time.Time) {
 	seen := make(map[string]bool, len(loads))
 	for _, l := range loads {
 		seen[l.Address] = true
@@ -410,7 +409,7 @@ func (r *WatchRebalancer) note(loads []balancer.WatchLoad, now time.Time) {
 
 // refill adds the tokens earned since the last tick: Rate per second, at
 // most max(1, Rate) banked.
-func (r *WatchRebalancer) refill(now time.Time) {
+func (r *Rebalancer) refill(now time.Time) {
 	if r.filled.IsZero() {
 		r.filled, r.tokens = now, max(1, r.cfg.Rate)
 		return
@@ -423,31 +422,4 @@ func (r *WatchRebalancer) refill(now time.Time) {
 // timeout, and their clients' caches the most settled.
 func sortByOpened(ws []*watchStream) {
 	slices.SortFunc(ws, func(a, b *watchStream) int { return a.opened.Compare(b.opened) })
-}
-
-// SetRebalancer makes the handler track watches for r. Call it before the
-// server starts; nil (the default) leaves watch bodies unwrapped.
-func (h *Handler) SetRebalancer(r *WatchRebalancer) { h.rebalancer.Store(r) }
-
-// trackWatch hands a long-running response to the rebalancer, if any.
-func (h *Handler) trackWatch(out *http.Request, resp *http.Response, kind balancer.Kind, endpoint string) io.ReadCloser {
-	r := h.rebalancer.Load()
-	if r == nil || kind != balancer.Long {
-		return resp.Body
-	}
-	return r.track(out, resp, endpoint)
-}
-
-// prepareWatch lets the rebalancer see a WatchList's events: kube-apiserver
-// gzips WatchList streams (WatchListCompression) when the request accepts
-// gzip, which client-go's does. Without the client's Accept-Encoding the
-// HTTP/2 transport asks for gzip itself and decompresses, so the upstream
-// link stays compressed and the client gets the same events, uncompressed
-// over loopback. Plain watches are never compressed and are left alone.
-// out is the reverse proxy's own copy of the request.
-func (h *Handler) prepareWatch(out *http.Request, kind balancer.Kind) {
-	if h.rebalancer.Load() == nil || kind != balancer.Long || out.URL.Query().Get("sendInitialEvents") != "true" {
-		return
-	}
-	out.Header.Del("Accept-Encoding")
 }

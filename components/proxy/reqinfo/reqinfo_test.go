@@ -1,4 +1,4 @@
-package proxy
+package reqinfo
 
 import (
 	"net/http"
@@ -58,8 +58,8 @@ func TestClassify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := Classify(r); got != tc.want {
-				t.Errorf("Classify = %v, want %v", got, tc.want)
+			if got := New(r).Kind; got != tc.want {
+				t.Errorf("New(r).Kind = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -102,12 +102,10 @@ func TestClassifyRequest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			kind, class := ClassifyRequest(r)
+			info := New(r)
+			kind, class := info.Kind, info.Class
 			if kind != tc.kind || class != tc.class {
-				t.Errorf("ClassifyRequest = %v, %v; want %v, %v", kind, class, tc.kind, tc.class)
-			}
-			if got := Classify(r); got != kind {
-				t.Errorf("Classify = %v, want %v as ClassifyRequest", got, kind)
+				t.Errorf("New(r) kind, class = %v, %v; want %v, %v", kind, class, tc.kind, tc.class)
 			}
 		})
 	}
@@ -133,8 +131,8 @@ func TestAuthModeFor(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &http.Request{Header: tc.header}
-			if got := AuthModeFor(r); got != tc.want {
-				t.Errorf("AuthModeFor = %v, want %v", got, tc.want)
+			if got := authModeFor(r); got != tc.want {
+				t.Errorf("authModeFor = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -209,8 +207,8 @@ func FuzzLongRunningMatchesApiserver(f *testing.F) {
 		if err == nil && isLongRunning(info) != apiserverLongRunning(r, info) {
 			t.Errorf("isLongRunning(%+v) = %v, apiserver says %v", info, !want, want)
 		}
-		if got := Classify(r) == balancer.Long; got != want {
-			t.Errorf("%s %s?%s: Classify long = %v, apiserver says %v", method, path, query, got, want)
+		if got := New(r).Kind == balancer.Long; got != want {
+			t.Errorf("%s %s?%s: New(r).Kind long = %v, apiserver says %v", method, path, query, got, want)
 		}
 	})
 }

@@ -1,0 +1,161 @@
+// Package reqinfo classifies a request to kube-apiserver: what
+// kube-apiserver's WithRequestInfo learns of it, and what fanout needs
+// besides (long-running or not, whose answer it is, which credentials it
+// carries). The proxy calls New once per request, at its edge, and
+// carries the Info in the request's context for everything behind; the
+// watch features (package watch) read it without importing the proxy.
+package reqinfo
+
+import (
+	"net/http"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+	"k8s.io/apimachinery/pkg/util/sets"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/transport"
+)
+
+// Info is what fanout learns of a request from its method, path, query and
+// headers, before sending it anywhere. It is computed once per request (New)
+// and read-only afterwards.
+type Info struct {
+	// Kind tells whether kube-apiserver treats the request as
+	// long-running, by its path (see New); an upgrade's Kind is its path's
+	// too, Upgrade says the rest.
+	Kind balancer.Kind
+	// Class is the verb class of a resource request (balancer.ClassForVerb),
+	// ClassOther for everything else.
+	Class balancer.Class
+	// Origin says whose status the answer may carry.
+	Origin Origin
+	// Verb is kube-apiserver's verb for the request ("watch", "get",
+	// "list", …), "" when it cannot parse the path.
+	Verb string
+	// Mode is the credentials the request must be sent with.
+	Mode transport.AuthMode
+	// Upgrade is a request to switch protocols (exec, attach,
+	// port-forward over SPDY or WebSocket) that needs its own HTTP/1.1
+	// connection. An h2c offer is not one: see H2COffer.
+	Upgrade bool
+	// H2COffer is an HTTP/1.1 client offering to switch to h2c (curl
+	// --http2 on http://). The offer is optional and fanout declines it:
+	// the request is served as a plain one.
+	H2COffer bool
+}
+
+// LimitKind is the budget the request counts against: every real upgrade
+// is long-running whatever its path (it holds a connection for as long
+// as the session lasts), everything else goes by Kind.
+func (i *Info) LimitKind() balancer.Kind {
+	if i.Upgrade {
+		return balancer.Long
+	}
+	return i.Kind
+}
+
+// requestInfoFactory parses paths exactly like kube-apiserver's own
+// WithRequestInfo filter, so "is this a watch" is answered the way the server
+// that will serve it answers it (query decoding included).
+var requestInfoFactory = &apirequest.RequestInfoFactory{
+	APIPrefixes:          sets.NewString("api", "apis"),
+	GrouplessAPIPrefixes: sets.NewString("api"),
+}
+
+// New classifies r from one parse of its path.
+//
+// Kind follows kube-apiserver's rule for long-running requests
+// (pkg/controlplane/apiserver/config.go): the verbs watch and proxy, the
+// subresources attach, exec, proxy, log and portforward, and
+// /debug/pprof/. Every log request counts, follow or not, because the
+// apiserver exempts them all from its request timeout. A path the
+// apiserver cannot parse is Short: the apiserver rejects it quickly.
+//
+// Class is the verb of a resource request (get, list, create, …; see
+// balancer.ClassForVerb), for the balancer to compare a LIST's latency
+// with LISTs' rather than with GETs'. Non-resource requests (discovery,
+// /version, /openapi) and paths the apiserver cannot parse are
+// balancer.ClassOther.
+func New(r *http.Request) Info {
+	info := Info{Mode: authModeFor(r)}
+	if isUpgrade(r) {
+		if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
+			info.H2COffer = true
+		} else {
+			info.Upgrade = true
+		}
+	}
+	ri, err := requestInfoFactory.NewRequestInfo(r)
+	// On error ri holds what was parsed before the failure, the group
+	// included: an aggregated group's odd path is still its server's.
+	info.Origin = originOf(ri, r.URL.Path)
+	if err != nil {
+		return info
+	}
+	info.Verb = ri.Verb
+	if ri.IsResourceRequest {
+		info.Class = balancer.ClassForVerb(ri.Verb)
+	}
+	if isLongRunning(ri) {
+		info.Kind = balancer.Long
+	}
+	return info
+}
+
+// isLongRunning mirrors k8s.io/apiserver/pkg/server/filters.
+// BasicLongRunningRequestCheck with kube-apiserver's verb and subresource
+// sets. It is reimplemented because importing that package links about 700
+// more packages (CEL, etcd client, OpenTelemetry, gRPC) into the sidecar;
+// FuzzLongRunningMatchesApiserver keeps the two in agreement.
+func isLongRunning(info *apirequest.RequestInfo) bool {
+	switch info.Verb {
+	case "watch", "proxy":
+		return true
+	}
+	if info.IsResourceRequest {
+		switch info.Subresource {
+		case "attach", "exec", "proxy", "log", "portforward":
+			return true
+		}
+		return false
+	}
+	return strings.HasPrefix(info.Path, "/debug/pprof/")
+}
+
+// wsBearerProtocolPrefix marks a WebSocket subprotocol that carries a bearer
+// token (k8s.io/apiserver/pkg/authentication/request/websocket): browsers
+// cannot set Authorization on a WebSocket, so clients smuggle it here.
+const wsBearerProtocolPrefix = "base64url.bearer.authorization.k8s.io."
+
+// authModeFor tells which credentials r must be sent with. A request that
+// brings its own bearer token goes out without the sidecar's client
+// certificate: kube-apiserver tries the certificate first, so sending both
+// would silently act as the sidecar instead of the caller.
+func authModeFor(r *http.Request) transport.AuthMode {
+	for _, v := range r.Header.Values("Authorization") {
+		if strings.TrimSpace(v) != "" {
+			return transport.AuthPassthrough
+		}
+	}
+	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for p := range strings.SplitSeq(v, ",") {
+			if strings.HasPrefix(strings.TrimSpace(p), wsBearerProtocolPrefix) {
+				return transport.AuthPassthrough
+			}
+		}
+	}
+	return transport.AuthSidecar
+}
+
+// isUpgrade matches httputil.ReverseProxy's own test (a Connection token
+// "Upgrade" and an Upgrade header naming a protocol), so everything the
+// reverse proxy would try to upgrade is stopped before it does. Without an
+// Upgrade header there is nothing to switch to: such a request is a plain
+// one, and must not cost a dedicated HTTP/1.1 connection and its TLS
+// handshake to an apiserver.
+func isUpgrade(r *http.Request) bool {
+	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") &&
+		strings.TrimSpace(r.Header.Get("Upgrade")) != ""
+}

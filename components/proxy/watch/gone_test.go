@@ -1,0 +1,126 @@
+package watch
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/client-go/kubernetes/scheme"
+)
+
+const (
+	goneEvent  = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"too old resource version: 5 (90)","reason":"Expired","code":410}}`
+	addedEvent = `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"91"}}}`
+)
+
+func TestIsGoneEvent(t *testing.T) {
+	for line, want := range map[string]bool{
+		goneEvent:  true,
+		addedEvent: false,
+		`{"type":"ERROR","object":{"kind":"Status","code":500}}`: false,
+		`not json`: false,
+	} {
+		if got := isGoneEvent([]byte(line)); got != want {
+			t.Errorf("isGoneEvent(%s) = %v, want %v", line, got, want)
+		}
+	}
+}
+
+// protoFrame encodes one protobuf watch event as kube-apiserver sends it:
+// a length prefix, then a metav1.WatchEvent whose object is "k8s\x00" and
+// a runtime.Unknown.
+func protoFrame(t *testing.T, typ string, obj runtime.Object) []byte {
+	t.Helper()
+	var raw, ev bytes.Buffer
+	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(obj, &raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme).Encode(&metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw.Bytes()}}, &ev); err != nil {
+		t.Fatal(err)
+	}
+	out := binary.BigEndian.AppendUint32(nil, uint32(ev.Len()))
+	return append(out, ev.Bytes()...)
+}
+
+func goneStatus() *metav1.Status {
+	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+		Message: "too old resource version: 5 (90)", Reason: metav1.StatusReasonExpired, Code: http.StatusGone}
+}
+
+func addedConfigMap() *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "91"}}
+}
+
+func TestIsGoneProtobufEvent(t *testing.T) {
+	frame := func(typ string, obj runtime.Object) []byte { return protoFrame(t, typ, obj)[4:] }
+	for _, tc := range []struct {
+		name string
+		ev   []byte
+		want bool
+	}{
+		{"410 Status", frame("ERROR", goneStatus()), true},
+		{"500 Status", frame("ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500}), false},
+		{"ADDED object", frame("ADDED", addedConfigMap()), false},
+		{"garbage", []byte("not protobuf"), false},
+		{"empty", nil, false},
+	} {
+		if got := isGoneProtobufEvent(tc.ev); got != tc.want {
+			t.Errorf("%s: isGoneProtobufEvent = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestGoneRetryBodyPassesEverythingOn: when the first event is not a 410,
+// every byte reaches the client in order, the first event too, whatever
+// its size, and an error after it comes after the bytes.
+func TestGoneRetryBodyPassesEverythingOn(t *testing.T) {
+	added := protoFrame(t, "ADDED", addedConfigMap())
+	big := `{"type":"ADDED","object":{"kind":"ConfigMap","data":{"k":"` + strings.Repeat("x", 100<<10) + `"}}}` + "\n"
+	boom := errors.New("stream broke")
+	for _, tc := range []struct {
+		name    string
+		framing framing
+		body    string
+		err     error
+	}{
+		{"JSON, several events", framingJSON, addedEvent + "\n" + strings.Repeat(addedEvent+"\n", 1000), nil},
+		{"JSON, first event above the 64 KiB buffer", framingJSON, big + addedEvent + "\n", nil},
+		{"JSON, broken after half an event", framingJSON, addedEvent[:20], boom},
+		{"protobuf, several events", framingProtobuf, string(added) + strings.Repeat(string(added), 1000), nil},
+		{"protobuf, broken inside the length", framingProtobuf, string(added[:2]), boom},
+		{"protobuf, broken inside the first frame", framingProtobuf, string(added[:10]), boom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var src io.Reader = strings.NewReader(tc.body)
+			if tc.err != nil {
+				src = io.MultiReader(src, errReader{tc.err})
+			}
+			retried := false
+			b := newGoneRetryBody(io.NopCloser(src), tc.framing, func() (io.ReadCloser, error) {
+				retried = true
+				return nil, errNoRetry
+			})
+			got, err := io.ReadAll(b)
+			if string(got) != tc.body {
+				t.Errorf("passed on %d bytes, want the %d sent, in order", len(got), len(tc.body))
+			}
+			if !errors.Is(err, tc.err) {
+				t.Errorf("error %v, want %v", err, tc.err)
+			}
+			if retried {
+				t.Error("retried a watch whose first event is not a 410")
+			}
+		})
+	}
+}
+
+// errNoRetry is what a Resend without another endpoint returns.
+var errNoRetry = errors.New("no other endpoint to retry the watch on")
