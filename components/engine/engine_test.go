@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -33,6 +35,7 @@ type apiserver struct {
 	srv      *httptest.Server
 	probes   atomic.Int64
 	requests atomic.Int64
+	upgrades atomic.Int64
 }
 
 // testConfig returns Defaults for two apiservers whose certificates are
@@ -49,6 +52,19 @@ func testConfig(t *testing.T) (Config, []*apiserver) {
 		a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/readyz" {
 				a.probes.Add(1)
+			} else if r.Header.Get("Upgrade") != "" {
+				// kube-apiserver's exec: 101, then the connection is the
+				// stream's.
+				a.upgrades.Add(1)
+				conn, brw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+					return
+				}
+				defer conn.Close()
+				fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", r.Header.Get("Upgrade"))
+				_ = brw.Flush()
+				return
 			} else {
 				a.requests.Add(1)
 			}
@@ -275,3 +291,39 @@ func (h lineHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h lineHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h lineHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestUpgradesAreDialed: the engine's handler hands exec, attach and
+// port-forward to the transports' upgrade dialer. Without one the proxy
+// answers 501, which is how a wiring slip would show.
+func TestUpgradesAreDialed(t *testing.T) {
+	cfg, servers := testConfig(t)
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background()) })
+	<-e.Resolved()
+	front := httptest.NewServer(e.Handler())
+	t.Cleanup(front.Close)
+	conn, err := net.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "POST /api/v1/namespaces/default/pods/p/exec?command=true HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n")
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Errorf("exec through the engine: status %d, want 101", resp.StatusCode)
+	}
+	if got := servers[0].upgrades.Load() + servers[1].upgrades.Load(); got != 1 {
+		t.Errorf("the apiservers saw %d upgrades, want 1", got)
+	}
+}
