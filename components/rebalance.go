@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/proxy/watch"
 )
 
 // RebalanceOptions are the flags of active watch rebalancing
@@ -17,7 +17,7 @@ type RebalanceOptions struct {
 }
 
 func defaultRebalance() RebalanceOptions {
-	return RebalanceOptions{Enabled: true, Rate: proxy.DefaultRebalanceRate, Tolerance: proxy.DefaultRebalanceTolerance}
+	return RebalanceOptions{Enabled: true, Rate: watch.DefaultRebalanceRate, Tolerance: watch.DefaultRebalanceTolerance}
 }
 
 func (r *RebalanceOptions) addFlags(fs *pflag.FlagSet) {
@@ -30,8 +30,8 @@ func (r *RebalanceOptions) addFlags(fs *pflag.FlagSet) {
 		"Watches are moved while the most and least loaded apiservers differ by more than this fraction of the fair share (and by more than 1).")
 }
 
-func (r RebalanceOptions) config() proxy.RebalanceConfig {
-	return proxy.RebalanceConfig{Rate: r.Rate, Tolerance: r.Tolerance}
+func (r RebalanceOptions) config() watch.RebalanceConfig {
+	return watch.RebalanceConfig{Rate: r.Rate, Tolerance: r.Tolerance}
 }
 
 func (r RebalanceOptions) validate() error {

@@ -34,6 +34,7 @@ import (
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -66,7 +67,7 @@ type Config struct {
 	// WatchRebalance turns on the watch rebalancer (--watch-rebalance),
 	// configured by Rebalance.
 	WatchRebalance bool
-	Rebalance      proxy.RebalanceConfig
+	Rebalance      watch.RebalanceConfig
 
 	// Log receives the engine's lines (endpoint changes, ejections,
 	// readiness, credential reloads); nil discards them.
@@ -83,7 +84,7 @@ type Config struct {
 // least-request policy with balancer.Recommended's outlier detection and
 // slow start, proxy.DefaultRetryBudget, /readyz probes every
 // health.DefaultInterval with health.DefaultRise and DefaultFall, and watch
-// rebalancing at proxy.DefaultRebalanceRate and DefaultRebalanceTolerance.
+// rebalancing at watch.DefaultRebalanceRate and DefaultRebalanceTolerance.
 // The library starts from it; the sidecar's flags default to the same
 // values (client TestSidecarAndLibraryRunTheSameEngine checks both).
 func Defaults() Config {
@@ -93,7 +94,7 @@ func Defaults() Config {
 		Proxy:          proxy.Config{RetryBudget: &budget},
 		Probe:          health.Config{Interval: health.DefaultInterval, Rise: health.DefaultRise, Fall: health.DefaultFall},
 		WatchRebalance: true,
-		Rebalance:      proxy.RebalanceConfig{Rate: proxy.DefaultRebalanceRate, Tolerance: proxy.DefaultRebalanceTolerance},
+		Rebalance:      watch.RebalanceConfig{Rate: watch.DefaultRebalanceRate, Tolerance: watch.DefaultRebalanceTolerance},
 	}
 }
 
@@ -165,7 +166,7 @@ type Engine struct {
 	// traffic. nil, as prober, when probing is off.
 	probes     *transport.Transports
 	prober     *health.Prober
-	rebalancer *proxy.WatchRebalancer // nil when rebalancing is off
+	rebalancer *watch.Rebalancer // nil when rebalancing is off
 	metrics    *tracking
 
 	// first closes after the resolver's first snapshot reached every part.
@@ -292,7 +293,7 @@ func (e *Engine) build() error {
 		collectors = append(collectors, e.prober.Collectors()...)
 	}
 	if cfg.WatchRebalance {
-		e.rebalancer, err = proxy.NewWatchRebalancer(cfg.Rebalance, e.balancer, e.metrics.orNil())
+		e.rebalancer, err = watch.NewRebalancer(cfg.Rebalance, e.balancer, e.metrics.orNil())
 		if err != nil {
 			return fmt.Errorf("watch rebalancer: %w", err)
 		}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	fwatch "github.com/fanout-dev/fanout/components/proxy/watch"
 )
 
 // watchBackend stands in for kube-apiserver: it serves ConfigMap watches
@@ -126,7 +127,7 @@ func TestRebalanceWithReflector(t *testing.T) {
 	// The rebalancer's own loop compares the loads every 20ms; its
 	// metrics say what it did.
 	reg := prometheus.NewRegistry()
-	r, err := NewWatchRebalancer(RebalanceConfig{MinAge: 50 * time.Millisecond, Margin: time.Millisecond, Interval: 20 * time.Millisecond}, loads, reg)
+	r, err := fwatch.NewRebalancer(fwatch.RebalanceConfig{MinAge: 50 * time.Millisecond, Margin: time.Millisecond, Interval: 20 * time.Millisecond}, loads, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/watch"
 )
 
 type noLoads struct{}
@@ -23,7 +24,7 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 	if _, err := NewMetrics(reg); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewWatchRebalancer(RebalanceConfig{}, noLoads{}, reg); err != nil {
+	if _, err := watch.NewRebalancer(watch.RebalanceConfig{}, noLoads{}, reg); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string][]string{}
