@@ -81,6 +81,11 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	// host per attempt, and an empty Host lets :authority follow it.
 	u.Scheme, u.Host = "https", ""
 	out.URL, out.Host = &u, ""
+	if kind == balancer.Long {
+		// The watch hook edits the headers it sends (Accept-Encoding);
+		// a RoundTripper must not modify the caller's request.
+		out.Header = r.Header.Clone()
+	}
 	if out.Body != nil && out.Body != http.NoBody && out.ContentLength == 0 {
 		// For an outgoing request, 0 with a body means "unknown"; the
 		// forwarder reads it as "empty" (a server request says -1).

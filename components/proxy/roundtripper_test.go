@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	fwatch "github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
 )
 
@@ -148,11 +149,28 @@ func TestRoundTripperWatchAndStop(t *testing.T) {
 	u.set(addr, rt)
 	m, _ := NewMetrics(nil)
 	h := New(Config{}, p, u, m)
-	client := &http.Client{Transport: h.RoundTripper()}
-
-	resp, err := client.Get("https://ignored.invalid/api/v1/pods?watch=true")
+	// With a rebalancer, a watch with initial events goes out without
+	// Accept-Encoding (watch.Hook.Prepare).
+	r, err := fwatch.NewRebalancer(fwatch.RebalanceConfig{}, noLoads{}, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	h.SetRebalancer(r)
+	client := &http.Client{Transport: h.RoundTripper()}
+
+	req, err := http.NewRequest(http.MethodGet, "https://ignored.invalid/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The watch hook drops Accept-Encoding from what it sends; a
+	// RoundTripper must leave the caller's request as it was.
+	if got := req.Header.Get("Accept-Encoding"); got != "gzip" {
+		t.Errorf("the caller's Accept-Encoding is %q after RoundTrip, want gzip", got)
 	}
 	br := bufio.NewReader(resp.Body)
 	if _, err := br.ReadString('\n'); err != nil {
