@@ -109,6 +109,8 @@ func footprintMain(args []string) error {
 // memSnap is one reading of a process.
 type memSnap struct {
 	RSSKiB uint64
+	// HWMKiB is the peak VmRSS so far (VmHWM).
+	HWMKiB uint64
 	// AnonKiB is the anonymous part of RSS (heap, stacks, runtime); the
 	// rest is file-backed: the executable's pages that were touched.
 	AnonKiB    uint64
@@ -133,18 +135,23 @@ func per(a, b uint64, n int) float64 { return (float64(b) - float64(a)) / float6
 
 func renderFootprint(rows []footprintRow, watches int, every time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d watches per mode, one event per %s each; readings after a GC.\n\n", watches, every)
-	b.WriteString("| mode | VmRSS before → after (MiB) | RSS / watch | heap in use / watch | stacks / watch | runtime other / watch | heap objects / watch | goroutines / watch |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range rows {
 		if r.Mode == "idle" {
-			fmt.Fprintf(&b, "| idle (fanout, no request yet) | %.1f (anonymous %.1f, file-backed %.1f) | | heap in use %.1f MiB | stacks %.1f MiB | other %.1f MiB | %d objects | %d goroutines |\n",
-				float64(r.After.RSSKiB)/1024, float64(r.After.AnonKiB)/1024, float64(r.After.RSSKiB-r.After.AnonKiB)/1024, float64(r.After.HeapInuse)/(1<<20), float64(r.After.StackInuse)/(1<<20), float64(r.After.Other)/(1<<20), r.After.HeapObjs, r.After.Goroutines)
+			fmt.Fprintf(&b, "Idle fanout (started, ready, no request yet): VmRSS %.1f MiB (anonymous %.1f, file-backed %.1f), heap in use %.1f MiB, stacks %.1f MiB, other runtime memory %.1f MiB, %d heap objects, %d goroutines.\n\n",
+				float64(r.After.RSSKiB)/1024, float64(r.After.AnonKiB)/1024, float64(r.After.RSSKiB-r.After.AnonKiB)/1024,
+				float64(r.After.HeapInuse)/(1<<20), float64(r.After.StackInuse)/(1<<20), float64(r.After.Other)/(1<<20), r.After.HeapObjs, r.After.Goroutines)
+		}
+	}
+	fmt.Fprintf(&b, "%d watches per mode, one event per %s each; readings after GCs.\n\n", watches, every)
+	b.WriteString("| mode | VmRSS before → after (MiB) | peak VmRSS (VmHWM, MiB) | RSS / watch | heap in use / watch | stacks / watch | runtime other / watch | heap objects / watch | goroutines / watch |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, r := range rows {
+		if r.Mode == "idle" {
 			continue
 		}
 		n := r.Watches
-		fmt.Fprintf(&b, "| %s | %.1f → %.1f | %.1f KiB | %.1f KiB | %.1f KiB | %.1f KiB | %.1f | %.2f |\n", r.Mode,
-			float64(r.Before.RSSKiB)/1024, float64(r.After.RSSKiB)/1024,
+		fmt.Fprintf(&b, "| %s | %.1f → %.1f | %.1f | %.1f KiB | %.1f KiB | %.1f KiB | %.1f KiB | %.1f | %.2f |\n", r.Mode,
+			float64(r.Before.RSSKiB)/1024, float64(r.After.RSSKiB)/1024, float64(r.After.HWMKiB)/1024,
 			per(r.Before.RSSKiB, r.After.RSSKiB, n),
 			per(r.Before.HeapInuse, r.After.HeapInuse, n)/1024,
 			per(r.Before.StackInuse, r.After.StackInuse, n)/1024,
@@ -152,6 +159,7 @@ func renderFootprint(rows []footprintRow, watches int, every time.Duration) stri
 			per(r.Before.HeapObjs, r.After.HeapObjs, n),
 			(float64(r.After.Goroutines)-float64(r.Before.Goroutines))/float64(max(n, 1)))
 	}
+	b.WriteString("\nThe client-process rows share the process with the load generator, which reuses memory it freed: their RSS column says nothing.\n")
 	return b.String()
 }
 
@@ -373,7 +381,7 @@ func (p *Proc) snapshot(profDir, name string) (memSnap, []string, error) {
 	if err != nil {
 		return s, nil, err
 	}
-	s.RSSKiB = u.RSSKiB
+	s.RSSKiB, s.HWMKiB = u.RSSKiB, u.HWMKiB
 	s.AnonKiB, err = anonKiB(p.PID())
 	return s, files, err
 }
