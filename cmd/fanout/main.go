@@ -15,6 +15,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/fanout-dev/fanout/components"
+	"github.com/fanout-dev/fanout/internal/memlimit"
 )
 
 func main() {
@@ -34,6 +35,10 @@ func main() {
 		fs.PrintDefaults()
 	}
 	o.AddFlags(fs)
+	memLimit := fs.String("memory-limit", "auto",
+		"the Go runtime's soft memory limit, which makes the garbage collector work harder as memory use nears it: "+
+			"auto (90% of the container's cgroup memory limit, none without one; a GOMEMLIMIT environment variable wins), "+
+			"off, or a size such as 96Mi. The limit in effect is logged at start and exported as go_gc_gomemlimit_bytes")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			os.Exit(0)
@@ -45,6 +50,12 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
+	// Before anything allocates much: the GC works to it from the start.
+	lim, limErr := memlimit.Apply(*memLimit)
+	if limErr != nil && lim.Source == "" {
+		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", limErr)
+		os.Exit(2)
+	}
 	if err := o.CheckNetworkNamespace(); err != nil {
 		fmt.Fprintf(os.Stderr, "fanout: %v\n", err)
 		os.Exit(2)
@@ -53,10 +64,30 @@ func main() {
 	// Libraries that log through slog's default (the reverse proxy's error
 	// log among them) get the same format and level.
 	slog.SetDefault(log)
+	switch {
+	case limErr != nil:
+		// Not fatal: the sidecar runs as it would without a cgroup.
+		log.Warn("cannot read the cgroup memory limit; the Go memory limit stays unset; set --memory-limit to the pod's limit to give the garbage collector one", "error", limErr)
+	default:
+		logMemoryLimit(log, lim)
+	}
 	app := fx.New(components.Sidecar(*o, log))
 	if err := app.Err(); err != nil {
 		log.Error("fanout cannot start", "error", err)
 		os.Exit(1)
 	}
 	app.Run()
+}
+
+// logMemoryLimit says which Go memory limit is in effect and why.
+func logMemoryLimit(log *slog.Logger, lim memlimit.Limit) {
+	if lim.Source == memlimit.SourceNone {
+		log.Info("Go memory limit: none", "source", lim.Source)
+		return
+	}
+	args := []any{"bytes", lim.Bytes, "source", lim.Source}
+	if lim.Cgroup > 0 {
+		args = append(args, "cgroupBytes", lim.Cgroup, "ratio", memlimit.DefaultRatio)
+	}
+	log.Info("Go memory limit set", args...)
 }

@@ -158,6 +158,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.metrics.openLong.Inc()
 		defer h.metrics.openLong.Dec()
 		p = h.longProxy
+		fw := newFlushWriter(w, longCopyBuffer) // copybuf.go
+		defer fw.stop()
+		w = fw
 	}
 	p.ServeHTTP(w, r)
 }
@@ -519,13 +522,13 @@ func isDialError(err error) bool {
 }
 
 // copyBuffers recycles the reverse proxy's 32 KiB copy buffers, which it
-// would otherwise allocate for every response. longCopyBuffers are 8 KiB,
+// would otherwise allocate for every response. longCopyBuffers are small,
 // for long-running responses: a watch holds its buffer while it is open
-// (at 2,000 watches, 32 KiB each would be 62.5 MiB), and its events are
-// mostly far smaller; a larger event just takes several reads.
+// (at 2,000 watches, 32 KiB each would be 62.5 MiB), and its writes are
+// kept together by a flushWriter (copybuf.go).
 var (
 	copyBuffers     httputil.BufferPool = &bufferPool{size: 32 << 10}
-	longCopyBuffers httputil.BufferPool = &bufferPool{size: 8 << 10}
+	longCopyBuffers httputil.BufferPool = &bufferPool{size: longCopyBuffer}
 )
 
 type bufferPool struct {

@@ -75,6 +75,15 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "footprint" {
+		if err := footprintMain(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "footprint: %v\n", err)
+			harness.Teardown()
+			os.Exit(1)
+		}
+		harness.Teardown()
+		return
+	}
 	o, out, fanoutBin, keep, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)

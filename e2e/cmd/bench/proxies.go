@@ -25,9 +25,11 @@ type Proc struct {
 	// ClientTLS is set when the proxy serves TLS: the client's
 	// configuration (CA and client certificate).
 	ClientTLS *tls.Config
-	LogPath   string
-	cmd       *exec.Cmd
-	done      chan struct{}
+	// AdminURL is fanout's admin server (http://host:port), "" for HAProxy.
+	AdminURL string
+	LogPath  string
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 // PID is the process id.
@@ -145,6 +147,7 @@ func startFanout(ctx context.Context, bin, dir, name, kubeconfig string, endpoin
 		return nil, err
 	}
 	p.URL = scheme + "://" + listen
+	p.AdminURL = "http://" + admin
 	c := newH1Client(2)
 	if err := p.waitOK(ctx, c, "http://"+admin+"/readyz", 1); err != nil {
 		p.Stop()

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fanout-dev/fanout/internal/testpki"
+)
+
+// Per-watch budgets of the footprint guard: what one open, idle watch may
+// hold inside the fanout process. They are structural (goroutines, bytes
+// counted by the runtime after a GC), not timings. Measured with 200
+// watches (go test -run TestFootprintPerWatch -v ./cmd/fanout/ logs the
+// figures); see docs/footprint.md for what each byte is.
+//
+//   - HTTP/1.1: the server's connection goroutine (which runs the handler
+//     and the copy), its background reader, and the HTTP/2 client's
+//     goroutine that waits for the upstream stream's END_STREAM;
+//   - h2c: the stream's handler goroutine and that same upstream one.
+//
+// The heap budgets are about 10% over what was measured (22.1 KiB for
+// HTTP/1.1, 14.8 KiB for h2c, the same to 0.1 KiB run after run): adding
+// back one per-watch buffer of a few KiB, such as the 8 KiB copy buffer
+// watches had before, fails the test. Stacks vary more between runs
+// (20-22 KiB and 13-16 KiB were seen), so their budget is looser; it
+// catches a goroutine whose stack doubles.
+var footprintBudgets = map[string]struct {
+	goroutines   float64
+	heap, stacks float64 // bytes: live heap after GC, goroutine stacks
+}{
+	"h1":  {goroutines: 3, heap: 24.5 * 1024, stacks: 27 << 10},
+	"h2c": {goroutines: 2, heap: 16.5 * 1024, stacks: 20 << 10},
+}
+
+// TestFootprintPerWatch is the guard on what an idle watch costs the
+// sidecar: it runs the fanout binary in front of an HTTP/2 mTLS upstream,
+// opens footprintWatches watches through it, and compares the process's
+// goroutine count and its live heap plus stacks (runtime.MemStats after
+// GCs, read through --enable-pprof) with and without them.
+func TestFootprintPerWatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens hundreds of connections")
+	}
+	bin := buildFanout(t)
+	ca := testpki.NewCA(t)
+	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "true" {
+			fmt.Fprintln(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}`)
+			return
+		}
+		fmt.Fprintln(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"1"}}}`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	upstream.EnableHTTP2 = true
+	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
+	upstream.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
+	upstream.StartTLS()
+	defer upstream.Close()
+
+	for _, mode := range []string{"h1", "h2c"} {
+		t.Run(mode, func(t *testing.T) {
+			f := startFootprintFanout(t, bin, ca, upstream.URL)
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: footprintWatches}}
+			if mode == "h2c" {
+				tr := c.Transport.(*http.Transport)
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+			}
+			defer c.CloseIdleConnections()
+			// The first request dials the upstream connection and fills
+			// the pools: not a cost per watch.
+			if resp, err := c.Get(f.server + "/api/v1/namespaces/default/configmaps/a"); err != nil {
+				t.Fatal(err)
+			} else {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			before := f.stats(t)
+			stop := openIdleWatches(t, c, f.server, footprintWatches)
+			defer stop()
+			after := f.stats(t)
+			n := float64(footprintWatches)
+			goroutines := float64(after.goroutines-before.goroutines) / n
+			heap := (float64(after.heapAlloc) - float64(before.heapAlloc)) / n
+			stack := (float64(after.stackInuse) - float64(before.stackInuse)) / n
+			t.Logf("%s: per watch: %.2f goroutines, %.1f KiB heap (live, after GC), %.1f KiB stacks, %.1f KiB together",
+				mode, goroutines, heap/1024, stack/1024, (heap+stack)/1024)
+			b := footprintBudgets[mode]
+			// A goroutine more per watch is 1.0 more; the slack only
+			// absorbs the odd goroutine that came or went meanwhile.
+			if goroutines > b.goroutines+0.05 {
+				t.Errorf("%s: %.2f goroutines per idle watch, budget %.0f: a per-watch goroutine was added", mode, goroutines, b.goroutines)
+			}
+			if heap > b.heap {
+				t.Errorf("%s: %.1f KiB of heap per idle watch, budget %.1f KiB: something now holds more per watch; profile it with fanout-bench footprint (docs/footprint.md)",
+					mode, heap/1024, b.heap/1024)
+			}
+			if stack > b.stacks {
+				t.Errorf("%s: %.1f KiB of goroutine stacks per idle watch, budget %.1f KiB: a per-watch goroutine now runs deeper; profile it with fanout-bench footprint (docs/footprint.md)",
+					mode, stack/1024, b.stacks/1024)
+			}
+		})
+	}
+}
+
+// footprintWatches is how many watches the guard opens: enough that one
+// more buffer per watch stands out from the process's own fluctuations.
+const footprintWatches = 200
+
+type footprintFanout struct {
+	server, admin string
+}
+
+type runtimeStats struct {
+	goroutines            int
+	heapAlloc, stackInuse uint64
+}
+
+// startFootprintFanout runs the binary with --enable-pprof in front of
+// upstream and returns its proxy and admin URLs.
+func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream string) *footprintFanout {
+	t.Helper()
+	dir := t.TempDir()
+	client := ca.Client("footprint")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %s, certificate-authority: %s}}]
+users: [{name: u, user: {client-certificate: %s, client-key: %s}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, upstream, testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM),
+		testpki.WriteFile(t, dir, "c.crt", client.CertPEM), testpki.WriteFile(t, dir, "c.key", client.KeyPEM))
+	written := filepath.Join(dir, "client.kubeconfig")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", testpki.WriteFile(t, dir, "kubeconfig", []byte(kc)),
+		"--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--enable-pprof",
+		"--write-kubeconfig", written, "--allow-shared-loopback")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	admin := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			if _, a, ok := strings.Cut(line, `msg="admin server listening" address=`); ok && !sent {
+				admin <- "http://" + strings.Fields(a)[0]
+				sent = true
+			}
+		}
+	}()
+	f := &footprintFanout{}
+	select {
+	case f.admin = <-admin:
+	case <-time.After(30 * time.Second):
+		t.Fatal("fanout did not log its admin address within 30s")
+	}
+	for deadline := time.Now().Add(30 * time.Second); f.server == ""; {
+		if raw, err := os.ReadFile(written); err == nil {
+			for _, line := range strings.Split(string(raw), "\n") {
+				if s, ok := strings.CutPrefix(strings.TrimSpace(line), "server: "); ok {
+					f.server = s
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fanout did not write its kubeconfig within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return f
+}
+
+// stats reads the goroutine count and, after a few GCs (stacks shrink by
+// half per GC while they use less than a quarter), the live heap and the
+// stacks in use.
+func (f *footprintFanout) stats(t *testing.T) runtimeStats {
+	t.Helper()
+	get := func(path string) string {
+		resp, err := http.Get(f.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s %v", path, resp.Status, err)
+		}
+		return string(b)
+	}
+	for range 4 {
+		get("/debug/pprof/heap?gc=1")
+	}
+	var s runtimeStats
+	for _, line := range strings.Split(get("/debug/pprof/heap?gc=1&debug=1"), "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "# "), " = ")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, " / ") // "Stack = inuse / sys"
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "HeapAlloc":
+			s.heapAlloc = n
+		case "Stack":
+			s.stackInuse = n
+		}
+	}
+	first, _, _ := strings.Cut(get("/debug/pprof/goroutine?debug=1"), "\n")
+	if _, err := fmt.Sscanf(first, "goroutine profile: total %d", &s.goroutines); err != nil {
+		t.Fatalf("goroutine profile starts %q: %v", first, err)
+	}
+	if s.heapAlloc == 0 || s.stackInuse == 0 {
+		t.Fatalf("no HeapAlloc or Stack in the heap profile's MemStats: %+v", s)
+	}
+	return s
+}
+
+// openIdleWatches opens n watches and waits until each got its first
+// event, so that each is fully set up and then idle.
+func openIdleWatches(t *testing.T, c *http.Client, server string, n int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	ready := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
+				fmt.Sprintf("%s/api/v1/namespaces/default/configmaps?watch=true&labelSelector=w%%3D%d", server, i), nil)
+			resp, err := c.Do(req)
+			if err != nil {
+				ready <- err
+				return
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReaderSize(resp.Body, 256)
+			if _, err := br.ReadString('\n'); err != nil {
+				ready <- fmt.Errorf("first event: %w", err)
+				return
+			}
+			ready <- nil
+			_, _ = io.Copy(io.Discard, br)
+		})
+	}
+	stop = func() { cancel(); wg.Wait() }
+	for range n {
+		select {
+		case err := <-ready:
+			if err != nil {
+				stop()
+				t.Fatalf("opening watches: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			stop()
+			t.Fatal("watches not open within 60s")
+		}
+	}
+	return stop
+}

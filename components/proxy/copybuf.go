@@ -1,0 +1,113 @@
+package proxy
+
+import (
+	"net/http"
+	"sync"
+	"time"
+)
+
+// A long-running response (a watch) holds the reverse proxy's copy buffer
+// for as long as it is open, and spends almost all of that time blocked in
+// the upstream Read with the buffer empty. So long-running responses get a
+// small buffer (longCopyBuffer), and flushWriter keeps the writes of a
+// burst together: a Read that filled the whole buffer says that more data
+// was probably waiting, so its Write is not flushed; the first short Read
+// (the upstream had nothing more buffered) flushes everything. net/http's
+// own response buffers then cut the burst into chunks as an 8 KiB copy
+// buffer would have, with no extra flush per KiB.
+//
+// A burst that ends exactly at a buffer boundary would leave its last
+// bytes unflushed until more data came; a timer flushes them after
+// burstFlushDelay instead.
+const (
+	longCopyBuffer  = 1 << 10
+	burstFlushDelay = time.Millisecond
+)
+
+// flushWriter is the ResponseWriter the reverse proxy writes a
+// long-running response to. The reverse proxy calls Write and Flush from
+// the request's goroutine and, once, Flush from a timer of its own; the
+// burst timer calls flushNow from another. mu serialises them all, and no
+// call reaches the ResponseWriter after stop.
+type flushWriter struct {
+	http.ResponseWriter
+	size int // the copy buffer's size: a Write this long was a full Read
+
+	mu      sync.Mutex
+	held    bool // the last Write filled the buffer: its Flush waits
+	pending bool // a Flush was held back
+	stopped bool
+	timer   *time.Timer
+}
+
+func newFlushWriter(w http.ResponseWriter, size int) *flushWriter {
+	return &flushWriter{ResponseWriter: w, size: size}
+}
+
+func (f *flushWriter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return 0, http.ErrHandlerTimeout
+	}
+	f.held = len(p) >= f.size
+	return f.ResponseWriter.Write(p)
+}
+
+func (f *flushWriter) WriteHeader(code int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.stopped {
+		f.ResponseWriter.WriteHeader(code)
+	}
+}
+
+// FlushError is what http.ResponseController calls (the reverse proxy
+// flushes through one).
+func (f *flushWriter) FlushError() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return nil
+	}
+	if f.held {
+		f.held, f.pending = false, true
+		if f.timer == nil {
+			f.timer = time.AfterFunc(burstFlushDelay, f.flushNow)
+		} else {
+			f.timer.Reset(burstFlushDelay)
+		}
+		return nil
+	}
+	return f.flushLocked()
+}
+
+// Flush implements http.Flusher.
+func (f *flushWriter) Flush() { _ = f.FlushError() }
+
+func (f *flushWriter) flushNow() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.stopped && f.pending {
+		_ = f.flushLocked()
+	}
+}
+
+func (f *flushWriter) flushLocked() error {
+	f.pending = false
+	return http.NewResponseController(f.ResponseWriter).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (f *flushWriter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// stop is called when the handler is done with the response: whatever is
+// held back goes out with the end of the response, which net/http writes.
+func (f *flushWriter) stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = true
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+}
