@@ -48,7 +48,7 @@ const (
 // is usable: the default logger, no metrics, DefaultPollInterval, the
 // real clock.
 type Options struct {
-	// Log receives one line per reload and per failed reload.
+	// Log receives one line per reload and per failed reload; nil discards.
 	Log *slog.Logger
 	// Metrics counts reloads and exports expiration times; nil for none.
 	Metrics *Metrics
@@ -60,7 +60,7 @@ type Options struct {
 
 func (o Options) withDefaults() Options {
 	if o.Log == nil {
-		o.Log = slog.Default()
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval

@@ -34,7 +34,7 @@ type DNS struct {
 	// Fallback is published if the first lookups fail.
 	Fallback []Endpoint
 	Clock    clock.WithTicker // the real clock if nil
-	Log      *slog.Logger     // slog.Default() if nil
+	Log      *slog.Logger     // discards if nil
 	Metrics  *Metrics
 
 	kickOnce sync.Once
@@ -154,7 +154,7 @@ func waitNext(ctx context.Context, clk clock.Clock, tick <-chan time.Time, kick 
 
 func logger(l *slog.Logger) *slog.Logger {
 	if l == nil {
-		return slog.Default()
+		return slog.New(slog.DiscardHandler)
 	}
 	return l
 }

@@ -44,7 +44,7 @@ type EndpointSlices struct {
 	// Fallback is published if the first resolutions fail or find nothing.
 	Fallback []Endpoint
 	Clock    clock.WithTicker // the real clock if nil
-	Log      *slog.Logger     // slog.Default() if nil
+	Log      *slog.Logger     // discards if nil
 	Metrics  *Metrics
 
 	onEvent func() // tests: called on every informer event

@@ -74,7 +74,7 @@ type Config struct {
 	// Discovery returns the credentials the endpointslice resolver lists
 	// and watches EndpointSlices with. Only called for that scheme.
 	Discovery func() (*rest.Config, error)
-	Log       *slog.Logger // slog.Default() if nil
+	Log       *slog.Logger // discards if nil
 	Metrics   *Metrics     // nil records nothing
 }
 

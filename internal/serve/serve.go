@@ -33,7 +33,7 @@ type Server struct {
 // to change; it may be empty.
 func New(name, flag string, srv *http.Server, log *slog.Logger) *Server {
 	if log == nil {
-		log = slog.Default()
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Server{name: name, flag: flag, srv: srv, log: log}
 }
