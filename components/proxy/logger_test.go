@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -13,8 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/fx"
-	"go.uber.org/fx/fxtest"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
@@ -111,24 +110,21 @@ func TestHandlerLogsToConfigLog(t *testing.T) {
 	}
 }
 
-// TestModuleLogsToAppLogger: through fx, the server's own error lines go
-// to the app's *slog.Logger, never to slog.Default.
-func TestModuleLogsToAppLogger(t *testing.T) {
+// TestServerLogsToConfigLog: the server's own error lines (net/http's
+// ErrorLog) go to Config.Log, never to slog.Default.
+func TestServerLogsToConfigLog(t *testing.T) {
 	global := recordDefault(t)
 	injected, log := newLogBuffer()
-	var srv *Server
-	app := fxtest.New(t,
-		Module,
-		fx.Supply(Config{ListenAddress: "127.0.0.1:0"}, log),
-		fx.Provide(
-			func() Picker { return panickingPicker{} },
-			func() Upstream { return brokenUpstream{} },
-			func() prometheus.Registerer { return prometheus.NewRegistry() },
-		),
-		fx.Populate(&srv),
-	)
-	app.RequireStart()
-	defer app.RequireStop()
+	cfg := Config{ListenAddress: "127.0.0.1:0", Log: log}
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(cfg, New(cfg, panickingPicker{}, brokenUpstream{}, m))
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Stop(context.Background()) }()
 	resp, err := http.Get("http://" + srv.Addr().String() + "/api/v1/pods")
 	if err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
@@ -139,7 +135,7 @@ func TestModuleLogsToAppLogger(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(injected.String(), "picker panic from the test") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the app's logger has %q, want the server's panic line", injected.String())
+			t.Fatalf("Config.Log has %q, want the server's panic line", injected.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
