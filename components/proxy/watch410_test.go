@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,13 +10,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/internal/watchtest"
 )
 
 const (
@@ -86,31 +82,6 @@ func TestWatchGoneRetriedOnOldest(t *testing.T) {
 	}
 }
 
-// protoFrame encodes one protobuf watch event as kube-apiserver sends it:
-// a length prefix, then a metav1.WatchEvent whose object is "k8s\x00" and
-// a runtime.Unknown.
-func protoFrame(t *testing.T, typ string, obj runtime.Object) []byte {
-	t.Helper()
-	var raw, ev bytes.Buffer
-	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(obj, &raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme).Encode(&metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw.Bytes()}}, &ev); err != nil {
-		t.Fatal(err)
-	}
-	out := binary.BigEndian.AppendUint32(nil, uint32(ev.Len()))
-	return append(out, ev.Bytes()...)
-}
-
-func goneStatus() *metav1.Status {
-	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
-		Message: "too old resource version: 5 (90)", Reason: metav1.StatusReasonExpired, Code: http.StatusGone}
-}
-
-func addedConfigMap() *corev1.ConfigMap {
-	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "91"}}
-}
-
 // protoWatchServer answers every watch with frame first, as a protobuf
 // watch stream, then holds it until the client goes.
 func protoWatchServer(frame []byte) http.Handler {
@@ -127,9 +98,9 @@ func protoWatchServer(frame []byte) http.Handler {
 }
 
 func TestProtobufWatchGoneRetriedOnOldest(t *testing.T) {
-	gone := protoFrame(t, "ERROR", goneStatus())
-	added := protoFrame(t, "ADDED", addedConfigMap())
-	internal := protoFrame(t, "ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500})
+	gone := watchtest.ProtoFrame(t, "ERROR", watchtest.GoneStatus())
+	added := watchtest.ProtoFrame(t, "ADDED", watchtest.AddedConfigMap())
+	internal := watchtest.ProtoFrame(t, "ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500})
 	tests := []struct {
 		name        string
 		young, old  []byte

@@ -1,19 +1,15 @@
 package watch
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/fanout-dev/fanout/components/proxy/internal/watchtest"
 )
 
 const (
@@ -34,41 +30,16 @@ func TestIsGoneEvent(t *testing.T) {
 	}
 }
 
-// protoFrame encodes one protobuf watch event as kube-apiserver sends it:
-// a length prefix, then a metav1.WatchEvent whose object is "k8s\x00" and
-// a runtime.Unknown.
-func protoFrame(t *testing.T, typ string, obj runtime.Object) []byte {
-	t.Helper()
-	var raw, ev bytes.Buffer
-	if err := protobuf.NewSerializer(scheme.Scheme, scheme.Scheme).Encode(obj, &raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := protobuf.NewRawSerializer(scheme.Scheme, scheme.Scheme).Encode(&metav1.WatchEvent{Type: typ, Object: runtime.RawExtension{Raw: raw.Bytes()}}, &ev); err != nil {
-		t.Fatal(err)
-	}
-	out := binary.BigEndian.AppendUint32(nil, uint32(ev.Len()))
-	return append(out, ev.Bytes()...)
-}
-
-func goneStatus() *metav1.Status {
-	return &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
-		Message: "too old resource version: 5 (90)", Reason: metav1.StatusReasonExpired, Code: http.StatusGone}
-}
-
-func addedConfigMap() *corev1.ConfigMap {
-	return &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"}, ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "91"}}
-}
-
 func TestIsGoneProtobufEvent(t *testing.T) {
-	frame := func(typ string, obj runtime.Object) []byte { return protoFrame(t, typ, obj)[4:] }
+	frame := func(typ string, obj runtime.Object) []byte { return watchtest.ProtoFrame(t, typ, obj)[4:] }
 	for _, tc := range []struct {
 		name string
 		ev   []byte
 		want bool
 	}{
-		{"410 Status", frame("ERROR", goneStatus()), true},
+		{"410 Status", frame("ERROR", watchtest.GoneStatus()), true},
 		{"500 Status", frame("ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500}), false},
-		{"ADDED object", frame("ADDED", addedConfigMap()), false},
+		{"ADDED object", frame("ADDED", watchtest.AddedConfigMap()), false},
 		{"garbage", []byte("not protobuf"), false},
 		{"empty", nil, false},
 	} {
@@ -82,7 +53,7 @@ func TestIsGoneProtobufEvent(t *testing.T) {
 // every byte reaches the client in order, the first event too, whatever
 // its size, and an error after it comes after the bytes.
 func TestGoneRetryBodyPassesEverythingOn(t *testing.T) {
-	added := protoFrame(t, "ADDED", addedConfigMap())
+	added := watchtest.ProtoFrame(t, "ADDED", watchtest.AddedConfigMap())
 	big := `{"type":"ADDED","object":{"kind":"ConfigMap","data":{"k":"` + strings.Repeat("x", 100<<10) + `"}}}` + "\n"
 	boom := errors.New("stream broke")
 	for _, tc := range []struct {
