@@ -136,18 +136,10 @@ type runtimeStats struct {
 func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream string) *footprintFanout {
 	t.Helper()
 	dir := t.TempDir()
-	client := ca.Client("footprint")
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: %s, certificate-authority: %s}}]
-users: [{name: u, user: {client-certificate: %s, client-key: %s}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`, upstream, testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM),
-		testpki.WriteFile(t, dir, "c.crt", client.CertPEM), testpki.WriteFile(t, dir, "c.key", client.KeyPEM))
+	kc := clientKubeconfig(t, dir, ca, "footprint", upstream)
 	written := filepath.Join(dir, "client.kubeconfig")
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", testpki.WriteFile(t, dir, "kubeconfig", []byte(kc)),
+	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kc,
 		"--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--enable-pprof",
 		"--write-kubeconfig", written, "--allow-shared-loopback")
 	stderr, err := cmd.StderrPipe()

@@ -90,17 +90,9 @@ func TestSIGTERMEndsWatchCleanly(t *testing.T) {
 	defer upstream.Close()
 
 	dir := t.TempDir()
-	client := ca.Client("e2e")
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: %s, certificate-authority: %s}}]
-users: [{name: u, user: {client-certificate: %s, client-key: %s}}]
-contexts: [{name: x, context: {cluster: c, user: u}}]
-current-context: x
-`, upstream.URL, testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM),
-		testpki.WriteFile(t, dir, "c.crt", client.CertPEM), testpki.WriteFile(t, dir, "c.key", client.KeyPEM))
+	kc := clientKubeconfig(t, dir, ca, "e2e", upstream.URL)
 	written := filepath.Join(dir, "client.kubeconfig")
-	cmd := exec.Command(bin, "--kubeconfig", testpki.WriteFile(t, dir, "kubeconfig", []byte(kc)),
+	cmd := exec.Command(bin, "--kubeconfig", kc,
 		"--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0",
 		"--write-kubeconfig", written, "--shutdown-grace", "5s", "--allow-shared-loopback")
 	cmd.Stderr = os.Stderr
@@ -201,4 +193,20 @@ func TestSharedLoopbackRefused(t *testing.T) {
 	if code, out := run(append([]string{"ip", "netns", "exec", ns}, base...)...); code != 1 || !strings.Contains(out, "/nonexistent/kubeconfig") {
 		t.Errorf("plaintext in a namespace with only lo: exit %d, want 1 (the missing kubeconfig, not a refusal):\n%s", code, out)
 	}
+}
+
+// clientKubeconfig writes a kubeconfig for server with a client
+// certificate of user, signed by ca, into dir and returns its path.
+func clientKubeconfig(t *testing.T, dir string, ca *testpki.CA, user, server string) string {
+	t.Helper()
+	client := ca.Client(user)
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %s, certificate-authority: %s}}]
+users: [{name: u, user: {client-certificate: %s, client-key: %s}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, server, testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM),
+		testpki.WriteFile(t, dir, "c.crt", client.CertPEM), testpki.WriteFile(t, dir, "c.key", client.KeyPEM))
+	return testpki.WriteFile(t, dir, "kubeconfig", []byte(kc))
 }
