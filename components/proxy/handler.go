@@ -136,9 +136,13 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	st, ok := stateOf(r, h.now)
+	st, ok := r.Context().Value(stateKey{}).(*reqState)
 	if !ok {
-		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+		// Served without the Server's edge (withRequestState): classify
+		// here, once, as the edge would have.
+		var ctx context.Context
+		ctx, st = withState(r.Context(), reqinfo.New(r), h.now())
+		r = r.WithContext(ctx)
 	}
 	if h.stopping.Load() {
 		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
@@ -193,9 +197,40 @@ type reqState struct {
 	reqinfo.Info
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
+
+	// body is the response body wrapper of a short request (watchBody),
+	// kept here to save it an allocation: a short request has one answer,
+	// and its body lives no longer than the request. bodyUsed says it is
+	// taken.
+	body     doneBody
+	bodyUsed bool
 }
 
 type stateKey struct{}
+
+// stateCtx is a request's context carrying its reqState: one allocation
+// where context.WithValue and a separate reqState would be two. It answers
+// Value(stateKey{}) as context.WithValue would, and leaves everything else
+// (deadline, cancellation, other values) to the context it wraps.
+type stateCtx struct {
+	context.Context
+	st reqState
+}
+
+func (c *stateCtx) Value(key any) any {
+	if _, ok := key.(stateKey); ok {
+		return &c.st
+	}
+	return c.Context.Value(key)
+}
+
+// withState returns ctx carrying a new reqState for info, started at
+// start, and that state.
+func withState(ctx context.Context, info reqinfo.Info, start time.Time) (context.Context, *reqState) {
+	c := &stateCtx{Context: ctx}
+	c.st.Info, c.st.start = info, start
+	return c, &c.st
+}
 
 // withRequestState is the edge of the Server, as kube-apiserver's
 // WithRequestInfo is of its own: it classifies each request once
@@ -204,16 +239,15 @@ type stateKey struct{}
 // it.
 func withRequestState(next http.Handler, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := &reqState{Info: reqinfo.New(r), start: now()}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+		ctx, _ := withState(r.Context(), reqinfo.New(r), now())
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // stateOf returns the state withRequestState put in r's context, and true.
-// A Handler served on its own (a test, or a program that mounts it in its
-// own server) has none: then the request is classified here, once, as the
-// edge would have, and ok is false so that the caller can carry the new
-// state on.
+// A handler served on its own (a test, or a program that mounts it in its
+// own server) has none: then the request is classified here, as the edge
+// would have, and ok is false.
 func stateOf(r *http.Request, now func() time.Time) (st *reqState, ok bool) {
 	if st, ok := r.Context().Value(stateKey{}).(*reqState); ok {
 		return st, true
@@ -264,7 +298,11 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ans.pick.Endpoint == nil {
 		return resp, nil // a held overload rejection: the balancer heard of it
 	}
-	resp.Body = h.watchBody(resp.Body, st.Kind, ans.pick, ans.info)
+	var into *doneBody
+	if st.Kind != balancer.Long && !st.bodyUsed {
+		into, st.bodyUsed = &st.body, true
+	}
+	resp.Body = h.watchBody(into, resp.Body, st.Kind, ans.pick, ans.info)
 	if st.Kind == balancer.Long {
 		// A 410 retry continues this request's attempts, on its
 		// goroutine, once the response is already the client's; a copy
@@ -380,9 +418,14 @@ func (b *outBody) request(out *http.Request, addr string) *http.Request {
 }
 
 // watchBody makes the response body report to the balancer when it ends,
-// and lets StopLongRunning end long-running ones.
-func (h *Handler) watchBody(rc io.ReadCloser, kind balancer.Kind, pick balancer.Pick, info balancer.DoneInfo) io.ReadCloser {
-	b := &doneBody{rc: rc, pick: pick, info: info}
+// and lets StopLongRunning end long-running ones. into, if not nil, is an
+// unused doneBody to fill in instead of allocating one (reqState.body).
+func (h *Handler) watchBody(into *doneBody, rc io.ReadCloser, kind balancer.Kind, pick balancer.Pick, info balancer.DoneInfo) io.ReadCloser {
+	b := into
+	if b == nil {
+		b = new(doneBody)
+	}
+	b.rc, b.pick, b.info = rc, pick, info
 	if kind == balancer.Long {
 		// Registered on an already cancelled context (shutdown began while
 		// the request waited for headers), the func runs at once and the
