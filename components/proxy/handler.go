@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -388,14 +390,21 @@ func readDeclared(r io.Reader, n int64) ([]byte, error) {
 	return buf, nil
 }
 
+// attemptRequest is an attempt's request and its URL, allocated together.
+type attemptRequest struct {
+	req http.Request
+	url url.URL
+}
+
 // request builds one attempt: a shallow copy of the outbound request aimed
 // at addr. Headers are shared; RoundTrippers must not modify requests.
 func (b *outBody) request(out *http.Request, addr string) *http.Request {
-	req := new(http.Request)
+	ar := new(attemptRequest)
+	req := &ar.req
 	*req = *out
-	u := *out.URL
-	u.Host = addr
-	req.URL = &u
+	ar.url = *out.URL
+	ar.url.Host = addr
+	req.URL = &ar.url
 	req.ContentLength = b.length
 	// Chunking is hop-by-hop: the transport chunks again by itself when
 	// the length is unknown (-1), and only then.
@@ -582,16 +591,25 @@ var (
 	longCopyBuffers httputil.BufferPool = &bufferPool{size: longCopyBuffer}
 )
 
+// bufferPool keeps each buffer as a pointer to its first byte: a pointer
+// fits in the interface sync.Pool stores, where a *[]byte would cost an
+// allocation on every Put. Every buffer is b.size long, so the pointer
+// gives the slice back whole.
 type bufferPool struct {
 	size int
 	p    sync.Pool
 }
 
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	if p, ok := b.p.Get().(*byte); ok {
+		return unsafe.Slice(p, b.size)
 	}
 	return make([]byte, b.size)
 }
 
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) < b.size {
+		return // not one of ours: too short to give out again
+	}
+	b.p.Put(unsafe.SliceData(buf))
+}
