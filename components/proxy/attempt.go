@@ -213,6 +213,6 @@ func (a *attempts) retryGone(from string) (*http.Response, string, error) {
 		ans.pick.Done(ans.info)
 		return nil, "", errNoOlder
 	}
-	ans.resp.Body = a.h.watchBody(ans.resp.Body, a.st.Kind, ans.pick, ans.info)
+	ans.resp.Body = a.h.watchBody(nil, ans.resp.Body, a.st.Kind, ans.pick, ans.info)
 	return ans.resp, ans.addr, nil
 }

@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -111,8 +113,14 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 			pr.Out.Host = ""
 		},
 		Transport: (*forwarder)(h),
-		// Watches and chunked lists must reach the client event by event.
-		FlushInterval: -1,
+		// A short response with a Content-Length is of use to the client
+		// only whole, so its writes are left to the server's buffer: a
+		// FlushInterval other than 0 costs a timer, a latency writer and
+		// a flush per write (five allocations per request). Chunked lists
+		// still reach the client chunk by chunk: the reverse proxy
+		// flushes every write of a response without a length (and of
+		// text/event-stream) whatever FlushInterval says.
+		FlushInterval: 0,
 		ErrorHandler:  h.handleError,
 		// The reverse proxy logs a stream that breaks mid-body. That is
 		// one line per failed request, and fanout_upstream_errors_total
@@ -122,15 +130,21 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 	}
 	long := *h.proxy
 	long.BufferPool = longCopyBuffers
+	// Watches must reach the client event by event, lengths or not.
+	long.FlushInterval = -1
 	h.longProxy = &long
 	return h
 }
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	st, ok := stateOf(r, h.now)
+	st, ok := r.Context().Value(stateKey{}).(*reqState)
 	if !ok {
-		r = r.WithContext(context.WithValue(r.Context(), stateKey{}, st))
+		// Served without the Server's edge (withRequestState): classify
+		// here, once, as the edge would have.
+		var ctx context.Context
+		ctx, st = withState(r.Context(), reqinfo.New(r), h.now())
+		r = r.WithContext(ctx)
 	}
 	if h.stopping.Load() {
 		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
@@ -185,9 +199,40 @@ type reqState struct {
 	reqinfo.Info
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
+
+	// body is the response body wrapper of a short request (watchBody),
+	// kept here to save it an allocation: a short request has one answer,
+	// and its body lives no longer than the request. bodyUsed says it is
+	// taken.
+	body     doneBody
+	bodyUsed bool
 }
 
 type stateKey struct{}
+
+// stateCtx is a request's context carrying its reqState: one allocation
+// where context.WithValue and a separate reqState would be two. It answers
+// Value(stateKey{}) as context.WithValue would, and leaves everything else
+// (deadline, cancellation, other values) to the context it wraps.
+type stateCtx struct {
+	context.Context
+	st reqState
+}
+
+func (c *stateCtx) Value(key any) any {
+	if _, ok := key.(stateKey); ok {
+		return &c.st
+	}
+	return c.Context.Value(key)
+}
+
+// withState returns ctx carrying a new reqState for info, started at
+// start, and that state.
+func withState(ctx context.Context, info reqinfo.Info, start time.Time) (context.Context, *reqState) {
+	c := &stateCtx{Context: ctx}
+	c.st.Info, c.st.start = info, start
+	return c, &c.st
+}
 
 // withRequestState is the edge of the Server, as kube-apiserver's
 // WithRequestInfo is of its own: it classifies each request once
@@ -196,16 +241,15 @@ type stateKey struct{}
 // it.
 func withRequestState(next http.Handler, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st := &reqState{Info: reqinfo.New(r), start: now()}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+		ctx, _ := withState(r.Context(), reqinfo.New(r), now())
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // stateOf returns the state withRequestState put in r's context, and true.
-// A Handler served on its own (a test, or a program that mounts it in its
-// own server) has none: then the request is classified here, once, as the
-// edge would have, and ok is false so that the caller can carry the new
-// state on.
+// A handler served on its own (a test, or a program that mounts it in its
+// own server) has none: then the request is classified here, as the edge
+// would have, and ok is false.
 func stateOf(r *http.Request, now func() time.Time) (st *reqState, ok bool) {
 	if st, ok := r.Context().Value(stateKey{}).(*reqState); ok {
 		return st, true
@@ -256,7 +300,11 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if ans.pick.Endpoint == nil {
 		return resp, nil // a held overload rejection: the balancer heard of it
 	}
-	resp.Body = h.watchBody(resp.Body, st.Kind, ans.pick, ans.info)
+	var into *doneBody
+	if st.Kind != balancer.Long && !st.bodyUsed {
+		into, st.bodyUsed = &st.body, true
+	}
+	resp.Body = h.watchBody(into, resp.Body, st.Kind, ans.pick, ans.info)
 	if st.Kind == balancer.Long {
 		// A 410 retry continues this request's attempts, on its
 		// goroutine, once the response is already the client's; a copy
@@ -342,14 +390,21 @@ func readDeclared(r io.Reader, n int64) ([]byte, error) {
 	return buf, nil
 }
 
+// attemptRequest is an attempt's request and its URL, allocated together.
+type attemptRequest struct {
+	req http.Request
+	url url.URL
+}
+
 // request builds one attempt: a shallow copy of the outbound request aimed
 // at addr. Headers are shared; RoundTrippers must not modify requests.
 func (b *outBody) request(out *http.Request, addr string) *http.Request {
-	req := new(http.Request)
+	ar := new(attemptRequest)
+	req := &ar.req
 	*req = *out
-	u := *out.URL
-	u.Host = addr
-	req.URL = &u
+	ar.url = *out.URL
+	ar.url.Host = addr
+	req.URL = &ar.url
 	req.ContentLength = b.length
 	// Chunking is hop-by-hop: the transport chunks again by itself when
 	// the length is unknown (-1), and only then.
@@ -372,9 +427,14 @@ func (b *outBody) request(out *http.Request, addr string) *http.Request {
 }
 
 // watchBody makes the response body report to the balancer when it ends,
-// and lets StopLongRunning end long-running ones.
-func (h *Handler) watchBody(rc io.ReadCloser, kind balancer.Kind, pick balancer.Pick, info balancer.DoneInfo) io.ReadCloser {
-	b := &doneBody{rc: rc, pick: pick, info: info}
+// and lets StopLongRunning end long-running ones. into, if not nil, is an
+// unused doneBody to fill in instead of allocating one (reqState.body).
+func (h *Handler) watchBody(into *doneBody, rc io.ReadCloser, kind balancer.Kind, pick balancer.Pick, info balancer.DoneInfo) io.ReadCloser {
+	b := into
+	if b == nil {
+		b = new(doneBody)
+	}
+	b.rc, b.pick, b.info = rc, pick, info
 	if kind == balancer.Long {
 		// Registered on an already cancelled context (shutdown began while
 		// the request waited for headers), the func runs at once and the
@@ -531,16 +591,25 @@ var (
 	longCopyBuffers httputil.BufferPool = &bufferPool{size: longCopyBuffer}
 )
 
+// bufferPool keeps each buffer as a pointer to its first byte: a pointer
+// fits in the interface sync.Pool stores, where a *[]byte would cost an
+// allocation on every Put. Every buffer is b.size long, so the pointer
+// gives the slice back whole.
 type bufferPool struct {
 	size int
 	p    sync.Pool
 }
 
 func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
+	if p, ok := b.p.Get().(*byte); ok {
+		return unsafe.Slice(p, b.size)
 	}
 	return make([]byte, b.size)
 }
 
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) < b.size {
+		return // not one of ours: too short to give out again
+	}
+	b.p.Put(unsafe.SliceData(buf))
+}

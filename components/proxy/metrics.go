@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +26,23 @@ type Metrics struct {
 	openLong       prometheus.Gauge
 	upgrades       upgradeMetrics
 	limits         limitMetrics
+
+	// series caches the fanout_requests_total child per (kind, code,
+	// endpoint), resolved on first use as WithLabelValues would: that
+	// formats the code and hashes three label values on every request.
+	// No series is ever deleted, so a cached child stays the exported one.
+	seriesMu sync.RWMutex
+	series   map[answeredKey]prometheus.Counter
+	// shortDuration is fanout_request_duration_seconds{kind="short"},
+	// resolved on the first short answer.
+	shortDuration atomic.Pointer[prometheus.Observer]
+}
+
+// answeredKey names one fanout_requests_total series.
+type answeredKey struct {
+	kind     balancer.Kind
+	code     int
+	endpoint string
 }
 
 // Reasons for fanout_upstream_errors_total and fanout_retries_total.
@@ -87,10 +106,36 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // answered records a request's final status. code is what the proxy sent
 // (or would have sent, for a client that went away).
 func (m *Metrics) answered(kind balancer.Kind, code int, endpoint string, elapsed time.Duration) {
-	m.requests.WithLabelValues(kind.String(), strconv.Itoa(code), endpoint).Inc()
+	m.requestsFor(kind, code, endpoint).Inc()
 	if kind == balancer.Short {
-		m.duration.WithLabelValues(kind.String()).Observe(elapsed.Seconds())
+		o := m.shortDuration.Load()
+		if o == nil {
+			d := m.duration.WithLabelValues(kind.String())
+			o = &d
+			m.shortDuration.Store(o)
+		}
+		(*o).Observe(elapsed.Seconds())
 	}
+}
+
+// requestsFor is m.requests.WithLabelValues(kind, code, endpoint), from
+// the cache after the first time.
+func (m *Metrics) requestsFor(kind balancer.Kind, code int, endpoint string) prometheus.Counter {
+	k := answeredKey{kind, code, endpoint}
+	m.seriesMu.RLock()
+	c, ok := m.series[k]
+	m.seriesMu.RUnlock()
+	if ok {
+		return c
+	}
+	c = m.requests.WithLabelValues(kind.String(), strconv.Itoa(code), endpoint)
+	m.seriesMu.Lock()
+	if m.series == nil {
+		m.series = make(map[answeredKey]prometheus.Counter)
+	}
+	m.series[k] = c
+	m.seriesMu.Unlock()
+	return c
 }
 
 func (m *Metrics) upstreamError(endpoint string, err error) {

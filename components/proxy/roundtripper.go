@@ -73,8 +73,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 
-	st := &reqState{Info: info, start: start}
-	ctx := context.WithValue(r.Context(), stateKey{}, st)
+	ctx, st := withState(r.Context(), info, start)
 	out := r.WithContext(ctx) // a shallow copy; r stays untouched
 	u := *r.URL
 	// The reverse proxy's Rewrite does the same: the forwarder sets the

@@ -134,12 +134,15 @@ const wsBearerProtocolPrefix = "base64url.bearer.authorization.k8s.io."
 // certificate: kube-apiserver tries the certificate first, so sending both
 // would silently act as the sidecar instead of the caller.
 func authModeFor(r *http.Request) transport.AuthMode {
-	for _, v := range r.Header.Values("Authorization") {
+	// The keys are in canonical form (textproto.CanonicalMIMEHeaderKey)
+	// and indexed directly: Header.Values would canonicalise
+	// "Sec-WebSocket-Protocol" into a new string on every request.
+	for _, v := range r.Header["Authorization"] {
 		if strings.TrimSpace(v) != "" {
 			return transport.AuthPassthrough
 		}
 	}
-	for _, v := range r.Header.Values("Sec-WebSocket-Protocol") {
+	for _, v := range r.Header["Sec-Websocket-Protocol"] {
 		for p := range strings.SplitSeq(v, ",") {
 			if strings.HasPrefix(strings.TrimSpace(p), wsBearerProtocolPrefix) {
 				return transport.AuthPassthrough
