@@ -504,19 +504,8 @@ func TestNodeStreaming(t *testing.T) {
 	for _, p := range protocols {
 		t.Run("exec-attach/"+p.name, func(t *testing.T) {
 			before := e.counts(ctx, t)
-			input := strings.Repeat("hello through fanout to a real container\n", 1000)
-			cmd := e.kubectl(ctx, protocolEnv(p.websocket), "exec", "-i", upgradePod, "-c", "client", "--", "/podclient", "cat")
-			cmd.Stdin = strings.NewReader(input)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("kubectl exec cat: %v\n%s", err, stderr.String())
-			}
-			if string(out) != input {
-				t.Errorf("kubectl exec cat echoed %d bytes, want the %d sent back unchanged", len(out), len(input))
-			}
-			out, err = e.kubectl(ctx, protocolEnv(p.websocket), "exec", upgradePod, "-c", "client", "--", "/podclient", "exit", "3").CombinedOutput()
+			e.execCat(ctx, t, p.websocket, strings.Repeat("hello through fanout to a real container\n", 1000), "client", "/podclient", "cat")
+			out, err := e.kubectl(ctx, protocolEnv(p.websocket), "exec", upgradePod, "-c", "client", "--", "/podclient", "exit", "3").CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 3 {
 				t.Errorf("kubectl exec exit 3: %v, want exit code 3\n%s", err, out)

@@ -233,20 +233,10 @@ func TestUpgradesThroughFanout(t *testing.T) {
 		t.Run("exec/"+p.name, func(t *testing.T) {
 			before := e.counts(ctx, t)
 			input := strings.Repeat("hello through fanout\n", 1000)
-			cmd := e.kubectl(ctx, protocolEnv(p.websocket), "exec", "-i", upgradePod, "-c", "main", "--", "cat")
-			cmd.Stdin = strings.NewReader(input)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			out, err := cmd.Output()
-			if err != nil {
-				t.Fatalf("kubectl exec cat: %v\n%s", err, stderr.String())
-			}
-			if string(out) != input {
-				t.Errorf("kubectl exec cat echoed %d bytes, want the %d sent back unchanged", len(out), len(input))
-			}
+			e.execCat(ctx, t, p.websocket, input, "main", "cat")
 
-			cmd = e.kubectl(ctx, protocolEnv(p.websocket), "exec", upgradePod, "-c", "main", "--", "exit", "3")
-			out, err = cmd.CombinedOutput()
+			cmd := e.kubectl(ctx, protocolEnv(p.websocket), "exec", upgradePod, "-c", "main", "--", "exit", "3")
+			out, err := cmd.CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 3 {
 				t.Errorf("kubectl exec exit 3: %v, want exit code 3\n%s", err, out)
@@ -254,7 +244,7 @@ func TestUpgradesThroughFanout(t *testing.T) {
 			// attach: the stand-in's container echoes stdin too.
 			cmd = e.kubectl(ctx, protocolEnv(p.websocket), "attach", "-i", upgradePod, "-c", "main")
 			cmd.Stdin = strings.NewReader(input)
-			stderr.Reset()
+			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			out, err = cmd.Output()
 			if err != nil {
@@ -660,4 +650,22 @@ func transferEcho(t *testing.T, addr string, n int) (sent, got string) {
 		t.Fatalf("echo carried %d bytes, want %d", m, n)
 	}
 	return fmt.Sprintf("%x", sum), fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// execCat runs `kubectl exec -i` of cat (the command after the container)
+// in upgradePod and checks that input comes back unchanged.
+func (e *upgradeEnv) execCat(ctx context.Context, t *testing.T, websocket bool, input, container string, cat ...string) {
+	t.Helper()
+	args := append([]string{"exec", "-i", upgradePod, "-c", container, "--"}, cat...)
+	cmd := e.kubectl(ctx, protocolEnv(websocket), args...)
+	cmd.Stdin = strings.NewReader(input)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl exec cat: %v\n%s", err, stderr.String())
+	}
+	if string(out) != input {
+		t.Errorf("kubectl exec cat echoed %d bytes, want the %d sent back unchanged", len(out), len(input))
+	}
 }
