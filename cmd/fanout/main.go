@@ -15,6 +15,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/fanout-dev/fanout/components"
+	"github.com/fanout-dev/fanout/internal/gctune"
 	"github.com/fanout-dev/fanout/internal/memlimit"
 )
 
@@ -39,6 +40,11 @@ func main() {
 		"the Go runtime's soft memory limit, which makes the garbage collector work harder as memory use nears it: "+
 			"auto (90% of the container's cgroup memory limit, none without one; a GOMEMLIMIT environment variable wins), "+
 			"off, or a size such as 96Mi. The limit in effect is logged at start and exported as go_gc_gomemlimit_bytes")
+	gcHeadroom := fs.String("gc-headroom", "16Mi",
+		"the least the heap may grow between two garbage collections while the live heap is small: GOGC is raised after "+
+			"each collection to leave this much, and falls back to GOGC (100 by default) once the live heap gives that "+
+			"headroom on its own. Trades up to this much memory for fewer collections under many short requests; "+
+			"0 turns it off; a GOGC environment variable of off turns it off too")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			os.Exit(0)
@@ -56,6 +62,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", limErr)
 		os.Exit(2)
 	}
+	headroom, err := memlimit.ParseSize(*gcHeadroom)
+	if err != nil || headroom < 0 {
+		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n--gc-headroom %q: want 0 or a size such as 16Mi\n", *gcHeadroom)
+		os.Exit(2)
+	}
 	if err := o.CheckNetworkNamespace(); err != nil {
 		fmt.Fprintf(os.Stderr, "fanout: %v\n", err)
 		os.Exit(2)
@@ -70,6 +81,9 @@ func main() {
 		log.Warn("cannot read the cgroup memory limit; the Go memory limit stays unset; set --memory-limit to the pod's limit to give the garbage collector one", "error", limErr)
 	default:
 		logMemoryLimit(log, lim)
+	}
+	if t := gctune.Start(headroom); t != nil {
+		log.Info("garbage collector headroom set", "bytes", headroom, "gogc", t.Percent())
 	}
 	app := fx.New(components.Sidecar(*o, log))
 	if err := app.Err(); err != nil {

@@ -98,6 +98,16 @@ func apply(spec, env string, root fs.FS, set func(int64) int64) (Limit, error) {
 	return Limit{Bytes: b, Cgroup: cg, Source: SourceCgroup}, nil
 }
 
+// ParseSize reads a size written as a Kubernetes quantity ("16Mi",
+// "100M", "1048576").
+func ParseSize(s string) (int64, error) {
+	q, err := resource.ParseQuantity(strings.TrimSpace(s))
+	if err != nil {
+		return 0, err
+	}
+	return q.Value(), nil
+}
+
 // CgroupLimit returns the memory limit of this process's cgroup, read
 // from root (the file system root, os.DirFS("/") outside tests): the
 // smallest limit on the way from its cgroup up to the mount's root, as

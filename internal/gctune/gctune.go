@@ -1,0 +1,159 @@
+// Package gctune keeps the garbage collector from running every few
+// megabytes while the live heap is small.
+//
+// With GOGC=100 the runtime collects when the heap has grown by as much
+// as it held live after the last collection, and at the least every 4 MiB.
+// A sidecar proxying short requests keeps about 2 MiB live and allocates
+// about 13 KiB per request, so at a few thousand requests per second it
+// collected about ten times a second, and the collector took about a tenth
+// of its CPU (measured with GODEBUG=gctrace=1 under `make bench`'s
+// saturation phase; see docs/footprint.md).
+//
+// Tune raises GOGC after each collection so that the next one waits for at
+// least a fixed headroom of new allocation, and lets it fall back to the
+// configured GOGC once the live heap is large enough that GOGC alone gives
+// that headroom (many open watches). Memory is then bounded by live heap +
+// headroom while the heap is small, and by GOGC as before when it is large;
+// a Go memory limit (GOMEMLIMIT, --memory-limit) still caps both.
+package gctune
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+)
+
+// maxPercent bounds the GOGC the tuner sets, so that a nearly empty heap
+// does not ask for an absurd ratio.
+const maxPercent = 10000
+
+// Tuner adjusts GOGC after every collection. Stop ends it and restores the
+// GOGC that was in effect when it started.
+type Tuner struct {
+	headroom uint64
+	base     int // GOGC at Start; never set lower than this
+
+	mu      sync.Mutex
+	stopped bool
+	percent int // last value set
+
+	sample []metrics.Sample
+	// set is debug.SetGCPercent; a test replaces it.
+	set func(int) int
+}
+
+// heapMinimum is the runtime's smallest heap goal at GOGC=100; it scales
+// with GOGC (runtime/mgcpacer.go, defaultHeapMinimum).
+const heapMinimum = 4 << 20
+
+// Percent is the GOGC that makes the next collection's goal live+headroom
+// bytes, and never less than base. The runtime's goal is the larger of
+// live×(1+GOGC/100) and heapMinimum×GOGC/100, so for a live heap under
+// heapMinimum the second bounds the percentage; before the first
+// collection live is 0 and only the second applies.
+func Percent(live, headroom uint64, base int) int {
+	p := (live + headroom) * 100 / heapMinimum
+	if live > 0 {
+		p = min(p, headroom*100/live)
+	}
+	p = min(p, maxPercent)
+	if int(p) < base {
+		return base
+	}
+	return int(p)
+}
+
+// Start begins tuning with the given headroom in bytes and returns the
+// tuner. It does nothing (and returns nil) when headroom is not positive
+// or GOGC is off.
+func Start(headroom int64) *Tuner {
+	if headroom <= 0 {
+		return nil
+	}
+	base := debug.SetGCPercent(100)
+	debug.SetGCPercent(base)
+	if base < 0 {
+		return nil // GOGC=off: the memory limit alone drives the collector
+	}
+	t := &Tuner{
+		headroom: uint64(headroom),
+		base:     base,
+		percent:  base,
+		sample:   []metrics.Sample{{Name: "/gc/heap/live:bytes"}},
+		set:      debug.SetGCPercent,
+	}
+	t.adjust()
+	t.arm()
+	return t
+}
+
+// Percent reports the GOGC the tuner set last.
+func (t *Tuner) Percent() int {
+	if t == nil {
+		return -1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.percent
+}
+
+// Stop ends the tuning and restores the GOGC in effect at Start.
+func (t *Tuner) Stop() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.stopped = true
+	t.set(t.base)
+	t.percent = t.base
+}
+
+// sentinel is garbage as soon as it is made; its cleanup runs after the
+// collection that found it, which is how the tuner learns that one
+// finished. It holds a pointer so that it is not a tiny allocation, whose
+// cleanup could wait for its neighbours.
+type sentinel struct {
+	t   *Tuner
+	pad [2]uintptr
+}
+
+func (t *Tuner) arm() {
+	s := &sentinel{}
+	runtime.AddCleanup(s, func(t *Tuner) { t.afterGC() }, t)
+}
+
+func (t *Tuner) afterGC() {
+	t.mu.Lock()
+	stopped := t.stopped
+	t.mu.Unlock()
+	if stopped {
+		return
+	}
+	t.adjust()
+	t.arm()
+}
+
+// adjust sets GOGC from the live heap the last collection measured. It
+// changes nothing for a difference under a tenth, so that a steady heap
+// does not set GOGC after every cycle.
+func (t *Tuner) adjust() {
+	metrics.Read(t.sample)
+	if t.sample[0].Value.Kind() != metrics.KindUint64 {
+		return
+	}
+	p := Percent(t.sample[0].Value.Uint64(), t.headroom, t.base)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	if d := p - t.percent; d*10 > t.percent || -d*10 > t.percent {
+		t.set(p)
+		t.percent = p
+	}
+}
