@@ -123,8 +123,10 @@ vulncheck:
 ## bench: not part of `make test`. Installs HAProxy when missing, builds
 ## fanout and e2e/cmd/bench, which runs the micro benchmarks (with a CPU
 ## profile), then fanout vs direct vs HAProxy vs the library (package client
-## in the load generator) vs fanout --listen-tls (-targets picks some), and
-## writes docs/benchmarks.md.
+## in the load generator) vs fanout --listen-tls (-targets picks some), the
+## memory one open watch costs fanout and the library (footprint section),
+## and writes docs/benchmarks.md, with the footprint's heap and goroutine
+## profiles and the proxies' perf reports in docs/profiles/bench/.
 ## `make bench BENCH_ARGS=-quick` is a short smoke run, labelled as such.
 BENCH_ARGS ?=
 bench: build

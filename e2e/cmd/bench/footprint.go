@@ -82,28 +82,138 @@ func footprintMain(args []string) error {
 	}
 	defer closeEnv()
 
+	rows, err := env.measureFootprint(ctx, strings.Split(*modes, ","), *watches, *settle, *profiles, logf)
+	if err != nil {
+		return err
+	}
+	fmt.Print(renderFootprint(rows, *watches, *every))
+	return nil
+}
+
+// measureFootprint measures each mode in turn.
+func (env *overheadEnv) measureFootprint(ctx context.Context, modes []string, watches int, settle time.Duration, profiles string, logf func(string, ...any)) ([]footprintRow, error) {
 	var rows []footprintRow
-	for _, mode := range strings.Split(*modes, ",") {
+	for _, mode := range modes {
 		var r footprintRow
 		var err error
 		switch mode {
 		case "idle":
-			r, err = env.footprintIdle(ctx, *settle, *profiles)
+			r, err = env.footprintIdle(ctx, settle, profiles)
 		case "h1", "h2c":
-			r, err = env.footprintProcess(ctx, mode, *watches, *settle, *profiles)
+			r, err = env.footprintProcess(ctx, mode, watches, settle, profiles)
 		case "direct", "library":
-			r, err = env.footprintInProcess(ctx, mode, *watches, *settle, *profiles)
+			r, err = env.footprintInProcess(ctx, mode, watches, settle, profiles)
 		default:
 			err = fmt.Errorf("unknown mode %q; want idle, h1, h2c, direct or library", mode)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", mode, err)
+			return nil, fmt.Errorf("%s: %w", mode, err)
 		}
 		logf("%s: %+v", mode, r)
 		rows = append(rows, r)
 	}
-	fmt.Print(renderFootprint(rows, *watches, *every))
-	return nil
+	return rows, nil
+}
+
+// FootprintResult is the footprint section of make bench: what one open
+// watch costs fanout (HTTP/1.1 and h2c) and a client process (client-go
+// alone, and through the library), and the idle process.
+type FootprintResult struct {
+	Rows           []footprintRow
+	Watches        int
+	WatchInterval  time.Duration
+	MemProfileRate int
+	// Profiles is where the heap and goroutine profiles were written, if
+	// anywhere.
+	Profiles string
+}
+
+// footprintModes are the modes make bench measures.
+var footprintModes = []string{"idle", "h1", "h2c", "direct", "library"}
+
+// footprintRate is the heap profile sampling rate of the footprint
+// section: coarse enough not to weigh on the figures, fine enough for the
+// profiles to show where the bytes are.
+const footprintRate = 512 << 10
+
+// runFootprint measures with backends of its own that send each watch an
+// event every 10 s (the watches are idle, as most of a controller's are),
+// with heap profiles sampled at footprintRate in this process and in the
+// fanout processes it starts.
+func runFootprint(ctx context.Context, o Options, dir, fanoutBin, profiles string, logf func(string, ...any)) (*FootprintResult, error) {
+	const every = 10 * time.Second
+	prevRate := runtime.MemProfileRate
+	runtime.MemProfileRate = footprintRate
+	defer func() { runtime.MemProfileRate = prevRate }()
+	prevGODEBUG, had := os.LookupEnv("GODEBUG")
+	if err := os.Setenv("GODEBUG", strings.Trim(prevGODEBUG+",memprofilerate="+strconv.Itoa(footprintRate), ",")); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if had {
+			os.Setenv("GODEBUG", prevGODEBUG)
+		} else {
+			os.Unsetenv("GODEBUG")
+		}
+	}()
+	if profiles != "" {
+		if err := os.MkdirAll(profiles, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	fdir := filepath.Join(dir, "footprint")
+	if err := os.MkdirAll(fdir, 0o755); err != nil {
+		return nil, err
+	}
+	env, closeEnv, err := newBackendEnv(Options{WatchInterval: every, ListBytes: 1 << 20}, fdir, fanoutBin, logf)
+	if err != nil {
+		return nil, err
+	}
+	defer closeEnv()
+	rows, err := env.measureFootprint(ctx, footprintModes, o.FootprintWatches, 3*time.Second, profiles, logf)
+	if err != nil {
+		return nil, err
+	}
+	return &FootprintResult{Rows: rows, Watches: o.FootprintWatches, WatchInterval: every, MemProfileRate: footprintRate, Profiles: profiles}, nil
+}
+
+func (f *FootprintResult) row(mode string) (footprintRow, bool) {
+	if f == nil {
+		return footprintRow{}, false
+	}
+	for _, r := range f.Rows {
+		if r.Mode == mode {
+			return r, true
+		}
+	}
+	return footprintRow{}, false
+}
+
+func (r footprintRow) heapPerWatch() float64 {
+	return per(r.Before.HeapInuse, r.After.HeapInuse, r.Watches) / 1024
+}
+
+func (r footprintRow) stacksPerWatch() float64 {
+	return per(r.Before.StackInuse, r.After.StackInuse, r.Watches) / 1024
+}
+
+func renderFootprintSection(b *strings.Builder, f *FootprintResult) {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	p("\n## 4. Footprint: one open watch, fanout and the library (fast backends)\n\n")
+	if f == nil {
+		p("Not measured.\n")
+		return
+	}
+	p("Each mode starts fresh (fanout with `--enable-pprof`; the client modes in the load generator's own process), sends one request so that connections and pools exist, is read, opens %d watches, waits 3 s and is read again. ", f.Watches)
+	p("A reading is four GCs, then `runtime.MemStats` (from `/debug/pprof/heap?gc=1&debug=1` for fanout), the goroutine count and VmRSS/VmHWM and the anonymous part of RSS from /proc. ")
+	p("**fanout h1** is one HTTP/1.1 connection per watch (client-go with an `http://` kubeconfig), **fanout h2c** HTTP/2 with prior knowledge; ")
+	p("**client process, direct** is client-go's transport (HTTP/2 mTLS) straight to a backend, what a client spends on a watch without fanout; **client process, library** is the same process through `client.New`'s RoundTripper, so the library's own cost is that row minus direct's. ")
+	p("Heap profiles are sampled every %d KiB (`GODEBUG=memprofilerate=%d`).", f.MemProfileRate>>10, f.MemProfileRate)
+	if f.Profiles != "" {
+		p(" The heap and goroutine profiles of every reading are in `%s`; e.g. `go tool pprof -top -sample_index=inuse_space -diff_base h1-before.heap.pb.gz h1-watches.heap.pb.gz` and `go tool pprof -traces h1-watches.goroutine.pb.gz` there.", f.Profiles)
+	}
+	p(" The same measurement alone: `fanout-bench footprint -fanout BIN -watches %d -memprofilerate %d -profiles DIR` (docs/footprint.md).\n\n", f.Watches, f.MemProfileRate)
+	b.WriteString(renderFootprint(f.Rows, f.Watches, f.WatchInterval))
 }
 
 // memSnap is one reading of a process.

@@ -63,9 +63,13 @@ type Options struct {
 	ListBytes     int64
 	MicroCount    int
 	MicroTime     string
+	// FootprintWatches is how many watches each footprint mode opens;
+	// Profiles where that section writes its heap and goroutine profiles.
+	FootprintWatches int
+	Profiles         string
 }
 
-var allSections = []string{"micro", "overhead", "scale", "realapi"}
+var allSections = []string{"micro", "overhead", "scale", "realapi", "footprint"}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "backends" {
@@ -118,6 +122,8 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	listMiB := fs.Int64("list-mib", 100, "size of the streamed LIST in MiB")
 	microCount := fs.Int("micro-count", 5, "go test -count of the micro benchmarks")
 	microTime := fs.String("micro-benchtime", "1s", "go test -benchtime of the micro benchmarks")
+	fpWatches := fs.Int("footprint-watches", 500, "watches each mode of the footprint section opens")
+	profiles := fs.String("profiles", "", "directory for the footprint section's heap and goroutine profiles (default: docs/profiles/bench in the repository when -out is the default, none otherwise)")
 	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); the Targets table needs the first three, library's CPU figure needs direct")
 	fs.StringVar(&out, "out", "", "report path (default docs/benchmarks.md in the repository)")
 	fs.StringVar(&fanoutBin, "fanout", "", "fanout binary (default: built from the repository)")
@@ -130,14 +136,15 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	if *quick {
 		// Short everything the user did not set explicitly.
 		quickDefaults := map[string]func(){
-			"runs":            func() { *runs = 1 },
-			"phase":           func() { *phase = 3 * time.Second },
-			"warmup":          func() { *warmup = time.Second },
-			"idle-wait":       func() { *idle = time.Second },
-			"api-duration":    func() { *apiDur = 3 * time.Second },
-			"scale-duration":  func() { *scaleDur = 3 * time.Second },
-			"micro-count":     func() { *microCount = 1 },
-			"micro-benchtime": func() { *microTime = "100ms" },
+			"runs":              func() { *runs = 1 },
+			"phase":             func() { *phase = 3 * time.Second },
+			"warmup":            func() { *warmup = time.Second },
+			"idle-wait":         func() { *idle = time.Second },
+			"api-duration":      func() { *apiDur = 3 * time.Second },
+			"scale-duration":    func() { *scaleDur = 3 * time.Second },
+			"micro-count":       func() { *microCount = 1 },
+			"micro-benchtime":   func() { *microTime = "100ms" },
+			"footprint-watches": func() { *fpWatches = 50 },
 		}
 		for name, f := range quickDefaults {
 			if !set[name] {
@@ -151,6 +158,7 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 		APIRate: *apiRate, APIDuration: *apiDur,
 		Watches: *watches, WatchInterval: *watchEvery, ScaleRate: *scaleRate, ScaleDuration: *scaleDur,
 		ListBytes: *listMiB << 20, MicroCount: *microCount, MicroTime: *microTime,
+		FootprintWatches: *fpWatches, Profiles: *profiles,
 	}
 	for _, s := range strings.Split(*sections, ",") {
 		s = strings.TrimSpace(s)
@@ -170,8 +178,8 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	if o.Phases, err = parsePhases(*rates); err != nil {
 		return
 	}
-	if o.Runs < 1 || o.Workers < 1 || o.Watches < 0 {
-		err = errors.New("-runs and -workers must be at least 1, -watches at least 0")
+	if o.Runs < 1 || o.Workers < 1 || o.Watches < 0 || o.FootprintWatches < 1 {
+		err = errors.New("-runs, -workers and -footprint-watches must be at least 1, -watches at least 0")
 	}
 	return
 }
@@ -210,6 +218,9 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 	root := filepath.Dir(modDir)
 	if out == "" {
 		out = filepath.Join(root, "docs", "benchmarks.md")
+		if o.Profiles == "" {
+			o.Profiles = filepath.Join(root, "docs", "profiles", "bench")
+		}
 	}
 	dir, err := os.MkdirTemp("", "fanout-bench-")
 	if err != nil {
@@ -270,6 +281,13 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 	if o.Sections["realapi"] && ctx.Err() == nil {
 		if r.RealAPI, err = runRealAPI(ctx, o, dir, logf); err != nil {
 			fail("real apiservers", err)
+		}
+	}
+	if o.Sections["footprint"] && ctx.Err() == nil {
+		if r.Footprint, err = runFootprint(ctx, o, dir, fanoutBin, o.Profiles, logf); err != nil {
+			fail("footprint", err)
+		} else if rel, err := filepath.Rel(root, o.Profiles); err == nil && !strings.HasPrefix(rel, "..") {
+			r.Footprint.Profiles = rel // the report names it as the repository does
 		}
 	}
 	if ctx.Err() != nil {
@@ -346,6 +364,10 @@ func Estimate(o Options) time.Duration {
 		d += 30 * time.Second // the control plane
 		d += time.Duration(o.Runs*len(o.Targets)) * (start + o.Warmup + o.APIDuration)
 	}
+	if o.Sections["footprint"] {
+		// Five modes: start, two settles, opening the watches.
+		d += time.Duration(len(footprintModes)) * (start + 6*time.Second + 5*time.Second)
+	}
 	return d
 }
 
@@ -383,6 +405,9 @@ func settings(o Options) []string {
 	}
 	if o.Sections["micro"] {
 		out = append(out, fmt.Sprintf("micro: go test -count %d -benchtime %s", o.MicroCount, o.MicroTime))
+	}
+	if o.Sections["footprint"] {
+		out = append(out, fmt.Sprintf("footprint: %d watches per mode, one event per 10s each", o.FootprintWatches))
 	}
 	return out
 }

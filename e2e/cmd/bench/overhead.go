@@ -354,7 +354,7 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 	}
 	var prof *ProxyProfile
 	if profile && proxy != nil && perfAvailable() {
-		p := profileProc(ctx, target, proxy.PID(), filepath.Join(env.dir, target+".perf.data"), o.PhaseDuration, func() {
+		p := profileProc(ctx, target, proxy.PID(), filepath.Join(env.dir, target+".perf.data"), o.Profiles, o.PhaseDuration, func() {
 			ClosedLoop(ctx, do, o.Workers, o.PhaseDuration)
 		})
 		prof = &p

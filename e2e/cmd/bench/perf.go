@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,8 +37,13 @@ func perfAvailable() bool {
 // profileProc samples pid with perf for d while load runs, and returns the
 // flat top of the profile. perf's own cost lands on this extra phase only,
 // never on a measured one.
-func profileProc(ctx context.Context, target string, pid int, file string, d time.Duration, load func()) ProxyProfile {
-	rec := []string{"perf", "record", "-F", "999", "-p", fmt.Sprint(pid), "-o", file, "--", "sleep", fmt.Sprint(int(d.Seconds() + 0.5))}
+//
+// With saveDir set, the cumulative view (each function with its callees,
+// which shows which goroutine's work the kernel and runtime time is
+// spent for) is also written there as TARGET-saturation.perf.txt, small
+// enough to commit beside the report.
+func profileProc(ctx context.Context, target string, pid int, file, saveDir string, d time.Duration, load func()) ProxyProfile {
+	rec := []string{"perf", "record", "-g", "-F", "999", "-p", fmt.Sprint(pid), "-o", file, "--", "sleep", fmt.Sprint(int(d.Seconds() + 0.5))}
 	byDSO := []string{"perf", "report", "-i", file, "--stdio", "--no-children", "-g", "none", "--sort", "dso", "--percent-limit", "1"}
 	bySym := []string{"perf", "report", "-i", file, "--stdio", "--no-children", "-g", "none", "--sort", "dso,symbol", "--percent-limit", "1"}
 	p := ProxyProfile{Target: target, Commands: []string{strings.Join(rec, " "), strings.Join(byDSO, " "), strings.Join(bySym, " ")}}
@@ -70,6 +77,24 @@ func profileProc(ctx context.Context, target string, pid int, file string, d tim
 		tops = append(tops, PerfTop(string(b), 30))
 	}
 	p.Top = strings.Join(tops, "\n\n")
+	if saveDir != "" {
+		children := []string{"perf", "report", "-i", file, "--stdio", "--children", "-g", "none", "--percent-limit", "0.5"}
+		b, err := exec.CommandContext(ctx, children[0], children[1:]...).Output()
+		if err != nil {
+			p.Err = fmt.Sprintf("%s: %v", strings.Join(children, " "), err)
+			return p
+		}
+		saved := filepath.Join(saveDir, target+"-saturation.perf.txt")
+		if err := os.MkdirAll(saveDir, 0o755); err != nil {
+			p.Err = err.Error()
+			return p
+		}
+		if err := os.WriteFile(saved, b, 0o644); err != nil {
+			p.Err = err.Error()
+			return p
+		}
+		p.Commands = append(p.Commands, strings.Join(children, " ")+" > "+filepath.Base(saved)+"  # saved beside the footprint profiles")
+	}
 	return p
 }
 

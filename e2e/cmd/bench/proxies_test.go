@@ -79,7 +79,7 @@ func TestQuickShortensOnlyWhatWasNotSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Quick || o.Runs != 5 || o.PhaseDuration.Seconds() != 20 || len(o.Targets) != 5 || len(o.Sections) != 4 {
+	if o.Quick || o.Runs != 5 || o.PhaseDuration.Seconds() != 20 || len(o.Targets) != 5 || len(o.Sections) != 5 || o.FootprintWatches != 500 {
 		t.Errorf("default options = %+v", o)
 	}
 	if _, _, _, _, err := parseFlags([]string{"-sections", "nope"}); err == nil {

@@ -19,8 +19,20 @@ func overheadFixture(fanoutP99, directP99 time.Duration, fanoutRPC, haproxyRPC, 
 			{Target: targetFanout, Phase: "1k", Runs: 1, P99: fanoutP99},
 			{Target: targetFanout, Phase: "saturation", Runs: 1, ReqPerCPUSecond: fanoutRPC},
 			{Target: targetHAProxy, Phase: "saturation", Runs: 1, ReqPerCPUSecond: haproxyRPC},
+			{Target: targetHAProxy, Phase: "1k", Runs: 1, P99: 1250 * time.Microsecond},
 		},
 	}
+}
+
+// footprintFixture has the two client-process rows: 100 watches, the
+// library at 5 KiB heap and 8 KiB stacks each, direct at 3 and 8.
+func footprintFixture() *FootprintResult {
+	row := func(mode string, heapKiB uint64) footprintRow {
+		return footprintRow{Mode: mode, Watches: 100, Before: memSnap{HeapInuse: 1 << 20, StackInuse: 1 << 20},
+			After: memSnap{HeapInuse: 1<<20 + 100*heapKiB<<10, StackInuse: 1<<20 + 100*8<<10, Goroutines: 200}}
+	}
+	return &FootprintResult{Watches: 100, WatchInterval: 10 * time.Second, MemProfileRate: footprintRate,
+		Rows: []footprintRow{row("client process, direct", 3), row("client process, library", 5)}}
 }
 
 func TestTargets(t *testing.T) {
@@ -41,34 +53,43 @@ func TestTargets(t *testing.T) {
 		{
 			name: "all met",
 			r: Report{
-				Overhead: overheadFixture(1200*time.Microsecond, 1000*time.Microsecond, 12000, 10000, 20),
-				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 50},
-				Micro:    micro(0, 0),
+				Overhead:  overheadFixture(1200*time.Microsecond, 1000*time.Microsecond, 12000, 10000, 15),
+				Scale:     &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 50},
+				Micro:     micro(0, 0),
+				Footprint: footprintFixture(),
 			},
-			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet},
+			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet, statusMeasured, statusMet},
 		},
 		{
 			name: "all missed",
 			r: Report{
-				Overhead: overheadFixture(1300*time.Microsecond, 1000*time.Microsecond, 6000, 10000, 31),
-				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 64.1},
+				Overhead: overheadFixture(1300*time.Microsecond, 1000*time.Microsecond, 7999, 10000, 20.1),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 96.1},
 				Micro:    micro(0, 1),
 			},
-			want: []string{statusNotMet, statusNotMet, statusNotMet, statusNotMet, statusNotMet},
+			want: []string{statusNotMet, statusNotMet, statusNotMet, statusNotMet, statusNotMet, statusNotMeasured, statusNotMet},
 		},
 		{
 			name: "boundaries are met",
 			r: Report{
-				Overhead: overheadFixture(1250*time.Microsecond, 1000*time.Microsecond, 10000, 10000, 30),
+				Overhead: overheadFixture(1250*time.Microsecond, 1000*time.Microsecond, 10000, 10000, 20),
 				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 64},
 				Micro:    micro(0),
 			},
-			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet},
+			want: []string{statusMet, statusMet, statusMet, statusMet, statusMet, statusNotMeasured, statusMet},
+		},
+		{
+			name: "only the least acceptable values",
+			r: Report{
+				Overhead: overheadFixture(1250*time.Microsecond, 1000*time.Microsecond, 8000, 10000, 20),
+				Scale:    &ScaleResult{WatchesOpen: 2000, PeakRSSMiB: 96},
+			},
+			want: []string{statusLeast, statusMet, statusMet, statusMet, statusLeast, statusNotMeasured, statusNotMeasured},
 		},
 		{
 			name: "nothing measured",
 			r:    Report{},
-			want: []string{statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured},
+			want: []string{statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured, statusNotMeasured},
 		},
 		{
 			name: "too few watches gives no verdict; NaN CPU is not measured",
@@ -76,7 +97,7 @@ func TestTargets(t *testing.T) {
 				Overhead: overheadFixture(1000*time.Microsecond, 1000*time.Microsecond, math.NaN(), 10000, 20),
 				Scale:    &ScaleResult{WatchesOpen: 1999, PeakRSSMiB: 10},
 			},
-			want: []string{statusNotMeasured, statusMet, statusMet, statusNotMeasured, statusNotMeasured},
+			want: []string{statusNotMeasured, statusMet, statusMet, statusMet, statusNotMeasured, statusNotMeasured, statusNotMeasured},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,6 +130,7 @@ func TestRender(t *testing.T) {
 		Scale:        &ScaleResult{Target: targetFanout, Watches: 2000, WatchesOpen: 2000, WatchInterval: time.Second, Duration: 3 * time.Second, Elapsed: 3 * time.Second, CPUSeconds: 1.5, PeakRSSMiB: 70, ListBytes: 100 << 20, ListWant: 100 << 20, ListDuration: time.Second, ListPeakRSSMiB: 33.3},
 		Micro:        &MicroResult{Commands: []string{"go test -bench x"}, Benches: []MicroBench{{Name: "BenchmarkPick/rr", Samples: 1, NsPerOp: 12.34, BytesPerOp: math.NaN(), AllocsPerOp: 0}}, ProfileTop: "flat flat% sum%"},
 		Failures:     []string{"scale: something broke"},
+		Footprint:    footprintFixture(),
 	}
 	r.Overhead.Profiles = []ProxyProfile{
 		{Target: targetFanout, Commands: []string{"perf record -F 999 -p 42"}, Top: "    12.00%  fanout  [.] crypto/aes.gcmAesEnc"},
@@ -121,10 +143,14 @@ func TestRender(t *testing.T) {
 		"- Command: `make bench BENCH_ARGS=-quick`, which ran `fanout-bench -quick` in `e2e/`",
 		"| CPUs (nproc) | 2 |", "| CPU model | Test CPU |", "| RAM | 4.0 GiB |", "| kernel | Linux 6.1 |", "| HAProxy | HAProxy version 2.6.12 |",
 		"2026-11-30T06:00:00Z", "(20m0s)",
-		"| fanout RSS ≤ 30 MiB idle | 21.5 MiB | met |",
+		"| fanout RSS ≤ 20 MiB idle | 21.5 MiB (HAProxy 9.0 MiB) | **not met** |",
 		"| p99 added over direct ≤ 250 µs at 1k req/s | +300 µs (fanout 1300 µs, direct 1000 µs) | **not met** |",
 		"fanout 6000, HAProxy 10000 (0.60×)",
-		"| fanout RSS ≤ 64 MiB with 2000 watches | 70.0 MiB peak with 2000 watches open | **not met** |",
+		"| fanout peak RSS ≤ 64 MiB with 2000 watches + short requests (at least ≤ 96 MiB) | 70.0 MiB peak with 2000 watches open (HAProxy 40.0 MiB) | minimum met, goal not met |",
+		"| the library's (client.New) memory per watch, in the client process | 5.0 KiB heap + 8.0 KiB stacks (client-go alone: 3.0 + 8.0 KiB) | measured |",
+		"## 4. Footprint: one open watch, fanout and the library",
+		"| client process, library | 0.0 → 0.0 | 0.0 | 0.0 KiB | 5.0 KiB | 8.0 KiB | 0.0 KiB | 0.0 | 2.00 |",
+		"## 5. Micro benchmarks",
 		"| fanout | 1 | 100 | 0 | 0 | 2000 µs | 15.0 ms | 30 (30.0 %) | 30 (30.0 %) | 40 (40.0 %) |",
 		"| metric | fanout | fanout-tls | haproxy |",
 		"| CPU during the phase | 1.50 s in 3s (50 % of one core) | 1.20 s in 3s (40 % of one core) | 0.30 s in 3s (10 % of one core) |",
