@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 
@@ -90,7 +89,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqSt
 	if h.upgrader == nil {
 		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(st.start))
 		h.metrics.upgraded(proto, resultError)
-		writeStatus(w, http.StatusNotImplemented, metav1.StatusReasonUnknown,
+		writeStatus(w, http.StatusNotImplemented, statusReasonUnknown,
 			"fanout: this fanout's upstream cannot dial HTTP/1.1 connections for upgrade requests (exec/attach/port-forward)")
 		return
 	}
