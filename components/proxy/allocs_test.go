@@ -13,19 +13,19 @@ import (
 // Allocations per short request, fanout's and net/http's: the budgets are
 // the figures measured when they were set (docs/footprint.md, "Allocations
 // per short request"), so the test fails when a change adds one allocation
-// to the short path; lower a budget when one is removed. Of the 17:
+// to the short path; lower a budget when one is removed. Of the 14:
 // httputil.ReverseProxy and net/http 11 (the outbound Request.Clone with
 // its header and URL copies 5, ProxyRequest, the ClientTrace, its closure
-// and mutex 4, WithClientTrace's context and request 2), kube-apiserver's
-// RequestInfoFactory 3 (RequestInfo, the path split, the lower-cased
-// method), fanout 3 (the request state, the Request carrying it, the
-// attempt's request).
+// and mutex 4, WithClientTrace's context and request 2), fanout 3 (the
+// request state, the Request carrying it, the attempt's request). The
+// request classifier (package reqinfo) allocates nothing; kube-apiserver's
+// RequestInfoFactory, used until it was replaced, cost 3.
 const (
 	// allocsShortHandler is Handler.ServeHTTP served on its own: it
 	// classifies the request itself, as the Server's edge would have.
-	allocsShortHandler = 17
+	allocsShortHandler = 14
 	// allocsShortChain is the Server's whole handler chain.
-	allocsShortChain = 17
+	allocsShortChain = 14
 )
 
 // recycledWriter is a ResponseWriter that costs nothing per request once

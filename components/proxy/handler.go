@@ -16,8 +16,6 @@ import (
 	"time"
 	"unsafe"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/proxy/watch"
@@ -148,7 +146,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.stopping.Load() {
 		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
-		writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable,
+		writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
 		return
 	}
@@ -506,7 +504,7 @@ func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error)
 	writeStatus(w, code, reason, msg)
 }
 
-func describeError(ctx context.Context, err error) (int, metav1.StatusReason, string) {
+func describeError(ctx context.Context, err error) (int, statusReason, string) {
 	var (
 		pe *pickError
 		be *clientBodyError
@@ -514,19 +512,19 @@ func describeError(ctx context.Context, err error) (int, metav1.StatusReason, st
 	)
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
-		return statusClientClosedRequest, metav1.StatusReasonUnknown, "fanout: the client closed the request"
+		return statusClientClosedRequest, statusReasonUnknown, "fanout: the client closed the request"
 	case errors.As(err, &pe):
-		return http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, "fanout: " + pe.Error()
+		return http.StatusServiceUnavailable, statusReasonServiceUnavailable, "fanout: " + pe.Error()
 	case errors.As(err, &be):
-		return http.StatusBadRequest, metav1.StatusReasonBadRequest, "fanout: " + be.Error()
+		return http.StatusBadRequest, statusReasonBadRequest, "fanout: " + be.Error()
 	case errors.As(err, &ue) && isTimeout(ue.err):
-		return http.StatusGatewayTimeout, metav1.StatusReasonTimeout, "fanout: " + ue.Error()
+		return http.StatusGatewayTimeout, statusReasonTimeout, "fanout: " + ue.Error()
 	case ue != nil:
 		// client-go maps a bare 5xx to InternalError too; saying so keeps
 		// its behaviour and adds our message.
-		return http.StatusBadGateway, metav1.StatusReasonInternalError, "fanout: " + ue.Error()
+		return http.StatusBadGateway, statusReasonInternalError, "fanout: " + ue.Error()
 	default:
-		return http.StatusBadGateway, metav1.StatusReasonInternalError, "fanout: " + err.Error()
+		return http.StatusBadGateway, statusReasonInternalError, "fanout: " + err.Error()
 	}
 }
 

@@ -121,7 +121,7 @@ func TestIdentityHeadersStripped(t *testing.T) {
 		})
 	}
 	t.Run("upgrade", func(t *testing.T) {
-		// WrapRequest builds the request the apiserver gets on the
+		// request builds the request the apiserver gets on the
 		// upgrade path.
 		a := &upgradeAttempt{h: &Handler{upgrader: nopUpgradeDialer{}}, mode: transport.AuthSidecar}
 		req := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
@@ -133,7 +133,7 @@ func TestIdentityHeadersStripped(t *testing.T) {
 		for k, v := range impersonationHeaders {
 			req.Header.Set(k, v)
 		}
-		out, err := a.WrapRequest(req)
+		out, err := a.request(req)
 		if err != nil {
 			t.Fatal(err)
 		}

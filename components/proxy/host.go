@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // withLoopbackHost refuses requests whose Host is not a loopback name or
@@ -24,7 +22,7 @@ import (
 func withLoopbackHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isLoopbackHost(r.Host) {
-			writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden,
+			writeStatus(w, http.StatusForbidden, statusReasonForbidden,
 				"fanout answers requests addressed to a loopback name or address only (localhost, 127.0.0.1, [::1]), against DNS rebinding; got Host "+
 					quoteURI(r.Host)+". Point the client at http://127.0.0.1:PORT (the kubeconfig fanout writes does), "+
 					"or start fanout with --allow-remote if it is meant to be reached by other names")

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 )
@@ -89,7 +88,7 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 			counter.Add(-1)
 			m.rejected.WithLabelValues(reason).Inc()
 			w.Header().Set("Retry-After", limitsRetryAfterS)
-			writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests,
+			writeStatus(w, http.StatusTooManyRequests, statusReasonTooManyRequests,
 				limitsRejectPrefix+kind.String()+" requests in flight (at most "+strconv.FormatInt(limit, 10)+
 					"; see --max-inflight and --max-long-running); retry after "+limitsRetryAfterS+"s")
 			return

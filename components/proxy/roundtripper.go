@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"sync"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 )
@@ -55,7 +53,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	if info.Upgrade || info.H2COffer {
 		closeRequestBody(r)
 		h.metrics.answered(kind, http.StatusNotImplemented, "", h.now().Sub(start))
-		return statusResponse(r, http.StatusNotImplemented, metav1.StatusReasonUnknown,
+		return statusResponse(r, http.StatusNotImplemented, statusReasonUnknown,
 			"upgrade requests (exec/attach/port-forward) are not supported by fanout's balancing transport; use a rest.Config that talks to the apiserver directly for them"), nil
 	}
 	// finish runs once the request is over: on error now, else when the
@@ -136,7 +134,7 @@ func closeRequestBody(r *http.Request) {
 
 // statusResponse is the response writeStatus would send, as the client
 // receives it.
-func statusResponse(r *http.Request, code int, reason metav1.StatusReason, msg string) *http.Response {
+func statusResponse(r *http.Request, code int, reason statusReason, msg string) *http.Response {
 	rec := &recorder{header: http.Header{}}
 	writeStatus(rec, code, reason, msg)
 	return &http.Response{

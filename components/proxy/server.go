@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/fanout-dev/fanout/internal/serve"
 )
 
@@ -167,14 +165,14 @@ func (s *Server) Stop(ctx context.Context) error {
 func WithRejectProxyRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
-			writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed,
+			writeStatus(w, http.StatusMethodNotAllowed, statusReasonMethodNotAllowed,
 				"fanout is not an open proxy: CONNECT is not allowed; send Kubernetes API requests to fanout directly")
 			return
 		}
 		// Absolute-form ("GET http://host/ HTTP/1.1") is how clients talk to
 		// a forward proxy; client-go pointed at fanout sends origin-form.
 		if r.URL.Host != "" || !strings.HasPrefix(r.RequestURI, "/") {
-			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest,
+			writeStatus(w, http.StatusBadRequest, statusReasonBadRequest,
 				"fanout is not an open proxy: the request URI must be a path such as /api/v1/pods, got "+quoteURI(r.RequestURI))
 			return
 		}

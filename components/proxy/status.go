@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // statusClientClosedRequest is what the proxy records when the client went
@@ -13,16 +11,51 @@ import (
 // response; the code keeps such requests apart from real 5xx in metrics.
 const statusClientClosedRequest = 499
 
+// statusReason is metav1.StatusReason: the machine-readable cause of a
+// failure, which client-go's errors.ReasonForError and IsXxx helpers read.
+type statusReason string
+
+// The reasons fanout answers with, spelled as metav1's StatusReason
+// constants.
+const (
+	statusReasonUnknown            statusReason = ""
+	statusReasonBadRequest         statusReason = "BadRequest"
+	statusReasonForbidden          statusReason = "Forbidden"
+	statusReasonMethodNotAllowed   statusReason = "MethodNotAllowed"
+	statusReasonTooManyRequests    statusReason = "TooManyRequests"
+	statusReasonServiceUnavailable statusReason = "ServiceUnavailable"
+	statusReasonTimeout            statusReason = "Timeout"
+	statusReasonInternalError      statusReason = "InternalError"
+)
+
+// status is the part of metav1.Status that fanout writes, with its JSON
+// field names and order, so the body is byte for byte what json.Marshal
+// makes of a metav1.Status (TestStatusMatchesMetav1). It is its own type
+// because apimachinery's meta/v1 links the runtime scheme and its
+// dependencies into the sidecar (docs/footprint.md).
+type status struct {
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	// Metadata is metav1.ListMeta, empty; encoding/json writes an empty
+	// struct despite omitempty, and so does this.
+	Metadata struct{}     `json:"metadata"`
+	Status   string       `json:"status,omitempty"`
+	Message  string       `json:"message,omitempty"`
+	Reason   statusReason `json:"reason,omitempty"`
+	Code     int32        `json:"code,omitempty"`
+}
+
 // writeStatus answers with a metav1.Status, the body client-go decodes into
 // a typed *errors.StatusError, so callers see a reason (ServiceUnavailable,
 // Timeout, ...) and the message instead of "unknown error".
-func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
-	body, err := json.Marshal(metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure,
-		Message:  message,
-		Reason:   reason,
-		Code:     int32(code),
+func writeStatus(w http.ResponseWriter, code int, reason statusReason, message string) {
+	body, err := json.Marshal(status{
+		Kind:       "Status",
+		APIVersion: "v1",
+		Status:     "Failure",
+		Message:    message,
+		Reason:     reason,
+		Code:       int32(code),
 	})
 	if err != nil { // a Status of strings and ints always marshals
 		body = []byte(`{"kind":"Status","apiVersion":"v1","status":"Failure"}`)

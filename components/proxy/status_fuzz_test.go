@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -15,7 +17,8 @@ import (
 // whatever the message (it quotes upstream errors, URLs and addresses),
 // the answer is a metav1.Status client-go can decode, with the code and
 // reason given, the message intact (as valid UTF-8), an exact
-// Content-Length, and nothing the client could mistake for HTML.
+// Content-Length, and nothing the client could mistake for HTML. The body
+// is byte for byte what apimachinery writes for the same metav1.Status.
 func FuzzWriteStatus(f *testing.F) {
 	codes := []int{http.StatusBadRequest, http.StatusNotImplemented, http.StatusBadGateway,
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests}
@@ -25,7 +28,7 @@ func FuzzWriteStatus(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ci uint8, reason, msg string) {
 		code := codes[int(ci)%len(codes)]
 		rec := httptest.NewRecorder()
-		writeStatus(rec, code, metav1.StatusReason(reason), msg)
+		writeStatus(rec, code, statusReason(reason), msg)
 		if rec.Code != code {
 			t.Fatalf("status %d, want %d", rec.Code, code)
 		}
@@ -35,6 +38,16 @@ func FuzzWriteStatus(f *testing.F) {
 		}
 		if ct := rec.Header().Get("Content-Type"); ct != "application/json" || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
 			t.Fatalf("Content-Type %q, nosniff %q", ct, rec.Header().Get("X-Content-Type-Options"))
+		}
+		want, err := json.Marshal(metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status:   metav1.StatusFailure, Message: msg, Reason: metav1.StatusReason(reason), Code: int32(code),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want = append(want, '\n'); !bytes.Equal(body, want) {
+			t.Fatalf("body\n%s\nmetav1.Status marshals to\n%s", body, want)
 		}
 		var st metav1.Status
 		if err := json.Unmarshal(body, &st); err != nil {
@@ -50,4 +63,52 @@ func FuzzWriteStatus(f *testing.F) {
 			t.Fatalf("reason %q came back as %q", reason, st.Reason)
 		}
 	})
+}
+
+// TestStatusMatchesMetav1 checks every reason fanout answers with: the body
+// is the one json.Marshal makes of the metav1.Status, and client-go turns
+// it into the StatusError its IsXxx helpers recognise.
+func TestStatusMatchesMetav1(t *testing.T) {
+	tests := []struct {
+		code   int
+		reason statusReason
+		want   metav1.StatusReason
+		is     func(error) bool
+	}{
+		{http.StatusBadRequest, statusReasonBadRequest, metav1.StatusReasonBadRequest, apierrors.IsBadRequest},
+		{http.StatusForbidden, statusReasonForbidden, metav1.StatusReasonForbidden, apierrors.IsForbidden},
+		{http.StatusMethodNotAllowed, statusReasonMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, apierrors.IsMethodNotSupported},
+		{http.StatusTooManyRequests, statusReasonTooManyRequests, metav1.StatusReasonTooManyRequests, apierrors.IsTooManyRequests},
+		{http.StatusServiceUnavailable, statusReasonServiceUnavailable, metav1.StatusReasonServiceUnavailable, apierrors.IsServiceUnavailable},
+		{http.StatusGatewayTimeout, statusReasonTimeout, metav1.StatusReasonTimeout, apierrors.IsTimeout},
+		{http.StatusBadGateway, statusReasonInternalError, metav1.StatusReasonInternalError, apierrors.IsInternalError},
+		{http.StatusNotImplemented, statusReasonUnknown, metav1.StatusReasonUnknown, func(err error) bool {
+			return apierrors.ReasonForError(err) == metav1.StatusReasonUnknown
+		}},
+		{statusClientClosedRequest, statusReasonUnknown, metav1.StatusReasonUnknown, func(err error) bool {
+			return apierrors.ReasonForError(err) == metav1.StatusReasonUnknown
+		}},
+	}
+	for _, tc := range tests {
+		rec := httptest.NewRecorder()
+		writeStatus(rec, tc.code, tc.reason, "fanout: it failed")
+		want, err := json.Marshal(metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+			Status:   metav1.StatusFailure, Message: "fanout: it failed", Reason: tc.want, Code: int32(tc.code),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.Body.Bytes(); !bytes.Equal(got, append(want, '\n')) {
+			t.Errorf("%d %q: body\n%s\nmetav1.Status marshals to\n%s", tc.code, tc.reason, got, want)
+		}
+		var st metav1.Status
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+			t.Fatal(err)
+		}
+		err = apierrors.FromObject(&st)
+		if !tc.is(err) || apierrors.ReasonForError(err) != tc.want || err.Error() != "fanout: it failed" {
+			t.Errorf("%d %q: client-go makes %#v of it (reason %q)", tc.code, tc.reason, err, apierrors.ReasonForError(err))
+		}
+	}
 }

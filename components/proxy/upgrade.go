@@ -6,18 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
-	utilproxy "k8s.io/apimachinery/pkg/util/proxy"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
@@ -90,7 +85,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqSt
 	if h.upgrader == nil {
 		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(st.start))
 		h.metrics.upgraded(proto, resultError)
-		writeStatus(w, http.StatusNotImplemented, metav1.StatusReasonUnknown,
+		writeStatus(w, http.StatusNotImplemented, statusReasonUnknown,
 			"fanout: this fanout's upstream cannot dial HTTP/1.1 connections for upgrade requests (exec/attach/port-forward)")
 		return
 	}
@@ -167,12 +162,12 @@ func (h *Handler) upgradeFailed(w http.ResponseWriter, r *http.Request, proto, e
 	writeStatus(w, code, reason, msg)
 }
 
-// upgradeAttempt is one try of an upgrade request against one endpoint. It
-// plays three roles for utilproxy.UpgradeAwareHandler, which does the
-// protocol work (write the request, read the answer, hijack the client only
-// once the apiserver has answered, copy both ways until one side closes):
-// its upgrade transport (dial and request headers), its error responder,
-// and the wrapper of the client's ResponseWriter that sees the hijack.
+// upgradeAttempt is one try of an upgrade request against one endpoint:
+// dial, write the request, read the answer, and only once the apiserver
+// has answered hijack the client's connection, pass the answer on, and
+// relay both ways until one side closes. This is what apimachinery's
+// UpgradeAwareHandler does for kube-apiserver's own exec and port-forward
+// proxying, done here without linking it (docs/footprint.md).
 //
 // All fields but status are written and read on the ServeHTTP goroutine.
 type upgradeAttempt struct {
@@ -184,40 +179,82 @@ type upgradeAttempt struct {
 	sent  time.Time // this attempt's start
 
 	conns *upgradeConns // nil until dialed
-	err   error         // what the responder was given
-	// dialErr is the dial's own error, typed: the handler passes it to
-	// the responder only as text.
+	// err is why the attempt got no answer; nil once it has one.
+	err error
+	// dialErr is the dial's own error, typed (*transport.UnprocessedError):
+	// the attempt policy may send the request elsewhere.
 	dialErr error
 	latency time.Duration // from sending to the answer's status line
-	// status is the HTTP status the apiserver answered with, read off the
-	// first bytes the handler writes to the hijacked client connection.
-	// The handler writes them before it starts its copy goroutines; atomic
-	// so that no later write can race with the read in serveUpgrade.
+	// status is the HTTP status the apiserver answered with, once it has
+	// been passed on to the client. Atomic so that no later write can
+	// race with the read in serveUpgrade.
 	status atomic.Int32
 }
 
-var (
-	_ utilproxy.UpgradeRequestRoundTripper = (*upgradeAttempt)(nil)
-	_ utilnet.RoundTripperWrapper          = (*upgradeAttempt)(nil)
-	_ utilproxy.ErrorResponder             = (*upgradeAttempt)(nil)
-)
+// upgradeErrorDeadline bounds passing an error answer on: the client and
+// the apiserver get that long to take and give its body.
+const upgradeErrorDeadline = 10 * time.Second
 
 func (a *upgradeAttempt) run(w http.ResponseWriter, r *http.Request) {
-	ua := &utilproxy.UpgradeAwareHandler{
-		// Scheme http tells DialURL to use our dialer's connection as it
-		// is: DialUpgrade returns it already TLS, with fanout's config. The
-		// scheme goes nowhere else; the request line carries only the path.
-		Location:           &url.URL{Scheme: "http", Host: a.addr},
-		UseRequestLocation: true,
-		UseLocationHost:    true,
-		UpgradeRequired:    true,
-		UpgradeTransport:   a,
-		Responder:          a,
+	defer func() {
+		if a.conns != nil {
+			a.conns.closeAll()
+		}
+	}()
+	out, err := a.request(r)
+	if err != nil {
+		a.err = err
+		return
 	}
-	ua.ServeHTTP(&hijackWatcher{ResponseWriter: w, a: a}, r)
-	if a.conns != nil {
-		a.conns.closeAll()
+	backend, err := a.dial(r.Context())
+	if err != nil {
+		a.err = fmt.Errorf("error dialing backend: %w", err)
+		return
 	}
+	if err := out.Write(backend); err != nil {
+		a.err = fmt.Errorf("error sending request: %w", err)
+		return
+	}
+	// raw keeps every byte read from the apiserver while reading its
+	// answer's head, so that a 101 goes to the client as it came, with
+	// whatever followed it in the same reads (the first frames of the
+	// upgraded protocol).
+	var raw bytes.Buffer
+	br := bufio.NewReader(io.TeeReader(backend, &raw))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		a.err = err
+		return
+	}
+	answered := a.h.now()
+	code := resp.StatusCode
+	if code != http.StatusSwitchingProtocols && code < 400 {
+		// Neither switched nor refused: nothing a client could use.
+		a.err = fmt.Errorf("invalid upgrade response: status code %d", code)
+		return
+	}
+	// Once the connection is hijacked no error answer can be written: it
+	// is the last step before passing the answer on.
+	client, buffered, err := a.hijack(w)
+	if err != nil {
+		a.err = err
+		return
+	}
+	defer client.Close()
+	a.answered(code, answered)
+	if code != http.StatusSwitchingProtocols {
+		// An error status, often the kubelet's: the client gets it as
+		// the apiserver wrote it, and the connection ends with it.
+		deadline := a.h.now().Add(upgradeErrorDeadline)
+		_ = backend.SetReadDeadline(deadline)
+		_ = client.SetWriteDeadline(deadline)
+		_ = resp.Write(client)
+		return
+	}
+	if _, err := client.Write(raw.Bytes()); err != nil {
+		return
+	}
+	a.relay(client, buffered, backend)
 }
 
 // release ends the attempt's tracking, after the balancer heard of its end:
@@ -229,13 +266,17 @@ func (a *upgradeAttempt) release() {
 	}
 }
 
-// WrapRequest strips what fanout never forwards and sets the credentials.
-// It returns a copy: the handler logs its own clone's headers at high
-// verbosity, and fanout's token must not be in them.
-func (a *upgradeAttempt) WrapRequest(req *http.Request) (*http.Request, error) {
-	out := utilnet.CloneRequest(req)
+// request is the request as it goes to the apiserver: the client's path
+// and headers, without what fanout never forwards, with mode's
+// credentials. It is a copy: the client's own request is logged, and
+// fanout's token must not be in it.
+func (a *upgradeAttempt) request(r *http.Request) (*http.Request, error) {
+	out := r.Clone(r.Context())
+	out.URL.Scheme, out.URL.Host = "", ""
+	// The endpoint's address, as any HTTP client would name it.
+	out.Host = a.addr
 	// As on the plain path: kube-apiserver would take an X-Forwarded-For
-	// (which the handler adds, with 127.0.0.1) as the audit source IP.
+	// as the audit source IP.
 	for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
 		out.Header.Del(k)
 	}
@@ -246,18 +287,8 @@ func (a *upgradeAttempt) WrapRequest(req *http.Request) (*http.Request, error) {
 	return out, nil
 }
 
-// RoundTrip is never called: the handler only dials through us.
-func (a *upgradeAttempt) RoundTrip(*http.Request) (*http.Response, error) {
-	return nil, errors.New("fanout: upgrade transport used for a plain round trip")
-}
-
-// WrappedRoundTripper gives DialURL the dialer to use.
-func (a *upgradeAttempt) WrappedRoundTripper() http.RoundTripper {
-	return &http.Transport{DialContext: a.dial}
-}
-
-// dial ignores the address: the attempt always goes to its endpoint.
-func (a *upgradeAttempt) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+// dial opens the attempt's connection to its endpoint.
+func (a *upgradeAttempt) dial(ctx context.Context) (net.Conn, error) {
 	// Its errors are *transport.UnprocessedError: the attempt policy may
 	// send the request elsewhere.
 	c, err := a.h.upgrader.DialUpgrade(ctx, a.addr, a.mode)
@@ -281,28 +312,37 @@ func (a *upgradeAttempt) dial(ctx context.Context, _, _ string) (net.Conn, error
 	return c, nil
 }
 
-// Error is the handler's ErrorResponder. A failed dial of the first attempt
-// is not answered here: serveUpgrade may retry it elsewhere, and answers
-// once it knows the outcome.
-func (a *upgradeAttempt) Error(_ http.ResponseWriter, _ *http.Request, err error) {
-	if a.err == nil {
-		a.err = err
+// hijack takes the client's connection over. buffered is what the client
+// sent right behind its request, which the server had already read, or
+// nil.
+func (a *upgradeAttempt) hijack(w http.ResponseWriter) (c net.Conn, buffered *bufio.Reader, err error) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		return nil, nil, fmt.Errorf("the client's connection (%T) cannot be hijacked; upgrades need HTTP/1.1", w)
 	}
-}
-
-// sawStatus records the status line of the first write to the client.
-func (a *upgradeAttempt) sawStatus(p []byte) {
-	code := http.StatusBadGateway
-	// "HTTP/1.1 101 Switching Protocols"
-	if rest, ok := bytes.CutPrefix(p, []byte("HTTP/1.")); ok && len(rest) >= 5 && rest[1] == ' ' {
-		if n, err := strconv.Atoi(string(rest[2:5])); err == nil {
-			code = n
+	c, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, fmt.Errorf("error hijacking connection: %w", err)
+	}
+	// The server's header deadlines must not cut a session that lasts.
+	_ = c.SetDeadline(time.Time{})
+	if brw != nil && brw.Reader.Buffered() > 0 {
+		buffered = brw.Reader
+	}
+	if a.conns != nil {
+		_ = a.conns.backend.SetReadDeadline(time.Time{})
+		if !a.h.upgrades.setClient(a.conns, c) {
+			c.Close() // CloseUpgrades already ran
 		}
 	}
-	now := a.h.now()
-	a.latency = now.Sub(a.sent)
+	return c, buffered, nil
+}
+
+// answered records the apiserver's answer, now on its way to the client.
+func (a *upgradeAttempt) answered(code int, at time.Time) {
+	a.latency = at.Sub(a.sent)
 	a.status.Store(int32(code))
-	a.h.metrics.answered(balancer.Long, code, a.addr, now.Sub(a.start))
+	a.h.metrics.answered(balancer.Long, code, a.addr, at.Sub(a.start))
 	if code != http.StatusSwitchingProtocols {
 		a.h.metrics.upgraded(a.proto, resultRejected)
 		return
@@ -313,62 +353,29 @@ func (a *upgradeAttempt) sawStatus(p []byte) {
 	}
 }
 
-// hijackWatcher wraps the client's ResponseWriter so the hijacked
-// connection is tracked, and data the server buffered is not lost.
-type hijackWatcher struct {
-	http.ResponseWriter
-	a *upgradeAttempt
-}
-
-func (hw *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	hj, ok := hw.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, fmt.Errorf("the client's connection (%T) cannot be hijacked; upgrades need HTTP/1.1", hw.ResponseWriter)
+// relay copies both ways, the client's input on a goroutine of its own and
+// the apiserver's output on this one, until either side ends; then it
+// closes both connections, which ends the other copy, and waits for it.
+// A side that closes its sending half (a TCP FIN) ends the session like
+// one that closes: exec, attach and port-forward run SPDY or WebSocket
+// over the connection, which signal the end of a stream inside the
+// protocol and take the end of the connection for the end of the session.
+func (a *upgradeAttempt) relay(client net.Conn, buffered *bufio.Reader, backend net.Conn) {
+	var in io.Reader = client
+	if buffered != nil {
+		in = io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), client)
 	}
-	c, brw, err := hj.Hijack()
-	if err != nil {
-		return nil, nil, err
-	}
-	// The server's header deadlines must not cut a session that lasts.
-	_ = c.SetDeadline(time.Time{})
-	cc := &clientConn{Conn: c, a: hw.a}
-	if brw != nil && brw.Reader.Buffered() > 0 {
-		// The handler reads the raw connection; what the client sent
-		// right behind its request is already in the server's buffer.
-		cc.r = brw.Reader
-	}
-	if hw.a.conns != nil {
-		_ = hw.a.conns.backend.SetReadDeadline(time.Time{})
-		if !hw.a.h.upgrades.setClient(hw.a.conns, cc) {
-			cc.Close() // CloseUpgrades already ran
-		}
-	}
-	return cc, brw, nil
-}
-
-// clientConn is the hijacked client connection.
-type clientConn struct {
-	net.Conn
-	a     *upgradeAttempt
-	r     *bufio.Reader // drained first when the server had buffered data
-	wrote atomic.Bool
-}
-
-func (c *clientConn) Read(p []byte) (int, error) {
-	if c.r != nil {
-		if c.r.Buffered() > 0 {
-			return c.r.Read(p)
-		}
-		c.r = nil
-	}
-	return c.Conn.Read(p)
-}
-
-func (c *clientConn) Write(p []byte) (int, error) {
-	if !c.wrote.Swap(true) {
-		c.a.sawStatus(p)
-	}
-	return c.Conn.Write(p)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(backend, in)
+		_ = client.Close()
+		a.conns.closeAll()
+	}()
+	_, _ = io.Copy(client, backend)
+	_ = client.Close()
+	a.conns.closeAll()
+	<-done
 }
 
 // upgradeConns are the two connections of one upgrade request.

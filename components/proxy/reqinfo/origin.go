@@ -1,10 +1,6 @@
 package reqinfo
 
-import (
-	"strings"
-
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
-)
+import "strings"
 
 // Origin says who may have written the status of a request's answer:
 // kube-apiserver itself, or a server it relays the request to. Only
@@ -110,7 +106,7 @@ func OwnGroups() []string {
 
 // originOf tells the origin of the answer to the request info describes,
 // path being its URL path.
-func originOf(info *apirequest.RequestInfo, path string) Origin {
+func originOf(info *request, path string) Origin {
 	if info.IsResourceRequest {
 		switch {
 		case info.Verb == "proxy" || info.Subresource == "proxy":

@@ -11,8 +11,6 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
-	"k8s.io/apimachinery/pkg/util/sets"
-	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
@@ -56,14 +54,6 @@ func (i *Info) LimitKind() balancer.Kind {
 	return i.Kind
 }
 
-// requestInfoFactory parses paths exactly like kube-apiserver's own
-// WithRequestInfo filter, so "is this a watch" is answered the way the server
-// that will serve it answers it (query decoding included).
-var requestInfoFactory = &apirequest.RequestInfoFactory{
-	APIPrefixes:          sets.NewString("api", "apis"),
-	GrouplessAPIPrefixes: sets.NewString("api"),
-}
-
 // New classifies r from one parse of its path.
 //
 // Kind follows kube-apiserver's rule for long-running requests
@@ -87,18 +77,22 @@ func New(r *http.Request) Info {
 			info.Upgrade = true
 		}
 	}
-	ri, err := requestInfoFactory.NewRequestInfo(r)
-	// On error ri holds what was parsed before the failure, the group
-	// included: an aggregated group's odd path is still its server's.
-	info.Origin = originOf(ri, r.URL.Path)
-	if err != nil {
+	// parse reads the path exactly like kube-apiserver's own
+	// WithRequestInfo filter, so "is this a watch" is answered the way the
+	// server that will serve it answers it (query decoding included).
+	ri, ok := parse(r.Method, r.URL.Path, r.URL.RawQuery)
+	// When the parse fails ri holds what was parsed before the failure,
+	// the group included: an aggregated group's odd path is still its
+	// server's.
+	info.Origin = originOf(&ri, r.URL.Path)
+	if !ok {
 		return info
 	}
 	info.Verb = ri.Verb
 	if ri.IsResourceRequest {
 		info.Class = balancer.ClassForVerb(ri.Verb)
 	}
-	if isLongRunning(ri) {
+	if isLongRunning(&ri) {
 		info.Kind = balancer.Long
 	}
 	return info
@@ -109,7 +103,7 @@ func New(r *http.Request) Info {
 // sets. It is reimplemented because importing that package links about 700
 // more packages (CEL, etcd client, OpenTelemetry, gRPC) into the sidecar;
 // FuzzLongRunningMatchesApiserver keeps the two in agreement.
-func isLongRunning(info *apirequest.RequestInfo) bool {
+func isLongRunning(info *request) bool {
 	switch info.Verb {
 	case "watch", "proxy":
 		return true

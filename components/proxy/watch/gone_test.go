@@ -1,8 +1,10 @@
 package watch
 
 import (
+	"bytes"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -95,3 +97,37 @@ func TestGoneRetryBodyPassesEverythingOn(t *testing.T) {
 
 // errNoRetry is what a Resend without another endpoint returns.
 var errNoRetry = errors.New("no other endpoint to retry the watch on")
+
+// isGoneProtobufEventGogo is isGoneProtobufEvent as it was written with
+// apimachinery's generated decoders, which the sidecar no longer links.
+func isGoneProtobufEventGogo(ev []byte) bool {
+	var we metav1.WatchEvent
+	if we.Unmarshal(ev) != nil || we.Type != "ERROR" {
+		return false
+	}
+	raw, ok := bytes.CutPrefix(we.Object.Raw, []byte("k8s\x00"))
+	if !ok {
+		return false
+	}
+	var u runtime.Unknown
+	if u.Unmarshal(raw) != nil || u.Kind != "Status" {
+		return false
+	}
+	var st metav1.Status
+	return st.Unmarshal(u.Raw) == nil && st.Code == http.StatusGone
+}
+
+// FuzzIsGoneProtobufEventMatchesGogo compares the protowire reading of a
+// watch event with apimachinery's generated decoders.
+func FuzzIsGoneProtobufEventMatchesGogo(f *testing.F) {
+	f.Add(watchtest.ProtoFrame(f, "ERROR", watchtest.GoneStatus())[4:])
+	f.Add(watchtest.ProtoFrame(f, "ERROR", &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Code: 500})[4:])
+	f.Add(watchtest.ProtoFrame(f, "ADDED", watchtest.AddedConfigMap())[4:])
+	f.Add(watchtest.ProtoFrame(f, "ERROR", watchtest.AddedConfigMap())[4:])
+	f.Add([]byte("not protobuf"))
+	f.Fuzz(func(t *testing.T, ev []byte) {
+		if got, want := isGoneProtobufEvent(ev), isGoneProtobufEventGogo(ev); got != want {
+			t.Errorf("isGoneProtobufEvent(%q) = %v, the generated decoders say %v", ev, got, want)
+		}
+	})
+}
