@@ -156,6 +156,10 @@ func TestDiscoveryConfig(t *testing.T) {
 		return p
 	}
 	own, other := kc("https://own.example:6443"), kc("https://other.example:6443")
+	execPlugin := filepath.Join(dir, "exec")
+	if err := os.WriteFile(execPlugin, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://x.example\"}\nusers:\n- name: u\n  user: {exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "")
 	tests := []struct {
@@ -168,6 +172,7 @@ func TestDiscoveryConfig(t *testing.T) {
 		{"a path", other, "https://other.example:6443", ""},
 		{"missing path", filepath.Join(dir, "nope"), "", "--discovery-kubeconfig"},
 		{"in-cluster outside a pod", DiscoveryInCluster, "", "--discovery-kubeconfig in-cluster"},
+		{"exec plugin", execPlugin, "", "exec credential plugins are not supported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
