@@ -6,9 +6,6 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Source is where one piece of credential material lives: a file (Path,
@@ -71,42 +68,39 @@ type Upstream struct {
 // providers, basic auth, impersonation, proxies) and what would be unsafe
 // (no TLS, no verification), saying what to change.
 func LoadKubeconfig(path string) (*Upstream, error) {
-	cfg, err := clientcmd.LoadFromFile(path)
+	cfg, err := loadKubeconfigFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("kubeconfig not found (%v): pass the path of the kubeconfig the client would use", err)
 		}
 		return nil, fmt.Errorf("reading kubeconfig: %w", err)
 	}
-	if err := clientcmd.ResolveLocalPaths(cfg); err != nil {
-		return nil, fmt.Errorf("resolving file paths in kubeconfig: %w", err)
-	}
-	if cfg.CurrentContext == "" {
+	if cfg.currentContext == "" {
 		return nil, fmt.Errorf("kubeconfig has no current-context: set one (kubectl config use-context NAME --kubeconfig %s)", path)
 	}
-	kctx, ok := cfg.Contexts[cfg.CurrentContext]
+	kctx, ok := cfg.contexts[cfg.currentContext]
 	if !ok {
-		return nil, fmt.Errorf("current-context %q is not among the kubeconfig's contexts: fix current-context", cfg.CurrentContext)
+		return nil, fmt.Errorf("current-context %q is not among the kubeconfig's contexts: fix current-context", cfg.currentContext)
 	}
-	cluster, ok := cfg.Clusters[kctx.Cluster]
+	cluster, ok := cfg.clusters[kctx.Cluster]
 	if !ok {
-		return nil, fmt.Errorf("context %q names cluster %q, which the kubeconfig does not define", cfg.CurrentContext, kctx.Cluster)
+		return nil, fmt.Errorf("context %q names cluster %q, which the kubeconfig does not define", cfg.currentContext, kctx.Cluster)
 	}
-	user, ok := cfg.AuthInfos[kctx.AuthInfo]
+	user, ok := cfg.users[kctx.User]
 	if !ok {
-		return nil, fmt.Errorf("context %q names user %q, which the kubeconfig does not define: fanout needs the client's credentials", cfg.CurrentContext, kctx.AuthInfo)
+		return nil, fmt.Errorf("context %q names user %q, which the kubeconfig does not define: fanout needs the client's credentials", cfg.currentContext, kctx.User)
 	}
 	up := &Upstream{Kubeconfig: path}
 	if err := up.setCluster(kctx.Cluster, cluster); err != nil {
 		return nil, err
 	}
-	if err := up.setUser(kctx.AuthInfo, user); err != nil {
+	if err := up.setUser(kctx.User, user); err != nil {
 		return nil, err
 	}
 	return up, nil
 }
 
-func (up *Upstream) setCluster(name string, c *clientcmdapi.Cluster) error {
+func (up *Upstream) setCluster(name string, c *kubeconfigCluster) error {
 	if c.Server == "" {
 		return fmt.Errorf("cluster %q has no server: set it to https://HOST:PORT of kube-apiserver", name)
 	}
@@ -141,7 +135,7 @@ func (up *Upstream) setCluster(name string, c *clientcmdapi.Cluster) error {
 	return nil
 }
 
-func (up *Upstream) setUser(name string, a *clientcmdapi.AuthInfo) error {
+func (up *Upstream) setUser(name string, a *kubeconfigUser) error {
 	switch {
 	case a.Exec != nil:
 		return fmt.Errorf("user %q: exec credential plugins are not supported: give fanout a kubeconfig with client-certificate/client-key or token/tokenFile", name)

@@ -5,9 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // clientName names the cluster, user and context of the written kubeconfig.
@@ -25,12 +22,7 @@ func WriteKubeconfig(path, listenAddress string) error {
 	if err != nil || host == "" || port == "" {
 		return fmt.Errorf("listen address %q is not HOST:PORT with a host clients can dial, such as 127.0.0.1:7080", listenAddress)
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[clientName] = &clientcmdapi.Cluster{Server: "http://" + listenAddress}
-	cfg.AuthInfos[clientName] = &clientcmdapi.AuthInfo{}
-	cfg.Contexts[clientName] = &clientcmdapi.Context{Cluster: clientName, AuthInfo: clientName}
-	cfg.CurrentContext = clientName
-	data, err := clientcmd.Write(*cfg)
+	data, err := encodeKubeconfig(kubeconfigCluster{Server: "http://" + listenAddress}, kubeconfigUser{})
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig: %w", err)
 	}

@@ -3,9 +3,6 @@ package certs
 import (
 	"fmt"
 	"net"
-
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // WriteKubeconfigTLS writes to path a kubeconfig that sends the client to
@@ -21,18 +18,9 @@ func WriteKubeconfigTLS(path, listenAddress string, ca *LocalCA) error {
 	if err != nil || host == "" || port == "" {
 		return fmt.Errorf("listen address %q is not HOST:PORT with a host clients can dial, such as 127.0.0.1:7080", listenAddress)
 	}
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[clientName] = &clientcmdapi.Cluster{
-		Server:                   "https://" + listenAddress,
-		CertificateAuthorityData: ca.CertPEM,
-	}
-	cfg.AuthInfos[clientName] = &clientcmdapi.AuthInfo{
-		ClientCertificateData: ca.ClientCertPEM,
-		ClientKeyData:         ca.ClientKeyPEM,
-	}
-	cfg.Contexts[clientName] = &clientcmdapi.Context{Cluster: clientName, AuthInfo: clientName}
-	cfg.CurrentContext = clientName
-	data, err := clientcmd.Write(*cfg)
+	data, err := encodeKubeconfig(
+		kubeconfigCluster{Server: "https://" + listenAddress, CertificateAuthorityData: ca.CertPEM},
+		kubeconfigUser{ClientCertificateData: ca.ClientCertPEM, ClientKeyData: ca.ClientKeyPEM})
 	if err != nil {
 		return fmt.Errorf("encoding kubeconfig: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/engine"
+	"github.com/fanout-dev/fanout/resolver"
 )
 
 // Balancer is a running fanout inside the program: the sidecar's engine
@@ -108,7 +109,7 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	c := engine.Defaults()
 	c.Upstream = up
 	c.Endpoints = o.endpoints
-	c.Discovery = func() (*rest.Config, error) { return rest.CopyConfig(discovery), nil }
+	c.Discovery = func() (resolver.APIServer, error) { return discoveryAPIServer(discovery) }
 	c.Balancer.Policy = o.policy
 	c.Probe.Interval = o.probeInterval
 	c.WatchRebalance = o.watchRebalance
@@ -118,6 +119,24 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 		o.tune(&c)
 	}
 	return c, nil
+}
+
+// discoveryAPIServer is how the endpointslice:/// resolver reaches the
+// apiserver of cfg: client-go's transport for it, so that every kind of
+// credential client-go knows (exec plugins, auth providers, rotating
+// files) works for discovery too.
+func discoveryAPIServer(cfg *rest.Config) (resolver.APIServer, error) {
+	cfg = rest.CopyConfig(cfg)
+	rest.AddUserAgent(cfg, "fanout-discovery")
+	u, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return resolver.APIServer{}, fmt.Errorf("fanout client: discovery config: %w", err)
+	}
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return resolver.APIServer{}, fmt.Errorf("fanout client: discovery transport: %w", err)
+	}
+	return resolver.APIServer{URL: u.String(), Transport: rt, UserAgent: cfg.UserAgent}, nil
 }
 
 // Config returns a copy of the wrapped config: cfg with Transport set to

@@ -16,13 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/engine"
 	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/internal/metrics"
+	"github.com/fanout-dev/fanout/resolver"
 )
 
 // Sidecar returns the fx options of the sidecar for validated options.
@@ -124,7 +124,7 @@ func EngineConfig(o Options, log *slog.Logger) (engine.Config, error) {
 	cfg := engine.Config{
 		Upstream:       up,
 		Endpoints:      o.Endpoints,
-		Discovery:      func() (*rest.Config, error) { return discoveryConfig(o) },
+		Discovery:      func() (resolver.APIServer, error) { return discoveryAPIServer(o, log) },
 		Balancer:       balancerConfig(o),
 		Proxy:          proxyConfig(o),
 		Probe:          proberConfig(o),
@@ -140,36 +140,61 @@ func EngineConfig(o Options, log *slog.Logger) (engine.Config, error) {
 	return cfg, nil
 }
 
-// discoveryConfig returns the credentials of the endpointslice resolver
-// (--discovery-kubeconfig): by default the client's own kubeconfig, which
-// talks to its server directly rather than through fanout.
-func discoveryConfig(o Options) (*rest.Config, error) {
+// discoveryAPIServer returns where and as whom the endpointslice
+// resolver reads EndpointSlices (--discovery-kubeconfig): by default the
+// client's own kubeconfig, which talks to its server directly rather than
+// through fanout. The credentials' files are watched while the resolver
+// runs, as the client's are.
+func discoveryAPIServer(o Options, log *slog.Logger) (resolver.APIServer, error) {
+	up, err := discoveryUpstream(o)
+	if err != nil {
+		return resolver.APIServer{}, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	creds, err := certs.NewCredentialsWithOptions(up, certs.Options{Log: log.With("for", "discovery")})
+	if err != nil {
+		return resolver.APIServer{}, fmt.Errorf("discovery credentials: %w", err)
+	}
+	return resolver.APIServer{
+		URL:       up.Server.String(),
+		Transport: certs.NewRoundTripper(creds, up.ServerName),
+		Start:     creds.Start,
+		Stop:      creds.Stop,
+	}, nil
+}
+
+// discoveryUpstream loads the discovery credentials: the same kinds of
+// kubeconfig fanout takes for the client (LoadKubeconfig), or the pod's
+// service account.
+func discoveryUpstream(o Options) (*certs.Upstream, error) {
 	switch o.DiscoveryKubeconfig {
 	case DiscoveryInCluster:
-		c, err := rest.InClusterConfig()
+		up, err := certs.LoadInCluster(inClusterPaths)
 		if err != nil {
 			return nil, fmt.Errorf("--discovery-kubeconfig %s: %w", DiscoveryInCluster, err)
 		}
-		return c, nil
+		return up, nil
 	case "":
 		if o.InCluster {
-			c, err := rest.InClusterConfig()
+			up, err := certs.LoadInCluster(inClusterPaths)
 			if err != nil {
 				return nil, fmt.Errorf("--in-cluster for discovery: %w", err)
 			}
-			return c, nil
+			return up, nil
 		}
-		c, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		up, err := certs.LoadKubeconfig(o.Kubeconfig)
 		if err != nil {
 			return nil, fmt.Errorf("--kubeconfig %s for discovery: %w; pass --discovery-kubeconfig", o.Kubeconfig, err)
 		}
-		return c, nil
+		return up, nil
 	}
-	c, err := clientcmd.BuildConfigFromFlags("", o.DiscoveryKubeconfig)
+	up, err := certs.LoadKubeconfig(o.DiscoveryKubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--discovery-kubeconfig %s: %w", o.DiscoveryKubeconfig, err)
 	}
-	return c, nil
+	return up, nil
 }
 
 // Metrics provides one Prometheus registry as both Registerer and Gatherer,

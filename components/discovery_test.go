@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,10 +22,10 @@ import (
 	"github.com/fanout-dev/fanout/components/proxy"
 )
 
-// serveSlices answers the EndpointSlice list and watch of the informer:
+// serveSlices answers the EndpointSlice list and watch of the resolver:
 // the list from list, a watch that stays open without events, and a 400
-// for the streaming list (sendInitialEvents) so that the reflector falls
-// back to list and watch.
+// for a streaming list (sendInitialEvents), which the resolver must not
+// send.
 func serveSlices(w http.ResponseWriter, r *http.Request, list string) {
 	w.Header().Set("Content-Type", "application/json")
 	q := r.URL.Query()
@@ -69,22 +68,6 @@ func sliceList(t *testing.T, servers []*apiserver, terminating int) string {
 // (draining, still listed), and spreads requests over the other two.
 func TestEndpointSliceDiscovery(t *testing.T) {
 	checkDiscovery(t)
-	// The discovery client's certificate comes from files, so client-go
-	// runs a rotation goroutine per transport, which it ends only when the
-	// transport is garbage collected (that is what a process-lifetime
-	// client wants). Collect it here rather than teach goleak to ignore it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		runtime.GC()
-		buf := make([]byte, 1<<20)
-		if !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "dynamicClientCert") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("client-go's certificate rotation goroutine outlived the discovery client")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func checkDiscovery(t *testing.T) {
@@ -173,6 +156,10 @@ func TestDiscoveryConfig(t *testing.T) {
 		return p
 	}
 	own, other := kc("https://own.example:6443"), kc("https://other.example:6443")
+	execPlugin := filepath.Join(dir, "exec")
+	if err := os.WriteFile(execPlugin, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://x.example\"}\nusers:\n- name: u\n  user: {exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "")
 	tests := []struct {
@@ -185,10 +172,11 @@ func TestDiscoveryConfig(t *testing.T) {
 		{"a path", other, "https://other.example:6443", ""},
 		{"missing path", filepath.Join(dir, "nope"), "", "--discovery-kubeconfig"},
 		{"in-cluster outside a pod", DiscoveryInCluster, "", "--discovery-kubeconfig in-cluster"},
+		{"exec plugin", execPlugin, "", "exec credential plugins are not supported"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := discoveryConfig(Options{Kubeconfig: own, DiscoveryKubeconfig: tt.flag})
+			c, err := discoveryAPIServer(Options{Kubeconfig: own, DiscoveryKubeconfig: tt.flag}, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)
@@ -198,8 +186,8 @@ func TestDiscoveryConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Host != tt.wantHost {
-				t.Fatalf("host = %q, want %q", c.Host, tt.wantHost)
+			if c.URL != tt.wantHost {
+				t.Fatalf("URL = %q, want %q", c.URL, tt.wantHost)
 			}
 		})
 	}

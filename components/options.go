@@ -81,7 +81,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"terminating endpoints get no new requests). Discovery failures keep the last known endpoints, and until discovery first succeeds fanout uses the kubeconfig's server. "+
 			"Default: the kubeconfig's server alone.")
 	fs.StringVar(&o.DiscoveryKubeconfig, "discovery-kubeconfig", o.DiscoveryKubeconfig,
-		"Credentials for --endpoints endpointslice:///...: empty uses --kubeconfig (its server, directly); a path uses that kubeconfig; "+
+		"Credentials for --endpoints endpointslice:///...: empty uses --kubeconfig (its server, directly); a path uses that kubeconfig, read as --kubeconfig is (no exec or auth-provider plugins); "+
 			"\"in-cluster\" uses the pod's service account. They need get, list and watch on discovery.k8s.io endpointslices in the namespace (see manifests/rbac).")
 	fs.StringVar(&o.TLSServerName, "tls-server-name", o.TLSServerName,
 		"Server name verified on every endpoint's certificate. Default: the kubeconfig's tls-server-name, else the host of its server URL.")

@@ -7,8 +7,6 @@ import (
 	"net"
 	"sync"
 	"time"
-
-	"k8s.io/utils/clock"
 )
 
 // DefaultDNSInterval is how often the dns resolver looks the name up again.
@@ -33,8 +31,8 @@ type DNS struct {
 	Lookup func(ctx context.Context, host string) ([]net.IPAddr, error)
 	// Fallback is published if the first lookups fail.
 	Fallback []Endpoint
-	Clock    clock.WithTicker // the real clock if nil
-	Log      *slog.Logger     // discards if nil
+	Clock    Clock        // the real clock if nil
+	Log      *slog.Logger // discards if nil
 	Metrics  *Metrics
 
 	kickOnce sync.Once
@@ -63,10 +61,7 @@ func (d *DNS) kickChan() chan struct{} {
 // Run looks the name up at once, then every Interval and on ResolveNow,
 // until ctx is done.
 func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
-	clk := d.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
+	clk := clockOrReal(d.Clock)
 	interval := d.Interval
 	if interval <= 0 {
 		interval = DefaultDNSInterval
@@ -83,7 +78,7 @@ func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
 	defer t.Stop()
 	// delayed holds a ResolveNow that came too soon after the last lookup
 	// until MinResolveNowGap has passed; nil when none waits.
-	var delayed clock.Timer
+	var delayed Timer
 	defer func() {
 		if delayed != nil {
 			delayed.Stop()
@@ -126,7 +121,7 @@ func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
 // ResolveNow, or when a ResolveNow delayed to MinResolveNowGap after
 // lastStart is due. It returns false when ctx is done. *delayed is the
 // pending delay timer, which waitNext may set or clear.
-func waitNext(ctx context.Context, clk clock.Clock, tick <-chan time.Time, kick <-chan struct{}, lastStart time.Time, delayed *clock.Timer) bool {
+func waitNext(ctx context.Context, clk Clock, tick <-chan time.Time, kick <-chan struct{}, lastStart time.Time, delayed *Timer) bool {
 	for {
 		var due <-chan time.Time
 		if *delayed != nil {
@@ -141,7 +136,7 @@ func waitNext(ctx context.Context, clk clock.Clock, tick <-chan time.Time, kick 
 			*delayed = nil
 			return true
 		case <-kick:
-			gap := MinResolveNowGap - clk.Since(lastStart)
+			gap := MinResolveNowGap - clk.Now().Sub(lastStart)
 			if gap <= 0 {
 				return true
 			}

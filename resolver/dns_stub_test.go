@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/dns/dnsmessage"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // stubDNS is a DNS server on loopback UDP that answers A and AAAA queries
@@ -166,7 +165,7 @@ func TestDNSWithStubServer(t *testing.T) {
 	stub := newStubDNS(t)
 	stub.set(name, "10.0.0.2", "fd00::1", "10.0.0.1")
 
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	clk := newFakeClock(time.Unix(1000, 0))
 	lookupErrs := make(chan error, 16)
 	m := NewMetrics()
 	stubLookup := stub.lookup()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 type lookupResult struct {
@@ -60,7 +59,7 @@ func TestDNS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			clk := newFakeClock(time.Unix(1000, 0))
 			results := make(chan lookupResult)
 			m := NewMetrics()
 			d := &DNS{
@@ -153,7 +152,7 @@ func nextUpdate(t *testing.T, updates <-chan []Endpoint, expect bool) []Endpoint
 }
 
 func TestDNSResolveNow(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	clk := newFakeClock(time.Unix(1000, 0))
 	lookups := make(chan time.Time, 16)
 	d := &DNS{
 		Host: "kube.example", Port: "6443", Interval: 5 * time.Second, Clock: clk,

@@ -1,9 +1,10 @@
 package resolver
 
 import (
-	"context"
-	"errors"
+	"net/http"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,10 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
-	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // ep is an endpoint of a test slice. cond is "" (conditions unset),
@@ -84,29 +81,15 @@ func show(eps []Endpoint) []string {
 
 func TestEndpointSlices(t *testing.T) {
 	type step struct {
-		do   func(ctx context.Context, c *fake.Clientset) error
+		do   func(f *fakeAPIServer)
 		want []string // nil: no update expected
 	}
-	create := func(s *discoveryv1.EndpointSlice) func(context.Context, *fake.Clientset) error {
-		return func(ctx context.Context, c *fake.Clientset) error {
-			_, err := c.DiscoveryV1().EndpointSlices("default").Create(ctx, s, metav1.CreateOptions{})
-			return err
-		}
-	}
-	update := func(s *discoveryv1.EndpointSlice) func(context.Context, *fake.Clientset) error {
-		return func(ctx context.Context, c *fake.Clientset) error {
-			_, err := c.DiscoveryV1().EndpointSlices("default").Update(ctx, s, metav1.UpdateOptions{})
-			return err
-		}
-	}
-	remove := func(name string) func(context.Context, *fake.Clientset) error {
-		return func(ctx context.Context, c *fake.Clientset) error {
-			return c.DiscoveryV1().EndpointSlices("default").Delete(ctx, name, metav1.DeleteOptions{})
-		}
-	}
+	create := func(s *discoveryv1.EndpointSlice) func(*fakeAPIServer) { return func(f *fakeAPIServer) { f.create(s) } }
+	update := func(s *discoveryv1.EndpointSlice) func(*fakeAPIServer) { return func(f *fakeAPIServer) { f.update(s) } }
+	remove := func(name string) func(*fakeAPIServer) { return func(f *fakeAPIServer) { f.remove(name) } }
 	tests := []struct {
 		name       string
-		objects    []runtime.Object
+		objects    []*discoveryv1.EndpointSlice
 		portName   string
 		failLists  int // the first lists fail
 		first      []string
@@ -115,7 +98,7 @@ func TestEndpointSlices(t *testing.T) {
 	}{
 		{
 			name: "slices merged, conditions mapped, other services ignored",
-			objects: []runtime.Object{
+			objects: []*discoveryv1.EndpointSlice{
 				slice("k-1", "kubernetes", https, ep{"10.0.0.2", "ready", "z2"}, ep{"10.0.0.1", "", ""}),
 				slice("k-2", "kubernetes", https, ep{"10.0.0.3", "terminating", ""}, ep{"10.0.0.4", "unready", ""}, ep{"10.0.0.5", "gone", ""}),
 				slice("o-1", "other", https, ep{"10.9.9.9", "ready", ""}),
@@ -124,7 +107,7 @@ func TestEndpointSlices(t *testing.T) {
 		},
 		{
 			name:    "add, update and remove slices",
-			objects: []runtime.Object{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
+			objects: []*discoveryv1.EndpointSlice{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
 			first:   []string{"10.0.0.1:6443"},
 			steps: []step{
 				{create(slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""})), []string{"10.0.0.1:6443", "10.0.0.2:6443"}},
@@ -138,18 +121,18 @@ func TestEndpointSlices(t *testing.T) {
 		},
 		{
 			name:     "port by name",
-			objects:  []runtime.Object{slice("k-1", "kubernetes", []port{{"metrics", 9090}, {"https", 6443}}, ep{"10.0.0.1", "ready", ""})},
+			objects:  []*discoveryv1.EndpointSlice{slice("k-1", "kubernetes", []port{{"metrics", 9090}, {"https", 6443}}, ep{"10.0.0.1", "ready", ""})},
 			portName: "https",
 			first:    []string{"10.0.0.1:6443"},
 		},
 		{
 			name:    "first port without a name",
-			objects: []runtime.Object{slice("k-1", "kubernetes", []port{{"metrics", 9090}, {"https", 6443}}, ep{"10.0.0.1", "ready", ""})},
+			objects: []*discoveryv1.EndpointSlice{slice("k-1", "kubernetes", []port{{"metrics", 9090}, {"https", 6443}}, ep{"10.0.0.1", "ready", ""})},
 			first:   []string{"10.0.0.1:9090"},
 		},
 		{
 			name:       "missing port name: fallback",
-			objects:    []runtime.Object{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
+			objects:    []*discoveryv1.EndpointSlice{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
 			portName:   "web",
 			first:      []string{"kube.example:6443"},
 			wantErrors: 1,
@@ -164,7 +147,7 @@ func TestEndpointSlices(t *testing.T) {
 		},
 		{
 			name:       "list errors: fallback, then the slices",
-			objects:    []runtime.Object{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
+			objects:    []*discoveryv1.EndpointSlice{slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""})},
 			failLists:  1,
 			first:      []string{"kube.example:6443"},
 			steps:      []step{{nil, []string{"10.0.0.1:6443"}}},
@@ -173,19 +156,12 @@ func TestEndpointSlices(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := context.Background()
-			c := fake.NewClientset(tt.objects...)
-			var lists atomic.Int32
-			c.PrependReactor("list", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
-				if int(lists.Add(1)) <= tt.failLists {
-					return true, nil, errors.New("connection refused")
-				}
-				return false, nil, nil
-			})
-			clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+			f := newFakeAPIServer(t, tt.objects...)
+			f.failNextLists(tt.failLists, http.StatusServiceUnavailable)
+			clk := newFakeClock(time.Unix(1000, 0))
 			m := NewMetrics()
 			r := &EndpointSlices{
-				Client: c, Namespace: "default", Service: "kubernetes", PortName: tt.portName,
+				APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", PortName: tt.portName,
 				Fallback: []Endpoint{{Address: "kube.example:6443"}},
 				Clock:    clk, Metrics: m,
 			}
@@ -196,9 +172,8 @@ func TestEndpointSlices(t *testing.T) {
 			}
 			for i, s := range tt.steps {
 				if s.do != nil {
-					if err := s.do(ctx, c); err != nil {
-						t.Fatalf("step %d: %v", i, err)
-					}
+					waitFor(t, func() bool { return f.watching() == 1 })
+					s.do(f)
 				}
 				if s.want == nil {
 					expectNone(t, clk, updates)
@@ -218,27 +193,22 @@ func TestEndpointSlices(t *testing.T) {
 // TestEndpointSlicesDebounce checks that a change is published only once
 // the debounce delay has passed, and a burst once.
 func TestEndpointSlicesDebounce(t *testing.T) {
-	ctx := context.Background()
-	c := fake.NewClientset(slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	f := newFakeAPIServer(t, slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
+	clk := newFakeClock(time.Unix(1000, 0))
 	var events atomic.Int32
-	r := &EndpointSlices{Client: c, Namespace: "default", Service: "kubernetes", Clock: clk, Debounce: time.Second,
+	r := &EndpointSlices{APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", Clock: clk, Debounce: time.Second,
 		onEvent: func() { events.Add(1) }}
 	updates, stop := runResolver(t, r)
 	defer stop()
 	waitUpdate(t, clk, updates)
+	waitFor(t, func() bool { return f.watching() == 1 })
 	base := events.Load()
 
-	slices := c.DiscoveryV1().EndpointSlices("default")
-	if _, err := slices.Create(ctx, slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""}), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f.create(slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""}))
 	waitFor(t, clk.HasWaiters)
 	clk.Step(500 * time.Millisecond)
-	if _, err := slices.Create(ctx, slice("k-3", "kubernetes", https, ep{"10.0.0.3", "ready", ""}), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Let the informer deliver the second event before the delay ends.
+	f.create(slice("k-3", "kubernetes", https, ep{"10.0.0.3", "ready", ""}))
+	// Let the watch deliver the second event before the delay ends.
 	waitFor(t, func() bool { return events.Load() == base+2 })
 	clk.Step(499 * time.Millisecond)
 	select {
@@ -265,7 +235,7 @@ func TestEndpointSlicesDebounce(t *testing.T) {
 
 // waitUpdate steps the fake clock past any pending debounce until an
 // update arrives.
-func waitUpdate(t *testing.T, clk *clocktesting.FakeClock, updates <-chan []Endpoint) []Endpoint {
+func waitUpdate(t *testing.T, clk *fakeClock, updates <-chan []Endpoint) []Endpoint {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -283,7 +253,7 @@ func waitUpdate(t *testing.T, clk *clocktesting.FakeClock, updates <-chan []Endp
 }
 
 // expectNone steps the fake clock for a while and fails on any update.
-func expectNone(t *testing.T, clk *clocktesting.FakeClock, updates <-chan []Endpoint) {
+func expectNone(t *testing.T, clk *fakeClock, updates <-chan []Endpoint) {
 	t.Helper()
 	end := time.After(300 * time.Millisecond)
 	for {
@@ -306,5 +276,103 @@ func waitFor(t *testing.T, cond func() bool) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatal("condition not met within 10s")
 		}
+	}
+}
+
+// TestEndpointSlicesListWatch follows the requests the resolver sends
+// through a watch's life: one list, then a watch from the list's
+// resourceVersion; a watch the server ends is opened again from the last
+// resourceVersion seen (a bookmark's included) without a list; 410 Gone
+// and a broken stream lead to a new list after the backoff, which picks
+// up what changed meanwhile, and count no error; a failing list is
+// reported with what to do.
+func TestEndpointSlicesListWatch(t *testing.T) {
+	f := newFakeAPIServer(t, slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
+	clk := newFakeClock(time.Unix(1000, 0))
+	m := NewMetrics()
+	r := &EndpointSlices{APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", Clock: clk, Metrics: m}
+	updates, stop := runResolver(t, r)
+	defer stop()
+	if got := show(waitUpdate(t, clk, updates)); !reflect.DeepEqual(got, []string{"10.0.0.1:6443"}) {
+		t.Fatalf("first snapshot %v", got)
+	}
+	calls := func(want ...string) {
+		t.Helper()
+		waitFor(t, func() bool { return len(f.calls()) >= len(want) && f.watching() == 1 })
+		if got := f.calls(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("requests %v, want %v", got, want)
+		}
+	}
+	calls("list", "watch@101")
+	req, q := f.lastRequest()
+	if got := q.Get("labelSelector"); got != "kubernetes.io/service-name=kubernetes" {
+		t.Errorf("labelSelector %q", got)
+	}
+	if q.Get("allowWatchBookmarks") != "true" {
+		t.Errorf("watch without allowWatchBookmarks: %s", req.URL)
+	}
+	if s, err := strconv.Atoi(q.Get("timeoutSeconds")); err != nil || s < 300 || s >= 600 {
+		t.Errorf("timeoutSeconds %q, want 300 to 599", q.Get("timeoutSeconds"))
+	}
+	if req.Header.Get("Accept") != "application/json" || req.Header.Get("User-Agent") != "fanout-discovery" {
+		t.Errorf("headers %v", req.Header)
+	}
+
+	// The server's timeout ends the watch after a bookmark: watch again
+	// from the bookmark.
+	f.bookmark() // resourceVersion 102
+	clk.Step(minWatchRun)
+	f.endWatches("clean")
+	calls("list", "watch@101", "watch@102")
+
+	// 410 Gone: list again after the backoff, and see what changed.
+	f.endWatches("gone")
+	f.create(slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""}))
+	if got := show(waitUpdate(t, clk, updates)); !reflect.DeepEqual(got, []string{"10.0.0.1:6443", "10.0.0.2:6443"}) {
+		t.Fatalf("after 410: %v", got)
+	}
+	calls("list", "watch@101", "watch@102", "list", "watch@103")
+
+	// A broken stream: the same.
+	f.endWatches("break")
+	f.update(slice("k-2", "kubernetes", https, ep{"10.0.0.2", "terminating", ""}))
+	if got := show(waitUpdate(t, clk, updates)); !reflect.DeepEqual(got, []string{"10.0.0.1:6443", "-10.0.0.2:6443"}) {
+		t.Fatalf("after a broken stream: %v", got)
+	}
+	calls("list", "watch@101", "watch@102", "list", "watch@103", "list", "watch@104")
+
+	// A watch the server ends at once is not opened again at once.
+	f.endWatches("clean")
+	waitFor(t, clk.HasWaiters) // the backoff, with the clock not moved since the watch began
+	stepUntil(t, clk, func() bool { return len(f.calls()) == 9 })
+	calls("list", "watch@101", "watch@102", "list", "watch@103", "list", "watch@104", "list", "watch@104")
+	if got := testutil.ToFloat64(m.errors.WithLabelValues("endpointslice")); got != 0 {
+		t.Fatalf("routine watch ends counted %v errors, want 0", got)
+	}
+
+	// A list the apiserver refuses is reported, with what to do.
+	f.failNextLists(1, http.StatusForbidden)
+	f.endWatches("gone")
+	stepUntil(t, clk, func() bool { return testutil.ToFloat64(m.errors.WithLabelValues("endpointslice")) == 1 })
+	if ok, detail := m.Status(); ok || !strings.Contains(detail, "answered 403") || !strings.Contains(detail, "grant list and watch") {
+		t.Errorf("status after a 403: %v %q", ok, detail)
+	}
+	f.remove("k-1")
+	if got := show(waitUpdate(t, clk, updates)); !reflect.DeepEqual(got, []string{"-10.0.0.2:6443"}) {
+		t.Fatalf("after the 403: %v", got)
+	}
+	if ok, detail := m.Status(); !ok {
+		t.Errorf("status after recovery: %q", detail)
+	}
+}
+
+// stepUntil steps the fake clock a second at a time until cond holds.
+func stepUntil(t *testing.T, clk *fakeClock, cond func() bool) {
+	t.Helper()
+	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("condition not met within 10s")
+		}
+		clk.Step(time.Second)
 	}
 }

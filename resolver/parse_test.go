@@ -2,23 +2,23 @@ package resolver
 
 import (
 	"errors"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
 	"testing"
-
-	"k8s.io/client-go/rest"
 )
 
 func TestParseDynamic(t *testing.T) {
 	def, _ := url.Parse("https://kube.example:6443")
 	fallback := []Endpoint{{Address: "kube.example:6443"}}
-	discovery := func() (*rest.Config, error) { return &rest.Config{Host: "https://kube.example:6443"}, nil }
+	api := APIServer{URL: "https://kube.example:6443", Transport: http.DefaultTransport}
+	discovery := func() (APIServer, error) { return api, nil }
 	tests := []struct {
 		name      string
 		spec      string
-		discovery func() (*rest.Config, error)
-		want      Resolver // compared without Client
+		discovery func() (APIServer, error)
+		want      Resolver // compared without APIServer
 		wantErr   string
 	}{
 		{"dns", "dns:///kube.example:6443", nil,
@@ -43,7 +43,11 @@ func TestParseDynamic(t *testing.T) {
 		{"endpointslice bad port name", "endpointslice:///default/kubernetes:", discovery, nil, "port name"},
 		{"endpointslice no credentials", "endpointslice:///default/kubernetes", nil, nil, "no credentials"},
 		{"endpointslice credentials fail", "endpointslice:///default/kubernetes",
-			func() (*rest.Config, error) { return nil, errors.New("no such file") }, nil, "discovery credentials: no such file"},
+			func() (APIServer, error) { return APIServer{}, errors.New("no such file") }, nil, "discovery credentials: no such file"},
+		{"endpointslice bad discovery URL", "endpointslice:///default/kubernetes",
+			func() (APIServer, error) {
+				return APIServer{URL: "kube.example:6443", Transport: http.DefaultTransport}, nil
+			}, nil, "is not an http(s) URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,10 +62,10 @@ func TestParseDynamic(t *testing.T) {
 				t.Fatalf("Parse(%q) = %v", tt.spec, err)
 			}
 			if es, ok := r.(*EndpointSlices); ok {
-				if es.Client == nil {
-					t.Fatal("endpointslice resolver has no client")
+				if es.APIServer.URL != api.URL || es.APIServer.Transport != api.Transport {
+					t.Fatalf("endpointslice resolver has APIServer %+v, want %+v", es.APIServer, api)
 				}
-				es.Client = nil
+				es.APIServer = APIServer{}
 			}
 			if !reflect.DeepEqual(r, tt.want) {
 				t.Fatalf("Parse(%q) = %+v, want %+v", tt.spec, r, tt.want)

@@ -5,8 +5,8 @@
 // set of endpoints, so a consumer can rebuild its state from one update alone.
 //
 // Three resolvers exist: Static (a fixed list), DNS (A/AAAA records looked
-// up periodically) and EndpointSlices (a Service's EndpointSlices through
-// an informer). The dynamic ones never publish an empty set: a failed or
+// up periodically) and EndpointSlices (a Service's EndpointSlices, listed
+// and watched). The dynamic ones never publish an empty set: a failed or
 // empty resolution keeps the last good one, and until the first success
 // they publish the kubeconfig's server so that fanout works meanwhile.
 package resolver
@@ -20,10 +20,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 )
 
 // Endpoint is one kube-apiserver instance, addressed as host:port.
@@ -71,9 +67,10 @@ type Config struct {
 	// spec, and what the dynamic resolvers publish until they first
 	// resolve something.
 	Fallback *url.URL
-	// Discovery returns the credentials the endpointslice resolver lists
-	// and watches EndpointSlices with. Only called for that scheme.
-	Discovery func() (*rest.Config, error)
+	// Discovery returns where and with what credentials the
+	// endpointslice resolver lists and watches EndpointSlices. Only
+	// called for that scheme.
+	Discovery func() (APIServer, error)
 	Log       *slog.Logger // discards if nil
 	Metrics   *Metrics     // nil records nothing
 }
@@ -178,32 +175,30 @@ func parseEndpointSlice(spec, after string, c Config) (Resolver, error) {
 		return nil, fmt.Errorf("--endpoints %q: %s", spec, want)
 	}
 	svc, port, hasPort := strings.Cut(svc, ":")
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return nil, fmt.Errorf("--endpoints %q: namespace %q: %s; %s", spec, ns, strings.Join(errs, ", "), want)
+	if err := checkNamespace(ns); err != nil {
+		return nil, fmt.Errorf("--endpoints %q: namespace %q: %v; %s", spec, ns, err, want)
 	}
-	if errs := validation.IsDNS1035Label(svc); len(errs) > 0 {
-		return nil, fmt.Errorf("--endpoints %q: service %q: %s; %s", spec, svc, strings.Join(errs, ", "), want)
+	if err := checkService(svc); err != nil {
+		return nil, fmt.Errorf("--endpoints %q: service %q: %v; %s", spec, svc, err, want)
 	}
 	if hasPort {
-		if errs := validation.IsValidPortName(port); len(errs) > 0 {
-			return nil, fmt.Errorf("--endpoints %q: port name %q: %s; %s", spec, port, strings.Join(errs, ", "), want)
+		if err := checkPortName(port); err != nil {
+			return nil, fmt.Errorf("--endpoints %q: port name %q: %v; %s", spec, port, err, want)
 		}
 	}
 	if c.Discovery == nil {
 		return nil, fmt.Errorf("--endpoints %q: no credentials for discovery", spec)
 	}
-	cfg, err := c.Discovery()
+	api, err := c.Discovery()
 	if err != nil {
 		return nil, fmt.Errorf("--endpoints %q: discovery credentials: %w", spec, err)
 	}
-	cfg = rest.CopyConfig(cfg)
-	rest.AddUserAgent(cfg, "fanout-discovery")
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--endpoints %q: discovery client: %w", spec, err)
+	// Checked now, so that a bad URL fails at start rather than in Run.
+	if _, err := newSliceClient(api, ns, svc); err != nil {
+		return nil, fmt.Errorf("--endpoints %q: %w", spec, err)
 	}
 	return &EndpointSlices{
-		Client: client, Namespace: ns, Service: svc, PortName: port,
+		APIServer: api, Namespace: ns, Service: svc, PortName: port,
 		Fallback: c.fallback(), Log: c.Log, Metrics: c.Metrics,
 	}, nil
 }

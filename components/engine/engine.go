@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/rest"
 
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/balancer"
@@ -49,9 +48,10 @@ type Config struct {
 	// Endpoints is where the apiservers are, in the --endpoints grammar
 	// (resolver.Parse); "" is Upstream.Server alone.
 	Endpoints string
-	// Discovery returns the credentials of the endpointslice:/// resolver;
-	// only called for that scheme.
-	Discovery func() (*rest.Config, error)
+	// Discovery returns where and with what credentials the
+	// endpointslice:/// resolver reads EndpointSlices; only called for
+	// that scheme.
+	Discovery func() (resolver.APIServer, error)
 
 	// Transport configures the connection pools of requests and probes.
 	// An empty ServerName means Upstream.ServerName.

@@ -20,8 +20,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // DefaultRatio is the share of the cgroup limit given to the Go runtime.
@@ -75,11 +73,10 @@ func apply(spec, env string, root fs.FS, set func(int64) int64) (Limit, error) {
 		set(math.MaxInt64)
 		return Limit{Bytes: math.MaxInt64, Source: SourceNone}, nil
 	case spec != "" && spec != "auto":
-		q, err := resource.ParseQuantity(spec)
-		if err != nil || q.Sign() <= 0 {
+		b, err := ParseSize(spec)
+		if err != nil || b <= 0 {
 			return Limit{}, fmt.Errorf("--memory-limit %q: want auto, off, or a positive size such as 96Mi", spec)
 		}
-		b := q.Value()
 		set(b)
 		return Limit{Bytes: b, Source: SourceFlag}, nil
 	case env != "":
@@ -96,16 +93,6 @@ func apply(spec, env string, root fs.FS, set func(int64) int64) (Limit, error) {
 	b := int64(float64(cg) * DefaultRatio)
 	set(b)
 	return Limit{Bytes: b, Cgroup: cg, Source: SourceCgroup}, nil
-}
-
-// ParseSize reads a size written as a Kubernetes quantity ("16Mi",
-// "100M", "1048576").
-func ParseSize(s string) (int64, error) {
-	q, err := resource.ParseQuantity(strings.TrimSpace(s))
-	if err != nil {
-		return 0, err
-	}
-	return q.Value(), nil
 }
 
 // CgroupLimit returns the memory limit of this process's cgroup, read
