@@ -72,7 +72,6 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 			lc.Append(fx.StartStopHook(s.Start, s.Stop))
 			return s
 		}),
-		fx.Invoke(routeKlog),
 		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(o, log, reg) }),
 		fx.Supply(startup),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {

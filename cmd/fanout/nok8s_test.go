@@ -8,19 +8,13 @@ import (
 )
 
 // k8sAllowed are the imports of k8s.io packages the sidecar binary may
-// still have: the request path (components/proxy and below), which is
-// being moved off k8s.io on its own branch, and the klog routing that
-// exists only for what the request path logs through klog. Once both are
-// gone, this list is empty and the test below checks that the binary
-// links no k8s.io package at all. Keep it the one place for exceptions.
+// have: none. Keep it the one place for exceptions, should one ever be
+// needed again.
 var k8sAllowed = []struct {
 	importer string
 	subtree  bool   // importer's subpackages too
 	imported string // "" for any k8s.io package
-}{
-	{importer: "github.com/fanout-dev/fanout/components/proxy", subtree: true},
-	{importer: "github.com/fanout-dev/fanout/components", imported: "k8s.io/klog/v2"},
-}
+}{}
 
 func k8sImportAllowed(importer, imported string) bool {
 	for _, a := range k8sAllowed {
