@@ -18,12 +18,9 @@ var requestPath = []string{
 
 // kubernetesImportersPending are the fanout packages in the request path's
 // dependencies that still import Kubernetes libraries, each to be rid of
-// them by its own change: the EndpointSlice resolver (reached through
-// components/balancer's resolver.Endpoint). The test fails when one of
-// them no longer does, so that the list only shrinks.
-var kubernetesImportersPending = []string{
-	"github.com/fanout-dev/fanout/resolver",
-}
+// them by its own change: none left. The test fails when one of them no
+// longer does, so that the list only shrinks.
+var kubernetesImportersPending = []string{}
 
 // TestRequestPathLinksNoKubernetes keeps the Kubernetes libraries out of
 // the request path: they are most of the sidecar's executable, and its
