@@ -118,8 +118,8 @@ func (t *Tuner) Stop() {
 // finished. It holds a pointer so that it is not a tiny allocation, whose
 // cleanup could wait for its neighbours.
 type sentinel struct {
-	t   *Tuner
-	pad [2]uintptr
+	_ *Tuner
+	_ [2]uintptr
 }
 
 func (t *Tuner) arm() {
