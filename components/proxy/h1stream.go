@@ -17,7 +17,8 @@ import (
 // all waiting for the next event. h1Stream takes the connection over
 // (http.Hijacker) once the upstream's headers are written, and leaves
 // net/http's serve goroutine to return: a fresh goroutine copies the body
-// as HTTP/1.1 chunks straight to the socket through a 1 KiB buffer, and a
+// as HTTP/1.1 chunks straight to the socket through a 1 KiB buffer (a
+// pooled 32 KiB one while a burst lasts), and a
 // second one reads the socket to notice the client leaving, as net/http's
 // background reader did.
 //
@@ -141,6 +142,7 @@ func (s *h1Stream) WriteHeader(code int) {
 	// one that did gets the connection closed, as "Connection: close" said.
 	_, _ = brw.Reader.Discard(brw.Reader.Buffered())
 	s.unfollow()
+	s.unfollow = nil
 	s.conn, s.taken = conn, true
 	s.running.Store(2)
 	s.h.streams.add(s)
@@ -185,13 +187,18 @@ func (s *h1Stream) Close() error {
 }
 
 // chunkHead is the room left before the data for a chunk's size line:
-// up to 3 hex digits for 1 KiB, and CRLF.
-const chunkHead = 8
+// up to 3 hex digits for 1 KiB, and CRLF. A stream's buffer is
+// longCopyBuffer in all (an allocation size class of its own), its
+// chunks at most chunkData long.
+const (
+	chunkHead = 8
+	chunkData = longCopyBuffer - chunkHead - 2
+)
 
 var lastChunk = []byte("0\r\n\r\n")
 
-// copy is the stream's goroutine: upstream body to client, one chunk per
-// read, as the reverse proxy with FlushInterval -1 did. It ends the
+// copy is the stream's goroutine: upstream body to client, one chunk and
+// one write per read. It ends the
 // stream: at the upstream's end (a clean end of the chunked body, as
 // StopLongRunning and the rebalancer make it), at a read error (the
 // connection is closed without the last chunk, as net/http's
@@ -199,13 +206,32 @@ var lastChunk = []byte("0\r\n\r\n")
 // the client is gone.
 func (s *h1Stream) copy() {
 	defer s.exit()
-	buf := make([]byte, chunkHead+longCopyBuffer+2)
+	small := make([]byte, longCopyBuffer)
+	buf := small
+	defer func() {
+		if len(buf) != len(small) {
+			copyBuffers.Put(buf)
+		}
+	}()
 	for {
-		n, err := s.body.Read(buf[chunkHead : chunkHead+longCopyBuffer])
+		n, err := s.body.Read(buf[chunkHead : len(buf)-2])
 		if n > 0 {
 			if _, werr := s.conn.Write(chunk(buf, n)); werr != nil {
 				break // the client is gone
 			}
+		}
+		// A read that filled the buffer says more was probably waiting
+		// (a burst: the initial events of a watch-list, a busy
+		// informer): read it in 32 KiB chunks, one write each, rather
+		// than 1 KiB ones. The first read that does not fill the large
+		// buffer gives it back, so an idle watch waits with the small one
+		// (unless a burst ended exactly at a 32 KiB read).
+		switch full := n == len(buf)-chunkHead-2; {
+		case full && len(buf) == len(small):
+			buf = copyBuffers.Get()
+		case !full && len(buf) != len(small):
+			copyBuffers.Put(buf)
+			buf = small
 		}
 		if errors.Is(err, io.EOF) {
 			_, _ = s.conn.Write(lastChunk)
