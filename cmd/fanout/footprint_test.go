@@ -35,10 +35,10 @@ import (
 //   - h2c: the stream's handler goroutine and that same upstream one.
 //
 // The heap budgets are about 10% over what was measured (9.9 KiB for
-// HTTP/1.1, 15.0-15.6 KiB for h2c): adding back one per-watch buffer of a
+// HTTP/1.1, 15.2-15.6 KiB for h2c): adding back one per-watch buffer of a
 // few KiB (the 8 KiB copy buffer watches once had, net/http's connection
 // buffers that a taken-over watch no longer holds) fails the test. Stacks
-// vary more between runs (11.5-12.8 KiB and 13-18 KiB were seen), so their
+// vary more between runs (11.5-12.8 KiB and 14-18 KiB were seen), so their
 // budget is looser; it catches a goroutine whose stack doubles, and an
 // HTTP/1.1 watch served by net/http's goroutines again (22 KiB).
 var footprintBudgets = map[string]struct {
