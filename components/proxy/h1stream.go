@@ -18,9 +18,11 @@ import (
 // (http.Hijacker) once the upstream's headers are written, and leaves
 // net/http's serve goroutine to return: a fresh goroutine copies the body
 // as HTTP/1.1 chunks straight to the socket through a 1 KiB buffer (a
-// pooled 32 KiB one while a burst lasts), and a
-// second one reads the socket to notice the client leaving, as net/http's
-// background reader did.
+// pooled 32 KiB one while a burst lasts), and the client leaving is
+// noticed, as net/http's background reader did, by one goroutine for all
+// streams (an epoll set asking for hang-ups, closewatch_linux.go) or,
+// where that is not available, by a goroutine per stream reading the
+// socket.
 //
 // The response says "Connection: close": the connection is not handed back
 // to net/http at the end, so the client dials again for its next request
@@ -50,9 +52,11 @@ type h1Stream struct {
 
 	conn net.Conn
 	rb   [1]byte // watchClient's read buffer
-	// running counts the stream's two goroutines; the last one out
-	// removes it from the Handler's set.
-	running atomic.Int32
+	// running counts the stream's goroutines (copy, and watchClient
+	// unless the Handler's hang-up watcher has the connection); the last
+	// one out removes it from the Handler's set.
+	running   atomic.Int32
+	hangupKey // the stream's key in the Handler's hang-up watcher
 
 	mu     sync.Mutex
 	taken  bool     // the connection is ours
@@ -144,10 +148,19 @@ func (s *h1Stream) WriteHeader(code int) {
 	s.unfollow()
 	s.unfollow = nil
 	s.conn, s.taken = conn, true
+	// The client closing the connection must end the upstream request:
+	// one goroutine watches all connections for that where it can
+	// (Linux), else a goroutine per stream reads its connection.
+	watched := s.h.hangups.watch(s)
 	s.running.Store(2)
+	if watched {
+		s.running.Store(1)
+	}
 	s.h.streams.add(s)
 	go s.copy()
-	go s.watchClient()
+	if !watched {
+		go s.watchClient()
+	}
 }
 
 // FlushError is what http.ResponseController calls (the reverse proxy's
@@ -244,6 +257,7 @@ func (s *h1Stream) copy() {
 			break
 		}
 	}
+	s.h.hangups.forget(s)
 	_ = s.conn.Close()
 	s.cancel()
 	_ = s.body.Close()
@@ -283,7 +297,8 @@ func chunk(buf []byte, n int) []byte {
 
 // watchClient reads the connection until the client closes it (or the
 // copy goroutine does), then ends the upstream request. The client sends
-// nothing more on it: anything it does send is dropped.
+// nothing more on it: anything it does send is dropped. It is the
+// fallback of the Handler's hang-up watcher (closewatch_linux.go).
 func (s *h1Stream) watchClient() {
 	defer s.exit()
 	for {
@@ -341,6 +356,7 @@ func (ss *streamSet) remove(s *h1Stream) {
 // Shutdown, which does not wait for them.
 func (h *Handler) WaitLongRunning(ctx context.Context) error {
 	h.StopLongRunning()
+	defer h.hangups.stop()
 	ss := &h.streams
 	ss.mu.Lock()
 	if ss.n == 0 {
@@ -360,6 +376,7 @@ func (h *Handler) WaitLongRunning(ctx context.Context) error {
 	ss.mu.Lock()
 	for s := ss.head; s != nil; s = s.next {
 		_ = s.conn.Close()
+		s.cancel()
 	}
 	ss.mu.Unlock()
 	<-empty

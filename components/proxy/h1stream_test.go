@@ -209,3 +209,39 @@ func BenchmarkRequestOnNewConnection(b *testing.B) {
 		})
 	}
 }
+
+// TestClientLeavingWithoutHangupWatcher: where the hang-up watcher is not
+// available (not Linux, or stopped), a taken-over stream reads its
+// connection itself, and a client leaving still ends the upstream request.
+func TestClientLeavingWithoutHangupWatcher(t *testing.T) {
+	canceled := make(chan struct{})
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"type":"ADDED"}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(canceled)
+	}), false)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	m, _ := NewMetrics(nil)
+	_, h, base := startProxy(t, Config{}, p, u, m)
+	h.hangups.stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/pods?watch=1", nil)
+	resp, err := newClient(t, false).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watch's handler to return (its connection taken over)")
+	cancel()
+	resp.Body.Close()
+	wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
+	waitDone(t, p, 1)
+	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 }, "the open long-running gauge to return to 0")
+}

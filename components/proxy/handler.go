@@ -77,6 +77,9 @@ type Handler struct {
 	// streams tracks HTTP/1.1 long-running responses whose connections
 	// were taken over, which WaitLongRunning waits for (h1stream.go).
 	streams streamSet
+	// hangups tells taken-over streams that their client closed the
+	// connection (closewatch_linux.go).
+	hangups hangups
 
 	// watch is the hook into the watch features (package watch):
 	// rebalancing and the 410 retry.
