@@ -72,6 +72,12 @@ type Handler struct {
 	// upgrades tracks upgraded connections, which StopLongRunning leaves
 	// alone (upgrade.go).
 	upgrades upgradeSet
+	// streams tracks HTTP/1.1 long-running responses whose connections
+	// were taken over, which WaitLongRunning waits for (h1stream.go).
+	streams streamSet
+	// hangups tells taken-over streams that their client closed the
+	// connection (closewatch_linux.go).
+	hangups hangups
 
 	// watch is the hook into the watch features (package watch):
 	// rebalancing and the 410 retry.
@@ -165,16 +171,30 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveUpgrade(w, r, st)
 		return
 	}
-	p := h.proxy
 	if st.Kind == balancer.Long {
-		h.metrics.openLong.Inc()
-		defer h.metrics.openLong.Dec()
-		p = h.longProxy
-		fw := newFlushWriter(w, longCopyBuffer) // copybuf.go
-		defer fw.stop()
-		w = fw
+		h.serveLong(w, r, st)
+		return
 	}
-	p.ServeHTTP(w, r)
+	h.proxy.ServeHTTP(w, r)
+}
+
+func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState) {
+	h.metrics.openLong.Inc()
+	fw := newFlushWriter(w, longCopyBuffer) // copybuf.go
+	defer fw.stop()
+	w = fw
+	if s := st.stream; s != nil {
+		// An HTTP/1.1 watch: its connection may be taken over once the
+		// headers are in (h1stream.go), and then the gauge counts it
+		// until the stream ends.
+		s.w, s.h = fw, h
+		w = s
+		defer s.after(h.metrics.openLong.Dec)
+		defer s.handlerDone()
+	} else {
+		defer h.metrics.openLong.Dec()
+	}
+	h.longProxy.ServeHTTP(w, r)
 }
 
 // StopLongRunning ends every open long-running response cleanly: its body
@@ -204,6 +224,11 @@ type reqState struct {
 	// taken.
 	body     doneBody
 	bodyUsed bool
+
+	// stream, when not nil, may take the connection over from net/http
+	// once the response headers are in: an HTTP/1.1 long-running GET
+	// served by the Server (h1stream.go).
+	stream *h1Stream
 }
 
 type stateKey struct{}
@@ -239,7 +264,14 @@ func withState(ctx context.Context, info reqinfo.Info, start time.Time) (context
 // it.
 func withRequestState(next http.Handler, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, _ := withState(r.Context(), reqinfo.New(r), now())
+		info := reqinfo.New(r)
+		var s *h1Stream
+		ctx := r.Context()
+		if mayTakeOver(r, info.Kind == balancer.Long, info.Upgrade) {
+			s, ctx = newH1Stream(ctx)
+		}
+		ctx, st := withState(ctx, info, now())
+		st.stream = s
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -310,6 +342,12 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		more := new(attempts)
 		*more = a
 		resp.Body = h.watch.Track(out, resp, &st.Info, ans.addr, more.retryGone)
+		if s := st.stream; s != nil {
+			// The reverse proxy reads the body through the stream, which
+			// hands it to a goroutine of its own if it takes over.
+			s.body = resp.Body
+			resp.Body = s
+		}
 	}
 	return resp, nil
 }

@@ -155,7 +155,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // returns its address and a RoundTripper that trusts it. HTTP/2 unless
 // h1 is set, which tests use to see headers an HTTP/2 transport would
 // filter by itself.
-func newBackend(t *testing.T, h http.Handler, h1 bool) (string, http.RoundTripper) {
+func newBackend(t testing.TB, h http.Handler, h1 bool) (string, http.RoundTripper) {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
 	srv.EnableHTTP2 = !h1

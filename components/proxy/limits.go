@@ -95,6 +95,16 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 		}
 		gauge.Inc()
 		defer func() {
+			if s := st.stream; s != nil {
+				// A taken-over HTTP/1.1 watch outlives its handler
+				// (h1stream.go): it holds the slot until it ends.
+				c, g := counter, gauge
+				s.after(func() {
+					c.Add(-1)
+					g.Dec()
+				})
+				return
+			}
 			counter.Add(-1)
 			gauge.Dec()
 		}()

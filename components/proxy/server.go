@@ -147,8 +147,12 @@ func (s *Server) Stop(ctx context.Context) error {
 	if err != nil {
 		_ = s.srv.Close()
 	}
-	// Shutdown does not wait for hijacked (upgraded) connections: they
-	// get what is left of the grace, then are closed.
+	// Shutdown does not wait for hijacked connections: HTTP/1.1 watches
+	// (ended by StopLongRunning, h1stream.go) and upgrades get what is
+	// left of the grace, then are closed.
+	if werr := s.handler.WaitLongRunning(ctx); err == nil {
+		err = werr
+	}
 	if uerr := s.handler.CloseUpgrades(ctx); err == nil {
 		err = uerr
 	}

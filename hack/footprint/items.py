@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 RULES = [
-    (lambda f: "bufferPool" in f, "copy buffer (httputil.ReverseProxy, BufferPool)"),
+    (lambda f: "bufferPool" in f or "h1Stream).copy" in f, "copy buffer (httputil.ReverseProxy, BufferPool; a taken-over HTTP/1.1 watch's own)"),
     (lambda f: f.startswith("bufio.NewWriterSize"), "bufio.Writers of the net/http server"),
     (lambda f: f.startswith("bufio.NewReaderSize"), "bufio.Reader of the net/http server connection"),
     (lambda f: "internal/http2" in f or "x/net/http2" in f or "http2RoundTrip" in f, "HTTP/2 streams"),

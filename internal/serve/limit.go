@@ -72,6 +72,10 @@ type limitConn struct {
 	once sync.Once
 }
 
+// NetConn returns the accepted connection, as tls.Conn's does, for code
+// that needs its descriptor (the proxy's hang-up watcher).
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
+
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {

@@ -1,0 +1,247 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime/pprof"
+	"strings"
+	"testing"
+)
+
+// handlersServingLong counts the goroutines inside Handler.serveLong: a
+// taken-over HTTP/1.1 watch has none, its handler returned.
+func handlersServingLong() int {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return strings.Count(b.String(), "proxy.(*Handler).serveLong")
+}
+
+// TestH1WatchIsTakenOver: an HTTP/1.1 watch through the Server is served
+// from a connection taken over from net/http (h1stream.go). Its handler
+// returns while the watch runs; events still arrive one by one; the
+// answer says Connection: close and ends with the last chunk; and the
+// request holds its --max-long-running slot and the gauges until the
+// watch ends, not until its handler returned.
+func TestH1WatchIsTakenOver(t *testing.T) {
+	more := make(chan struct{})
+	end := make(chan struct{})
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"type":"ADDED","n":1}`+"\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-more:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, `{"type":"ADDED","n":2}`+"\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-end:
+		case <-r.Context().Done():
+		}
+	}), false)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	m, _ := NewMetrics(nil)
+	s, _, base := startProxy(t, Config{MaxLongRunning: 1}, p, u, m)
+	client := newClient(t, false)
+	longInflight := m.limits.inflight.WithLabelValues("long")
+
+	resp, err := client.Get(base + "/api/v1/pods?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if !resp.Close || len(resp.TransferEncoding) != 1 || resp.TransferEncoding[0] != "chunked" {
+		t.Errorf("watch answer: Close=%v Transfer-Encoding=%v, want Connection: close and chunked", resp.Close, resp.TransferEncoding)
+	}
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != `{"type":"ADDED","n":1}`+"\n" {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watch's handler to return (its connection taken over)")
+
+	// The handler returned, the watch is open: it still counts.
+	if got := gaugeValue(t, m.openLong); got != 1 {
+		t.Errorf("fanout_open_long_running_requests = %v during the watch, want 1", got)
+	}
+	if got := gaugeValue(t, longInflight); got != 1 {
+		t.Errorf("fanout_downstream_inflight_requests{kind=long} = %v during the watch, want 1", got)
+	}
+	second, err := client.Get(base + "/api/v1/pods?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.Body.Close()
+	if second.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a second watch with --max-long-running 1 got %d, want 429: the first one's slot was given back while it ran", second.StatusCode)
+	}
+
+	close(more)
+	if line, err := br.ReadString('\n'); err != nil || line != `{"type":"ADDED","n":2}`+"\n" {
+		t.Fatalf("second event: %q, %v", line, err)
+	}
+	close(end)
+	if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+		t.Errorf("after the apiserver ended the watch: %q, %v; want a clean end of the chunked body", rest, err)
+	}
+	waitDone(t, p, 1)
+	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 && gaugeValue(t, longInflight) == 0 },
+		"the long-running gauges to return to 0")
+	third, err := client.Get(base + "/api/v1/pods?watch=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	third.Body.Close()
+	if third.StatusCode != http.StatusOK {
+		t.Errorf("a watch after the first ended got %d, want 200: its slot was not given back", third.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+}
+
+// TestStopWaitsForTakenOverWatches: net/http's Shutdown forgets hijacked
+// connections, so Server.Stop waits for the taken-over watches itself:
+// when it returns they have ended, completely and accounted for.
+func TestStopWaitsForTakenOverWatches(t *testing.T) {
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"type":"ADDED"}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}), false)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	m, _ := NewMetrics(nil)
+	s, _, base := startProxy(t, Config{}, p, u, m)
+	client := newClient(t, false)
+	const n = 5
+	var bodies []*bufio.Reader
+	for range n {
+		resp, err := client.Get(base + "/api/v1/pods?watch=true")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		bodies = append(bodies, br)
+	}
+	waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watches' handlers to return")
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Errorf("Stop = %v, want nil: the watches end at once", err)
+	}
+	if got := gaugeValue(t, m.openLong); got != 0 {
+		t.Errorf("fanout_open_long_running_requests = %v when Stop returned, want 0", got)
+	}
+	if got := len(p.records()); got != n {
+		t.Fatalf("%d picks, want %d", got, n)
+	}
+	for i, r := range p.records() {
+		if len(r.dones) != 1 {
+			t.Errorf("watch %d: Done called %d times when Stop returned, want 1", i, len(r.dones))
+		}
+	}
+	for i, br := range bodies {
+		if rest, err := io.ReadAll(br); err != nil || len(rest) != 0 {
+			t.Errorf("watch %d after Stop: %q, %v; want a clean end", i, rest, err)
+		}
+	}
+}
+
+// TestChunk: the in-place chunk framing.
+func TestChunk(t *testing.T) {
+	for _, n := range []int{1, 15, 16, 255, 256, chunkData} {
+		buf := make([]byte, longCopyBuffer)
+		copy(buf[chunkHead:], strings.Repeat("x", n))
+		want := fmt.Sprintf("%x\r\n%s\r\n", n, strings.Repeat("x", n))
+		if got := chunk(buf, n); string(got) != want {
+			t.Errorf("chunk of %d bytes = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// BenchmarkRequestOnNewConnection prices what "Connection: close" on a
+// taken-over watch costs the client: its next request (the re-watch,
+// every 5-10 minutes per watch with client-go's defaults) dials loopback
+// again instead of reusing the connection. "reused" and "new" are the
+// same GET through the Server over a kept-alive and over a fresh
+// connection; the difference is the dial.
+func BenchmarkRequestOnNewConnection(b *testing.B) {
+	addr, rt := newBackend(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "{}")
+	}), false)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	h := New(Config{}, p, u, nil)
+	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, h)
+	if err := s.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	defer s.Stop(b.Context())
+	url := "http://" + s.Addr().String() + "/api/v1/namespaces/default/configmaps/x"
+	for _, fresh := range []bool{false, true} {
+		b.Run(map[bool]string{false: "reused", true: "new"}[fresh], func(b *testing.B) {
+			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: fresh}}
+			defer c.CloseIdleConnections()
+			for b.Loop() {
+				resp, err := c.Get(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
+
+// TestClientLeavingWithoutHangupWatcher: where the hang-up watcher is not
+// available (not Linux, or stopped), a taken-over stream reads its
+// connection itself, and a client leaving still ends the upstream request.
+func TestClientLeavingWithoutHangupWatcher(t *testing.T) {
+	canceled := make(chan struct{})
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"type":"ADDED"}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(canceled)
+	}), false)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	m, _ := NewMetrics(nil)
+	_, h, base := startProxy(t, Config{}, p, u, m)
+	h.hangups.stop()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/pods?watch=1", nil)
+	resp, err := newClient(t, false).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watch's handler to return (its connection taken over)")
+	cancel()
+	resp.Body.Close()
+	wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
+	waitDone(t, p, 1)
+	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 }, "the open long-running gauge to return to 0")
+}
