@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,19 +17,10 @@ import (
 // http/1.1) is taken over like a plaintext one, and its hang-up reaches
 // the watcher through tls.Conn and the listener limit's connection.
 func TestH1WatchOverTLSIsTakenOver(t *testing.T) {
-	canceled := make(chan struct{})
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"type":"ADDED"}`+"\n")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-		close(canceled)
-	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
-	m, _ := NewMetrics(nil)
 	ca := testpki.NewCA(t)
-	_, h, base := startProxy(t, Config{TLS: ca.ServerTLSConfig(ca.Serving("127.0.0.1"), tls.NoClientCert)}, p, u, m)
+	cw := startCancelWatchProxy(t, Config{TLS: ca.ServerTLSConfig(ca.Serving("127.0.0.1"), tls.NoClientCert)})
+	canceled, m := cw.canceled, cw.m
+	h, base := cw.h, cw.base
 	base = strings.Replace(base, "http://", "https://", 1)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool, NextProtos: []string{"http/1.1"}}}}
 	defer client.CloseIdleConnections()

@@ -214,18 +214,9 @@ func BenchmarkRequestOnNewConnection(b *testing.B) {
 // available (not Linux, or stopped), a taken-over stream reads its
 // connection itself, and a client leaving still ends the upstream request.
 func TestClientLeavingWithoutHangupWatcher(t *testing.T) {
-	canceled := make(chan struct{})
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"type":"ADDED"}`+"\n")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-		close(canceled)
-	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
-	m, _ := NewMetrics(nil)
-	_, h, base := startProxy(t, Config{}, p, u, m)
+	cw := startCancelWatchProxy(t, Config{})
+	canceled, p, m := cw.canceled, cw.p, cw.m
+	h, base := cw.h, cw.base
 	h.hangups.stop()
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -471,18 +471,9 @@ func TestUpgradeNotImplemented(t *testing.T) {
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(fmt.Sprintf("h2c=%v", h2c), func(t *testing.T) {
-			canceled := make(chan struct{})
-			addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				io.WriteString(w, `{"type":"ADDED"}`+"\n")
-				w.(http.Flusher).Flush()
-				<-r.Context().Done()
-				close(canceled)
-			}), false)
-			p := newFakePicker(addr)
-			u := newFakeUpstream()
-			u.set(addr, rt)
-			m, _ := NewMetrics(nil)
-			_, _, base := startProxy(t, Config{}, p, u, m)
+			cw := startCancelWatchProxy(t, Config{})
+			canceled, p, m := cw.canceled, cw.p, cw.m
+			base := cw.base
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

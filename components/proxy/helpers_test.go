@@ -245,3 +245,31 @@ func wait(t *testing.T, ch <-chan struct{}, what string) {
 		t.Fatalf("timed out waiting for %s", what)
 	}
 }
+
+// cancelWatchProxy is a proxy before a backend that answers a watch with
+// one event, then holds it until the request is canceled, which closes
+// canceled: for tests of a client leaving.
+type cancelWatchProxy struct {
+	h        *Handler
+	base     string
+	p        *fakePicker
+	m        *Metrics
+	canceled chan struct{}
+}
+
+func startCancelWatchProxy(t *testing.T, cfg Config) cancelWatchProxy {
+	t.Helper()
+	canceled := make(chan struct{})
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"type":"ADDED"}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(canceled)
+	}), false)
+	p := newFakePicker(addr)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	m, _ := NewMetrics(nil)
+	_, h, base := startProxy(t, cfg, p, u, m)
+	return cancelWatchProxy{h: h, base: base, p: p, m: m, canceled: canceled}
+}
