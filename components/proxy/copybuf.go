@@ -32,6 +32,9 @@ const (
 type flushWriter struct {
 	http.ResponseWriter
 	size int // the copy buffer's size: a Write this long was a full Read
+	// delay is burstFlushDelay; a test that must not see the timer fire
+	// in the middle of its burst sets it longer.
+	delay time.Duration
 
 	mu      sync.Mutex
 	held    bool // the last Write filled the buffer: its Flush waits
@@ -41,7 +44,7 @@ type flushWriter struct {
 }
 
 func newFlushWriter(w http.ResponseWriter, size int) *flushWriter {
-	return &flushWriter{ResponseWriter: w, size: size}
+	return &flushWriter{ResponseWriter: w, size: size, delay: burstFlushDelay}
 }
 
 func (f *flushWriter) Write(p []byte) (int, error) {
@@ -73,9 +76,9 @@ func (f *flushWriter) FlushError() error {
 	if f.held {
 		f.held, f.pending = false, true
 		if f.timer == nil {
-			f.timer = time.AfterFunc(burstFlushDelay, f.flushNow)
+			f.timer = time.AfterFunc(f.delay, f.flushNow)
 		} else {
-			f.timer.Reset(burstFlushDelay)
+			f.timer.Reset(f.delay)
 		}
 		return nil
 	}
