@@ -138,10 +138,17 @@ func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
 
 // importImages loads every image tarball into containerd and checks that
 // each reference is there, so that no pod ever has a reason to pull.
+//
+// The image is named by the ref.name annotation the tarball's index.json
+// carries, never by --index-name: ctr 1.6 then records the same name twice,
+// first for the index and then for the manifest, so the index blob is left
+// unreferenced once the import's lease ends, and the unpack that follows
+// fails with "content digest ...: not found" whenever containerd's garbage
+// collector gets there first.
 func (n *Node) importImages(ctx context.Context) error {
 	begin := time.Now()
 	for _, img := range n.Images.All() {
-		if _, err := n.ctr(ctx, "images", "import", "--index-name", img.Ref, img.Tar); err != nil {
+		if _, err := n.ctr(ctx, "images", "import", img.Tar); err != nil {
 			return fmt.Errorf("importing %s into the node's containerd: %w", img.Tar, err)
 		}
 	}
