@@ -41,9 +41,10 @@ func main() {
 			"auto (90% of the container's cgroup memory limit, none without one; a GOMEMLIMIT environment variable wins), "+
 			"off, or a size such as 96Mi. The limit in effect is logged at start and exported as go_gc_gomemlimit_bytes")
 	gcHeadroom := fs.String("gc-headroom", "16Mi",
-		"the least the heap may grow between two garbage collections while the live heap is small: GOGC is raised after "+
-			"each collection to leave this much, and falls back to GOGC (100 by default) once the live heap gives that "+
-			"headroom on its own. Trades up to this much memory for fewer collections under many short requests; "+
+		"How much the heap may grow past the live heap between two garbage collections: GOGC is set after each "+
+			"collection to leave this much, raised while the live heap is small (fewer collections under many short "+
+			"requests) and lowered, to 25 at the least, while it is large (many open watches), so that memory stays near "+
+			"live heap + headroom. An explicit GOGC environment variable is the least GOGC it sets; "+
 			"0 turns it off; a GOGC environment variable of off turns it off too")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {

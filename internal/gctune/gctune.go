@@ -1,5 +1,6 @@
-// Package gctune keeps the garbage collector from running every few
-// megabytes while the live heap is small.
+// Package gctune gives the garbage collector a fixed headroom: the next
+// collection starts once the heap has grown by a set number of bytes past
+// what the last one found live, whatever the live heap's size.
 //
 // With GOGC=100 the runtime collects when the heap has grown by as much
 // as it held live after the last collection, and at the least every 4 MiB.
@@ -9,15 +10,20 @@
 // of its CPU (measured with GODEBUG=gctrace=1 under `make bench`'s
 // saturation phase; see docs/footprint.md).
 //
-// Tune raises GOGC after each collection so that the next one waits for at
-// least a fixed headroom of new allocation, and lets it fall back to the
-// configured GOGC once the live heap is large enough that GOGC alone gives
-// that headroom (many open watches). Memory is then bounded by live heap +
-// headroom while the heap is small, and by GOGC as before when it is large;
-// a Go memory limit (GOMEMLIMIT, --memory-limit) still caps both.
+// The tuner sets GOGC after each collection so that the next one waits for
+// that headroom of new allocation. While the live heap is small it raises
+// GOGC, so that short requests do not start a collection every few
+// megabytes. Once the live heap is larger than the headroom (thousands of
+// open watches) it lowers GOGC, down to minPercent, so that the heap stays
+// near live + headroom instead of doubling: with 2,000 watches GOGC=100
+// let the heap grow by about 24 MB between collections (gctrace under
+// `make bench`'s scale section; docs/footprint.md). An explicit GOGC
+// environment variable is the floor instead: the operator chose it. A Go
+// memory limit (GOMEMLIMIT, --memory-limit) still caps the heap.
 package gctune
 
 import (
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -28,11 +34,17 @@ import (
 // does not ask for an absurd ratio.
 const maxPercent = 10000
 
+// minPercent is the least GOGC the tuner sets when GOGC is not in the
+// environment: with a large live heap the collector then runs once a
+// quarter of it has been allocated again, not every few megabytes.
+const minPercent = 25
+
 // Tuner adjusts GOGC after every collection. Stop ends it and restores the
 // GOGC that was in effect when it started.
 type Tuner struct {
 	headroom uint64
-	base     int // GOGC at Start; never set lower than this
+	base     int // GOGC at Start, restored by Stop
+	floor    int // never set lower than this
 
 	mu      sync.Mutex
 	stopped bool
@@ -48,25 +60,23 @@ type Tuner struct {
 const heapMinimum = 4 << 20
 
 // Percent is the GOGC that makes the next collection's goal live+headroom
-// bytes, and never less than base. The runtime's goal is the larger of
-// live×(1+GOGC/100) and heapMinimum×GOGC/100, so for a live heap under
-// heapMinimum the second bounds the percentage; before the first
-// collection live is 0 and only the second applies.
-func Percent(live, headroom uint64, base int) int {
+// bytes, within [floor, maxPercent]. The runtime's goal is the larger of
+// live + (live+scan)×GOGC/100, where scan is the stacks and globals it
+// scans, and heapMinimum×GOGC/100; for a live heap under heapMinimum the
+// second bounds the percentage; before the first collection live is 0 and
+// only the second applies.
+func Percent(live, scan, headroom uint64, floor int) int {
 	p := (live + headroom) * 100 / heapMinimum
-	if live > 0 {
-		p = min(p, headroom*100/live)
+	if live+scan > 0 {
+		p = min(p, headroom*100/(live+scan))
 	}
-	p = min(p, maxPercent)
-	if int(p) < base {
-		return base
-	}
-	return int(p)
+	return max(int(min(p, maxPercent)), floor)
 }
 
 // Start begins tuning with the given headroom in bytes and returns the
 // tuner. It does nothing (and returns nil) when headroom is not positive
-// or GOGC is off.
+// or GOGC is off. An explicit GOGC in the environment is the least GOGC it
+// sets; otherwise that is minPercent.
 func Start(headroom int64) *Tuner {
 	if headroom <= 0 {
 		return nil
@@ -76,12 +86,21 @@ func Start(headroom int64) *Tuner {
 	if base < 0 {
 		return nil // GOGC=off: the memory limit alone drives the collector
 	}
+	floor := minPercent
+	if os.Getenv("GOGC") != "" {
+		floor = base
+	}
 	t := &Tuner{
 		headroom: uint64(headroom),
 		base:     base,
+		floor:    floor,
 		percent:  base,
-		sample:   []metrics.Sample{{Name: "/gc/heap/live:bytes"}},
-		set:      debug.SetGCPercent,
+		sample: []metrics.Sample{
+			{Name: "/gc/heap/live:bytes"},
+			{Name: "/gc/scan/stack:bytes"},
+			{Name: "/gc/scan/globals:bytes"},
+		},
+		set: debug.SetGCPercent,
 	}
 	t.adjust()
 	t.arm()
@@ -143,10 +162,14 @@ func (t *Tuner) afterGC() {
 // does not set GOGC after every cycle.
 func (t *Tuner) adjust() {
 	metrics.Read(t.sample)
-	if t.sample[0].Value.Kind() != metrics.KindUint64 {
-		return
+	var v [3]uint64
+	for i, s := range t.sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		v[i] = s.Value.Uint64()
 	}
-	p := Percent(t.sample[0].Value.Uint64(), t.headroom, t.base)
+	p := Percent(v[0], v[1]+v[2], t.headroom, t.floor)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
