@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -46,6 +48,11 @@ func main() {
 			"requests) and lowered, to 25 at the least, while it is large (many open watches), so that memory stays near "+
 			"live heap + headroom. An explicit GOGC environment variable is the least GOGC it sets; "+
 			"0 turns it off; a GOGC environment variable of off turns it off too")
+	maxProcsFlag := fs.String("max-procs", strconv.Itoa(defaultMaxProcs),
+		"How many threads run fanout's Go code at once (GOMAXPROCS): a whole number, or auto for Go's own choice "+
+			"(the container's CPU limit rounded up and at least 2, or every CPU of the node without a limit). "+
+			"A GOMAXPROCS environment variable wins over the default, not over the flag. The value in effect is logged at "+
+			"start and exported as go_sched_gomaxprocs_threads")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			os.Exit(0)
@@ -61,6 +68,11 @@ func main() {
 	lim, limErr := memlimit.Apply(*memLimit)
 	if limErr != nil && lim.Source == "" {
 		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", limErr)
+		os.Exit(2)
+	}
+	procs, err := applyMaxProcs(*maxProcsFlag, fs.Changed("max-procs"), os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", err)
 		os.Exit(2)
 	}
 	headroom, err := memlimit.ParseSize(*gcHeadroom)
@@ -83,6 +95,7 @@ func main() {
 	default:
 		logMemoryLimit(log, lim)
 	}
+	log.Info("GOMAXPROCS set", "threads", procs.N, "source", procs.Source, "cpus", runtime.NumCPU())
 	if t := gctune.Start(headroom); t != nil {
 		log.Info("garbage collector headroom set", "bytes", headroom, "gogc", t.Percent())
 	}
