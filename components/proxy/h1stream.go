@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // An HTTP/1.1 watch served by net/http holds, for as long as it is open,
@@ -45,6 +46,9 @@ type h1Stream struct {
 	// for any request).
 	cancel   context.CancelFunc
 	unfollow func() bool
+	// values is the bottom of the request's context: net/http's context's
+	// values without its cancellation, until the takeover; then none.
+	values *detachedCtx
 	// body is the upstream response body (set by the forwarder). Until
 	// the takeover the reverse proxy reads it through the h1Stream; after
 	// it, the copy goroutine owns it and the reverse proxy sees io.EOF.
@@ -72,10 +76,41 @@ type h1Stream struct {
 // cancellation until the takeover, then only the stream's own.
 func newH1Stream(parent context.Context) (*h1Stream, context.Context) {
 	s := new(h1Stream)
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	s.values = newDetachedCtx(parent)
+	ctx, cancel := context.WithCancel(s.values)
 	s.cancel = cancel
 	s.unfollow = context.AfterFunc(parent, cancel)
 	return s, ctx
+}
+
+// detachedCtx is context.WithoutCancel whose parent can be let go of.
+// The request's context, which the upstream HTTP/2 stream keeps for as
+// long as it is open, reaches net/http's through it; after the takeover
+// nothing on the way up reads net/http's values (http.ServerContextKey,
+// http.LocalAddrContextKey), and dropping them frees net/http's request
+// and connection contexts with the watch still open.
+type detachedCtx struct {
+	parent atomic.Pointer[context.Context]
+}
+
+func newDetachedCtx(parent context.Context) *detachedCtx {
+	d := new(detachedCtx)
+	d.parent.Store(&parent)
+	return d
+}
+
+// detach drops the parent: Value answers nil from now on.
+func (d *detachedCtx) detach() { d.parent.Store(nil) }
+
+func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detachedCtx) Done() <-chan struct{}       { return nil }
+func (*detachedCtx) Err() error                  { return nil }
+
+func (d *detachedCtx) Value(key any) any {
+	if p := d.parent.Load(); p != nil {
+		return (*p).Value(key)
+	}
+	return nil
 }
 
 // mayTakeOver tells whether r's response may be taken over: a long-running
@@ -147,6 +182,7 @@ func (s *h1Stream) WriteHeader(code int) {
 	_, _ = brw.Reader.Discard(brw.Reader.Buffered())
 	s.unfollow()
 	s.unfollow = nil
+	s.values.detach()
 	s.conn, s.taken = conn, true
 	// The client closing the connection must end the upstream request:
 	// one goroutine watches all connections for that where it can
