@@ -18,7 +18,7 @@ import (
 // all waiting for the next event. h1Stream takes the connection over
 // (http.Hijacker) once the upstream's headers are written, and leaves
 // net/http's serve goroutine to return: a fresh goroutine copies the body
-// as HTTP/1.1 chunks straight to the socket through a 1 KiB buffer (a
+// as HTTP/1.1 chunks straight to the socket through a 512-byte buffer (a
 // pooled 32 KiB one while a burst lasts), and the client leaving is
 // noticed, as net/http's background reader did, by one goroutine for all
 // streams (an epoll set asking for hang-ups, closewatch_linux.go) or,
@@ -236,7 +236,7 @@ func (s *h1Stream) Close() error {
 }
 
 // chunkHead is the room left before the data for a chunk's size line:
-// up to 3 hex digits for 1 KiB, and CRLF. A stream's buffer is
+// up to 3 hex digits for 512 bytes (up to 4 KiB), and CRLF. A stream's buffer is
 // longCopyBuffer in all (an allocation size class of its own), its
 // chunks at most chunkData long.
 const (
@@ -272,7 +272,7 @@ func (s *h1Stream) copy() {
 		// A read that filled the buffer says more was probably waiting
 		// (a burst: the initial events of a watch-list, a busy
 		// informer): read it in 32 KiB chunks, one write each, rather
-		// than 1 KiB ones. The first read that does not fill the large
+		// than 512-byte ones. The first read that does not fill the large
 		// buffer gives it back, so an idle watch waits with the small one
 		// (unless a burst ended exactly at a 32 KiB read).
 		switch full := n == len(buf)-chunkHead-2; {
