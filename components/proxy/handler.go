@@ -507,9 +507,13 @@ type doneBody struct {
 	info     balancer.DoneInfo
 	reported atomic.Bool
 	stopped  atomic.Bool
-	// set is the bodySet of a long-running response (nil for others);
-	// prev and next link it there while it is open.
+	// set is the bodySet of a long-running response (nil for others),
+	// set once before the body is handed on. listed, prev and next,
+	// guarded by set.mu, link it there while it is open; Close may come
+	// from two goroutines at once (the rebalancer's watchStream closes
+	// the body it reads from).
 	set        *bodySet
+	listed     bool
 	prev, next *doneBody
 }
 
@@ -531,8 +535,8 @@ func (b *doneBody) Read(p []byte) (int, error) {
 }
 
 func (b *doneBody) Close() error {
-	if b.set != nil {
-		b.set.remove(b)
+	if s := b.set; s != nil {
+		s.remove(b)
 	}
 	b.finish()
 	return b.rc.Close()
@@ -567,7 +571,7 @@ func (s *bodySet) add(b *doneBody) {
 		go b.stopNow()
 		return
 	}
-	b.set, b.next = s, s.head
+	b.set, b.listed, b.next = s, true, s.head
 	if s.head != nil {
 		s.head.prev = b
 	}
@@ -579,7 +583,7 @@ func (s *bodySet) add(b *doneBody) {
 func (s *bodySet) remove(b *doneBody) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b.set == nil {
+	if !b.listed {
 		return
 	}
 	if b.prev != nil {
@@ -590,7 +594,7 @@ func (s *bodySet) remove(b *doneBody) {
 	if b.next != nil {
 		b.next.prev = b.prev
 	}
-	b.set, b.prev, b.next = nil, nil, nil
+	b.listed, b.prev, b.next = false, nil, nil
 }
 
 // stopAll stops every body in the set and any added later. Each is
