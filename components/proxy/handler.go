@@ -508,12 +508,11 @@ type doneBody struct {
 	reported atomic.Bool
 	stopped  atomic.Bool
 	// set is the bodySet of a long-running response (nil for others),
-	// set once before the body is handed on. listed, prev and next,
-	// guarded by set.mu, link it there while it is open; Close may come
-	// from two goroutines at once (the rebalancer's watchStream closes
-	// the body it reads from).
+	// set once before the body is handed on. prev and next, guarded by
+	// set.mu, link it there while it is open; Close may come from two
+	// goroutines at once (the rebalancer's watchStream closes the body it
+	// reads from).
 	set        *bodySet
-	listed     bool
 	prev, next *doneBody
 }
 
@@ -571,7 +570,7 @@ func (s *bodySet) add(b *doneBody) {
 		go b.stopNow()
 		return
 	}
-	b.set, b.listed, b.next = s, true, s.head
+	b.set, b.next = s, s.head
 	if s.head != nil {
 		s.head.prev = b
 	}
@@ -583,8 +582,8 @@ func (s *bodySet) add(b *doneBody) {
 func (s *bodySet) remove(b *doneBody) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !b.listed {
-		return
+	if b.prev == nil && s.head != b {
+		return // not (or no longer) in the set
 	}
 	if b.prev != nil {
 		b.prev.next = b.next
@@ -594,7 +593,7 @@ func (s *bodySet) remove(b *doneBody) {
 	if b.next != nil {
 		b.next.prev = b.prev
 	}
-	b.listed, b.prev, b.next = false, nil, nil
+	b.prev, b.next = nil, nil
 }
 
 // stopAll stops every body in the set and any added later. Each is
