@@ -34,19 +34,24 @@ import (
 //     net/http's serve goroutine, background reader and buffers are gone;
 //   - h2c: the stream's handler goroutine and that same upstream one.
 //
-// The heap budgets are about 10% over what was measured (9.5-9.7 KiB for
-// HTTP/1.1, 15.2-15.6 KiB for h2c): adding back one per-watch buffer of a
-// few KiB (the 8 KiB copy buffer watches once had, net/http's connection
-// buffers that a taken-over watch no longer holds) fails the test. Stacks
-// vary more between runs (8.0-8.3 KiB and 14-19 KiB were seen), so their
-// budget is looser; it catches a goroutine whose stack doubles, and an
-// HTTP/1.1 watch served by net/http's goroutines again (22 KiB).
+// The watches are made from a resourceVersion, as client-go's reflectors
+// make them, so that the first event goes through the 410 check.
+//
+// The heap budgets are about 5% over what was measured (7.7-7.9 KiB for
+// HTTP/1.1, 14.0-14.2 KiB for h2c, six runs): tight enough that adding
+// back one of the cuts of docs/footprint.md ("A watch holds less while
+// open") fails, e.g. the 410 check keeping the retry and the request it
+// would resend (8.5-8.6 KiB), and looser than the spread between runs
+// (0.2 KiB). Stacks vary more between runs (8.0-8.8 KiB and 14-21 KiB
+// were seen), so their budget is looser; it catches a goroutine whose
+// stack doubles, and an HTTP/1.1 watch served by net/http's goroutines
+// again (22 KiB).
 var footprintBudgets = map[string]struct {
 	goroutines   float64
 	heap, stacks float64 // bytes: live heap after GC, goroutine stacks
 }{
-	"h1":  {goroutines: 2, heap: 10.5 * 1024, stacks: 11 << 10},
-	"h2c": {goroutines: 2, heap: 17 << 10, stacks: 22 << 10},
+	"h1":  {goroutines: 2, heap: 8.3 * 1024, stacks: 11 << 10},
+	"h2c": {goroutines: 2, heap: 14.8 * 1024, stacks: 22 << 10},
 }
 
 // TestFootprintPerWatch is the guard on what an idle watch costs the
@@ -246,7 +251,10 @@ func openIdleWatches(t *testing.T, c *http.Client, server string, n int) (stop f
 	for i := range n {
 		wg.Go(func() {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
-				fmt.Sprintf("%s/api/v1/namespaces/default/configmaps?watch=true&labelSelector=w%%3D%d", server, i), nil)
+				// From a resourceVersion, as client-go's reflectors watch:
+				// the watch's first event then goes through the 410 check
+				// (components/proxy/watch/gone.go).
+				fmt.Sprintf("%s/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&labelSelector=w%%3D%d", server, i), nil)
 			resp, err := c.Do(req)
 			if err != nil {
 				ready <- err

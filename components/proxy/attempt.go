@@ -73,7 +73,7 @@ func (a *attempts) send(addr string) (*http.Response, error) {
 	if a.upgrade != nil {
 		return a.upgrade.send(addr)
 	}
-	return a.h.upstream.For(addr, a.st.Mode).RoundTrip(a.body.request(a.out, addr))
+	return a.h.upstream.For(addr, a.st.Mode).RoundTrip(a.body.request(a.out, addr, a.st.Kind == balancer.Long))
 }
 
 // mayRetry reports whether the request may be sent once more for reason,
@@ -214,5 +214,6 @@ func (a *attempts) retryGone(from string) (*http.Response, string, error) {
 		return nil, "", errNoOlder
 	}
 	ans.resp.Body = a.h.watchBody(nil, ans.resp.Body, a.st.Kind, ans.pick, ans.info)
+	forgetRequest(ans.resp)
 	return ans.resp, ans.addr, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // An HTTP/1.1 watch served by net/http holds, for as long as it is open,
@@ -17,7 +18,7 @@ import (
 // all waiting for the next event. h1Stream takes the connection over
 // (http.Hijacker) once the upstream's headers are written, and leaves
 // net/http's serve goroutine to return: a fresh goroutine copies the body
-// as HTTP/1.1 chunks straight to the socket through a 1 KiB buffer (a
+// as HTTP/1.1 chunks straight to the socket through a 512-byte buffer (a
 // pooled 32 KiB one while a burst lasts), and the client leaving is
 // noticed, as net/http's background reader did, by one goroutine for all
 // streams (an epoll set asking for hang-ups, closewatch_linux.go) or,
@@ -45,6 +46,9 @@ type h1Stream struct {
 	// for any request).
 	cancel   context.CancelFunc
 	unfollow func() bool
+	// values is the bottom of the request's context: net/http's context's
+	// values without its cancellation, until the takeover; then none.
+	values *detachedCtx
 	// body is the upstream response body (set by the forwarder). Until
 	// the takeover the reverse proxy reads it through the h1Stream; after
 	// it, the copy goroutine owns it and the reverse proxy sees io.EOF.
@@ -72,10 +76,41 @@ type h1Stream struct {
 // cancellation until the takeover, then only the stream's own.
 func newH1Stream(parent context.Context) (*h1Stream, context.Context) {
 	s := new(h1Stream)
-	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	s.values = newDetachedCtx(parent)
+	ctx, cancel := context.WithCancel(s.values)
 	s.cancel = cancel
 	s.unfollow = context.AfterFunc(parent, cancel)
 	return s, ctx
+}
+
+// detachedCtx is context.WithoutCancel whose parent can be let go of.
+// The request's context, which the upstream HTTP/2 stream keeps for as
+// long as it is open, reaches net/http's through it; after the takeover
+// nothing on the way up reads net/http's values (http.ServerContextKey,
+// http.LocalAddrContextKey), and dropping them frees net/http's request
+// and connection contexts with the watch still open.
+type detachedCtx struct {
+	parent atomic.Pointer[context.Context]
+}
+
+func newDetachedCtx(parent context.Context) *detachedCtx {
+	d := new(detachedCtx)
+	d.parent.Store(&parent)
+	return d
+}
+
+// detach drops the parent: Value answers nil from now on.
+func (d *detachedCtx) detach() { d.parent.Store(nil) }
+
+func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detachedCtx) Done() <-chan struct{}       { return nil }
+func (*detachedCtx) Err() error                  { return nil }
+
+func (d *detachedCtx) Value(key any) any {
+	if p := d.parent.Load(); p != nil {
+		return (*p).Value(key)
+	}
+	return nil
 }
 
 // mayTakeOver tells whether r's response may be taken over: a long-running
@@ -147,6 +182,7 @@ func (s *h1Stream) WriteHeader(code int) {
 	_, _ = brw.Reader.Discard(brw.Reader.Buffered())
 	s.unfollow()
 	s.unfollow = nil
+	s.values.detach()
 	s.conn, s.taken = conn, true
 	// The client closing the connection must end the upstream request:
 	// one goroutine watches all connections for that where it can
@@ -200,7 +236,7 @@ func (s *h1Stream) Close() error {
 }
 
 // chunkHead is the room left before the data for a chunk's size line:
-// up to 3 hex digits for 1 KiB, and CRLF. A stream's buffer is
+// up to 3 hex digits for 512 bytes (up to 4 KiB), and CRLF. A stream's buffer is
 // longCopyBuffer in all (an allocation size class of its own), its
 // chunks at most chunkData long.
 const (
@@ -236,7 +272,7 @@ func (s *h1Stream) copy() {
 		// A read that filled the buffer says more was probably waiting
 		// (a burst: the initial events of a watch-list, a busy
 		// informer): read it in 32 KiB chunks, one write each, rather
-		// than 1 KiB ones. The first read that does not fill the large
+		// than 512-byte ones. The first read that does not fill the large
 		// buffer gives it back, so an idle watch waits with the small one
 		// (unless a burst ended exactly at a 32 KiB read).
 		switch full := n == len(buf)-chunkHead-2; {

@@ -58,13 +58,12 @@ type Handler struct {
 	// budget caps retries to other endpoints (see retryBudget).
 	budget *retryBudget
 
-	// stopping refuses new requests once StopLongRunning ran. stopCtx is
-	// cancelled at the same time; every open long-running response has a
-	// context.AfterFunc on it, so ending them costs no goroutine per request
-	// while they run.
-	stopping atomic.Bool
-	stopCtx  context.Context
-	stop     context.CancelFunc
+	// stopping refuses new requests once StopLongRunning ran, which
+	// then ends every open long-running response in longBodies; keeping
+	// them in a list of its own costs a response no goroutine and, unlike
+	// a context.AfterFunc on a shared context, no allocation while it runs.
+	stopping   atomic.Bool
+	longBodies bodySet
 
 	// upgrader dials the connections of upgrade requests; nil answers
 	// them 501 (Config.Upgrades).
@@ -101,7 +100,6 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		upgrader: cfg.Upgrades,
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
-	h.stopCtx, h.stop = context.WithCancel(context.Background())
 	h.proxy = &httputil.ReverseProxy{
 		// Rewrite, not Director: it strips Forwarded/X-Forwarded-* from the
 		// client and adds none. kube-apiserver would record 127.0.0.1 as the
@@ -205,7 +203,7 @@ func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState
 // safe to call concurrently.
 func (h *Handler) StopLongRunning() {
 	h.stopping.Store(true)
-	h.stop()
+	h.longBodies.stopAll()
 }
 
 // reqState travels with one request in its context, from the edge of the
@@ -218,9 +216,11 @@ type reqState struct {
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
 
-	// body is the response body wrapper of a short request (watchBody),
-	// kept here to save it an allocation: a short request has one answer,
-	// and its body lives no longer than the request. bodyUsed says it is
+	// body is the response body wrapper (watchBody) of the request's
+	// first answer, kept here to save it an allocation: a short
+	// request's body lives no longer than the request, and a
+	// long-running one's no longer than this state, which the upstream
+	// stream keeps through the request's context. bodyUsed says it is
 	// taken.
 	body     doneBody
 	bodyUsed bool
@@ -331,11 +331,12 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil // a held overload rejection: the balancer heard of it
 	}
 	var into *doneBody
-	if st.Kind != balancer.Long && !st.bodyUsed {
+	if !st.bodyUsed {
 		into, st.bodyUsed = &st.body, true
 	}
 	resp.Body = h.watchBody(into, resp.Body, st.Kind, ans.pick, ans.info)
 	if st.Kind == balancer.Long {
+		forgetRequest(resp)
 		// A 410 retry continues this request's attempts, on its
 		// goroutine, once the response is already the client's; a copy
 		// on the heap keeps the short path's on the stack.
@@ -351,6 +352,13 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	return resp, nil
 }
+
+// forgetRequest drops resp's link to the request sent, for a response
+// that stays open (a watch): the HTTP/2 transport keeps the response
+// (through its Trailer) until the stream ends, and with it resp.Request,
+// the transport's own copy of the attempt's request and the contexts it
+// added. Nothing after the round trip reads it.
+func forgetRequest(resp *http.Response) { resp.Request = nil }
 
 // outBody is the request body as the forwarder sends it.
 type outBody struct {
@@ -434,13 +442,23 @@ type attemptRequest struct {
 
 // request builds one attempt: a shallow copy of the outbound request aimed
 // at addr. Headers are shared; RoundTrippers must not modify requests.
-func (b *outBody) request(out *http.Request, addr string) *http.Request {
-	ar := new(attemptRequest)
-	req := &ar.req
+//
+// The request and its URL are one allocation, except for a long-running
+// request (apart): the HTTP/2 transport keeps the URL for as long as the
+// stream is open, and the request (304 bytes) need not stay with it.
+func (b *outBody) request(out *http.Request, addr string, apart bool) *http.Request {
+	var req *http.Request
+	var u *url.URL
+	if apart {
+		req, u = new(http.Request), new(url.URL)
+	} else {
+		ar := new(attemptRequest)
+		req, u = &ar.req, &ar.url
+	}
 	*req = *out
-	ar.url = *out.URL
-	ar.url.Host = addr
-	req.URL = &ar.url
+	*u = *out.URL
+	u.Host = addr
+	req.URL = u
 	req.ContentLength = b.length
 	// Chunking is hop-by-hop: the transport chunks again by itself when
 	// the length is unknown (-1), and only then.
@@ -472,24 +490,30 @@ func (h *Handler) watchBody(into *doneBody, rc io.ReadCloser, kind balancer.Kind
 	}
 	b.rc, b.pick, b.info = rc, pick, info
 	if kind == balancer.Long {
-		// Registered on an already cancelled context (shutdown began while
-		// the request waited for headers), the func runs at once and the
+		// Added after StopLongRunning ran (shutdown began while the
+		// request waited for headers), it is stopped at once and the
 		// client gets an empty, complete response.
-		b.unregister = context.AfterFunc(h.stopCtx, b.stopNow)
+		h.longBodies.add(b)
 	}
 	return b
 }
 
 // doneBody calls done exactly once, at EOF, read error or Close, whichever
 // comes first. Read and Close come from the reverse proxy's goroutine;
-// stopNow from a context.AfterFunc goroutine.
+// stopNow from a goroutine of StopLongRunning's.
 type doneBody struct {
-	rc         io.ReadCloser
-	pick       balancer.Pick
-	info       balancer.DoneInfo
-	reported   atomic.Bool
-	stopped    atomic.Bool
-	unregister func() bool
+	rc       io.ReadCloser
+	pick     balancer.Pick
+	info     balancer.DoneInfo
+	reported atomic.Bool
+	stopped  atomic.Bool
+	// set is the bodySet of a long-running response (nil for others),
+	// set once before the body is handed on. prev and next, guarded by
+	// set.mu, link it there while it is open; Close may come from two
+	// goroutines at once (the rebalancer's watchStream closes the body it
+	// reads from).
+	set        *bodySet
+	prev, next *doneBody
 }
 
 func (b *doneBody) Read(p []byte) (int, error) {
@@ -510,8 +534,8 @@ func (b *doneBody) Read(p []byte) (int, error) {
 }
 
 func (b *doneBody) Close() error {
-	if b.unregister != nil {
-		b.unregister()
+	if s := b.set; s != nil {
+		s.remove(b)
 	}
 	b.finish()
 	return b.rc.Close()
@@ -527,6 +551,69 @@ func (b *doneBody) stopNow() {
 func (b *doneBody) finish() {
 	if b.reported.CompareAndSwap(false, true) {
 		b.pick.Done(b.info)
+	}
+}
+
+// bodySet is the open long-running response bodies, which
+// StopLongRunning ends.
+type bodySet struct {
+	mu      sync.Mutex
+	head    *doneBody
+	stopped bool
+}
+
+// add puts b in the set, or stops it at once if the set was stopped.
+func (s *bodySet) add(b *doneBody) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		go b.stopNow()
+		return
+	}
+	b.set, b.next = s, s.head
+	if s.head != nil {
+		s.head.prev = b
+	}
+	s.head = b
+	s.mu.Unlock()
+}
+
+// remove takes b out of the set; it is idempotent.
+func (s *bodySet) remove(b *doneBody) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.prev == nil && s.head != b {
+		return // not (or no longer) in the set
+	}
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		s.head = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	}
+	b.prev, b.next = nil, nil
+}
+
+// stopAll stops every body in the set and any added later. Each is
+// stopped on a goroutine of its own, as context.AfterFunc did: closing an
+// upstream body may wait for its connection, and one stuck connection
+// must not hold up the others.
+func (s *bodySet) stopAll() {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.stopped = true
+	var all []*doneBody
+	for b := s.head; b != nil; b = b.next {
+		all = append(all, b)
+	}
+	s.mu.Unlock()
+	for _, b := range all {
+		go b.stopNow()
 	}
 }
 

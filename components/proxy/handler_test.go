@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -597,4 +598,26 @@ func TestStopLongRunning(t *testing.T) {
 	}
 	front.Close()
 	p.checkDoneOnce(t)
+}
+
+// TestLongBodyClosedFromTwoGoroutines: a watch's body is closed by the
+// goroutine reading it and, at the same time, by the rebalancer ending
+// the watch (watch.watchStream.requestEnd closes the body it reads
+// from). Under -race this fails if taking the body out of the
+// Handler's list (bodySet) is not synchronised.
+func TestLongBodyClosedFromTwoGoroutines(t *testing.T) {
+	h := New(Config{}, newFakePicker("a"), newFakeUpstream(), nil)
+	for range 100 {
+		b := h.watchBody(nil, io.NopCloser(strings.NewReader("")), balancer.Long, balancer.Pick{}, balancer.DoneInfo{})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { _ = b.Close() })
+		}
+		wg.Wait()
+	}
+	h.longBodies.mu.Lock()
+	defer h.longBodies.mu.Unlock()
+	if h.longBodies.head != nil {
+		t.Error("closed long-running bodies are still in the Handler's list")
+	}
 }

@@ -219,24 +219,45 @@ func protoVarints(b []byte, field func(num protowire.Number, v uint64)) {
 // goneRetryBody is a watch body whose first event is checked for a 410;
 // on one, retry is asked for another body, which replaces this one if it
 // comes. Read and Close come from the reverse proxy's goroutine.
+//
+// Once the first event is checked, the body lets go of all it needed for
+// that: retry (and with it the request and its attempts, which the retry
+// would have resent) and, once passed on, the first event's bytes. A watch
+// is open for minutes; those would otherwise stay with it.
 type goneRetryBody struct {
 	rc      io.ReadCloser // the current upstream body
-	r       io.Reader     // what Read reads: the first event checked, then rc
 	framing framing       // framingJSON or framingProtobuf
 	checked bool
 	retry   func() (io.ReadCloser, error)
+	// first is the first event's bytes (and any that came with them)
+	// not yet passed on, and firstErr the read error that ended them, if
+	// any, returned once they are.
+	first    []byte
+	firstErr error
 }
 
 func newGoneRetryBody(rc io.ReadCloser, f framing, retry func() (io.ReadCloser, error)) *goneRetryBody {
-	return &goneRetryBody{rc: rc, r: rc, framing: f, retry: retry}
+	return &goneRetryBody{rc: rc, framing: f, retry: retry}
 }
 
 func (b *goneRetryBody) Read(p []byte) (int, error) {
 	if !b.checked {
 		b.checked = true
 		b.check(p)
+		b.retry = nil
 	}
-	return b.r.Read(p)
+	if len(b.first) > 0 {
+		n := copy(p, b.first)
+		b.first = b.first[n:]
+		if len(b.first) == 0 {
+			b.first = nil
+		}
+		return n, nil
+	}
+	if b.firstErr != nil {
+		return 0, b.firstErr
+	}
+	return b.rc.Read(p)
 }
 
 // check reads the first event, retries the watch on a 410, and otherwise
@@ -259,7 +280,7 @@ func (b *goneRetryBody) check(p []byte) {
 		if complete && event != nil && b.isGone(event) {
 			if next, rerr := b.retry(); rerr == nil {
 				_ = b.rc.Close()
-				b.rc, b.r = next, next
+				b.rc = next
 				return
 			}
 		}
@@ -267,7 +288,7 @@ func (b *goneRetryBody) check(p []byte) {
 			break
 		}
 	}
-	b.r = io.MultiReader(bytes.NewReader(got), readerOrErr(b.rc, err))
+	b.first, b.firstErr = got, err
 }
 
 // firstEvent finds the first event in got. complete is true once no more
@@ -301,18 +322,5 @@ func (b *goneRetryBody) isGone(event []byte) bool {
 	}
 	return isGoneEvent(event)
 }
-
-// readerOrErr is r, or a reader failing with err when reading the first
-// event already failed (so the error comes after the bytes read before it).
-func readerOrErr(r io.Reader, err error) io.Reader {
-	if err != nil {
-		return errReader{err}
-	}
-	return r
-}
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func (b *goneRetryBody) Close() error { return b.rc.Close() }

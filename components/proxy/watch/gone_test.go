@@ -131,3 +131,8 @@ func FuzzIsGoneProtobufEventMatchesGogo(f *testing.F) {
 		}
 	})
 }
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
