@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -48,11 +47,11 @@ func main() {
 			"requests) and lowered, to 25 at the least, while it is large (many open watches), so that memory stays near "+
 			"live heap + headroom. An explicit GOGC environment variable is the least GOGC it sets; "+
 			"0 turns it off; a GOGC environment variable of off turns it off too")
-	maxProcsFlag := fs.String("max-procs", strconv.Itoa(defaultMaxProcs),
-		"How many threads run fanout's Go code at once (GOMAXPROCS): a whole number, or auto for Go's own choice "+
-			"(the container's CPU limit rounded up and at least 2, or every CPU of the node without a limit). "+
-			"A GOMAXPROCS environment variable wins over the default, not over the flag. The value in effect is logged at "+
-			"start and exported as go_sched_gomaxprocs_threads")
+	maxProcsFlag := fs.String("max-procs", "auto",
+		"How many threads run fanout's Go code at once (GOMAXPROCS): auto keeps Go's choice (a GOMAXPROCS environment "+
+			"variable, else the container's CPU limit rounded up and at least 2, else every CPU of the node), or a whole number, "+
+			"which wins over GOMAXPROCS. 1 takes about a third less CPU at 1k requests per second but caps throughput "+
+			"(docs/footprint.md). The value in effect is logged at start and exported as go_sched_gomaxprocs_threads")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			os.Exit(0)
@@ -70,7 +69,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", limErr)
 		os.Exit(2)
 	}
-	procs, err := applyMaxProcs(*maxProcsFlag, fs.Changed("max-procs"), os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS)
+	procs, err := applyMaxProcs(*maxProcsFlag, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fanout: invalid flags:\n%v\n", err)
 		os.Exit(2)
