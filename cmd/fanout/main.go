@@ -94,7 +94,7 @@ func main() {
 	default:
 		logMemoryLimit(log, lim)
 	}
-	log.Info("GOMAXPROCS set", "threads", procs.N, "source", procs.Source, "cpus", runtime.NumCPU())
+	log.Info("GOMAXPROCS in effect", "threads", procs.N, "source", procs.Source, "cpus", runtime.NumCPU())
 	if t := gctune.Start(headroom); t != nil {
 		log.Info("garbage collector headroom set", "bytes", headroom, "gogc", t.Percent())
 	}

@@ -1,6 +1,7 @@
 // Package gctune gives the garbage collector a fixed headroom: the next
 // collection starts once the heap has grown by a set number of bytes past
-// what the last one found live, whatever the live heap's size.
+// what the last one found live (by a quarter of the live heap at the
+// least, once that is larger).
 //
 // With GOGC=100 the runtime collects when the heap has grown by as much
 // as it held live after the last collection, and at the least every 4 MiB.
