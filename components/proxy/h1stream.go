@@ -67,9 +67,11 @@ type h1Stream struct {
 	ended  bool     // the copy goroutine has finished
 	finals []func() // run at the end (after)
 
-	// prev and next link the Handler's open streams (streamSet).
-	prev, next *h1Stream
+	// links keep it in the Handler's open streams (streamSet).
+	links[h1Stream]
 }
+
+func (s *h1Stream) linksOf() *links[h1Stream] { return &s.links }
 
 // newH1Stream returns a stream for a request that may be taken over, and
 // the context the request is to carry: parent's values, parent's
@@ -350,36 +352,20 @@ func (s *h1Stream) watchClient() {
 // connection once it is hijacked.
 type streamSet struct {
 	mu    sync.Mutex
-	head  *h1Stream
-	n     int
-	empty chan struct{} // closed when n drops to 0, made by a waiter
+	list  ilist[h1Stream, *h1Stream]
+	empty chan struct{} // closed when the list empties, made by a waiter
 }
 
 func (ss *streamSet) add(s *h1Stream) {
 	ss.mu.Lock()
-	s.next = ss.head
-	if ss.head != nil {
-		ss.head.prev = s
-	}
-	ss.head = s
-	ss.n++
+	ss.list.push(s)
 	ss.mu.Unlock()
 }
 
 func (ss *streamSet) remove(s *h1Stream) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if s.prev != nil {
-		s.prev.next = s.next
-	} else {
-		ss.head = s.next
-	}
-	if s.next != nil {
-		s.next.prev = s.prev
-	}
-	s.prev, s.next = nil, nil
-	ss.n--
-	if ss.n == 0 && ss.empty != nil {
+	if ss.list.remove(s) && ss.list.len() == 0 && ss.empty != nil {
 		close(ss.empty)
 		ss.empty = nil
 	}
@@ -395,7 +381,7 @@ func (h *Handler) WaitLongRunning(ctx context.Context) error {
 	defer h.hangups.stop()
 	ss := &h.streams
 	ss.mu.Lock()
-	if ss.n == 0 {
+	if ss.list.len() == 0 {
 		ss.mu.Unlock()
 		return nil
 	}
@@ -410,7 +396,7 @@ func (h *Handler) WaitLongRunning(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	ss.mu.Lock()
-	for s := ss.head; s != nil; s = s.next {
+	for s := range ss.list.all() {
 		_ = s.conn.Close()
 		s.cancel()
 	}

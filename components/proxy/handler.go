@@ -508,13 +508,15 @@ type doneBody struct {
 	reported atomic.Bool
 	stopped  atomic.Bool
 	// set is the bodySet of a long-running response (nil for others),
-	// set once before the body is handed on. prev and next, guarded by
-	// set.mu, link it there while it is open; Close may come from two
-	// goroutines at once (the rebalancer's watchStream closes the body it
-	// reads from).
-	set        *bodySet
-	prev, next *doneBody
+	// set once before the body is handed on. links, guarded by set.mu,
+	// keep it there while it is open; Close may come from two goroutines
+	// at once (the rebalancer's watchStream closes the body it reads
+	// from).
+	set *bodySet
+	links[doneBody]
 }
+
+func (b *doneBody) linksOf() *links[doneBody] { return &b.links }
 
 func (b *doneBody) Read(p []byte) (int, error) {
 	if b.stopped.Load() {
@@ -558,7 +560,7 @@ func (b *doneBody) finish() {
 // StopLongRunning ends.
 type bodySet struct {
 	mu      sync.Mutex
-	head    *doneBody
+	list    ilist[doneBody, *doneBody]
 	stopped bool
 }
 
@@ -570,30 +572,17 @@ func (s *bodySet) add(b *doneBody) {
 		go b.stopNow()
 		return
 	}
-	b.set, b.next = s, s.head
-	if s.head != nil {
-		s.head.prev = b
-	}
-	s.head = b
+	b.set = s
+	s.list.push(b)
 	s.mu.Unlock()
 }
 
-// remove takes b out of the set; it is idempotent.
+// remove takes b out of the set; it is idempotent, as Close may come
+// from two goroutines.
 func (s *bodySet) remove(b *doneBody) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b.prev == nil && s.head != b {
-		return // not (or no longer) in the set
-	}
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		s.head = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	}
-	b.prev, b.next = nil, nil
+	s.list.remove(b)
+	s.mu.Unlock()
 }
 
 // stopAll stops every body in the set and any added later. Each is
@@ -607,8 +596,8 @@ func (s *bodySet) stopAll() {
 		return
 	}
 	s.stopped = true
-	var all []*doneBody
-	for b := s.head; b != nil; b = b.next {
+	all := make([]*doneBody, 0, s.list.len())
+	for b := range s.list.all() {
 		all = append(all, b)
 	}
 	s.mu.Unlock()

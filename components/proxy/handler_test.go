@@ -617,7 +617,7 @@ func TestLongBodyClosedFromTwoGoroutines(t *testing.T) {
 	}
 	h.longBodies.mu.Lock()
 	defer h.longBodies.mu.Unlock()
-	if h.longBodies.head != nil {
+	if h.longBodies.list.len() != 0 {
 		t.Error("closed long-running bodies are still in the Handler's list")
 	}
 }
