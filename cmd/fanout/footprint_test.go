@@ -142,15 +142,16 @@ type runtimeStats struct {
 
 // startFootprintFanout runs the binary with --enable-pprof in front of
 // upstream and returns its proxy and admin URLs.
-func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream string) *footprintFanout {
+func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream string, extra ...string) *footprintFanout {
 	t.Helper()
 	dir := t.TempDir()
 	kc := clientKubeconfig(t, dir, ca, "footprint", upstream)
 	written := filepath.Join(dir, "client.kubeconfig")
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "--kubeconfig", kc,
+	args := append([]string{"--kubeconfig", kc,
 		"--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--enable-pprof",
-		"--write-kubeconfig", written, "--allow-shared-loopback")
+		"--write-kubeconfig", written, "--allow-shared-loopback"}, extra...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -12,12 +12,14 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
 
 	"github.com/fanout-dev/fanout/components"
 	"github.com/fanout-dev/fanout/internal/gctune"
 	"github.com/fanout-dev/fanout/internal/memlimit"
+	"github.com/fanout-dev/fanout/internal/proctune"
 )
 
 func main() {
@@ -47,11 +49,14 @@ func main() {
 			"requests) and lowered, to 25 at the least, while it is large (many open watches), so that memory stays near "+
 			"live heap + headroom. An explicit GOGC environment variable is the least GOGC it sets; "+
 			"0 turns it off; a GOGC environment variable of off turns it off too")
-	maxProcsFlag := fs.String("max-procs", "auto",
-		"How many threads run fanout's Go code at once (GOMAXPROCS): auto keeps Go's choice (a GOMAXPROCS environment "+
-			"variable, else the container's CPU limit rounded up and at least 2, else every CPU of the node), or a whole number, "+
-			"which wins over GOMAXPROCS. 1 takes about a third less CPU at 1k requests per second but caps throughput "+
-			"(docs/footprint.md). The value in effect is logged at start and exported as go_sched_gomaxprocs_threads")
+	maxProcsFlag := fs.String("max-procs", "adaptive",
+		"How many threads run fanout's Go code at once (GOMAXPROCS): adaptive runs it on one while that is enough "+
+			"and on up to Go's choice while the process is busy (25 ms of load is enough to move up, "+
+			"a second of quiet to move back); auto keeps Go's choice (a GOMAXPROCS environment variable, else the "+
+			"container's CPU limit rounded up and at least 2, else every CPU of the node); a whole number is fixed and "+
+			"wins over GOMAXPROCS, which otherwise fixes it too. One thread takes about a third less CPU at 1k requests "+
+			"per second (docs/footprint.md). The most in effect is logged at start; go_sched_gomaxprocs_threads is the "+
+			"current value")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {
 			os.Exit(0)
@@ -94,11 +99,18 @@ func main() {
 	default:
 		logMemoryLimit(log, lim)
 	}
-	log.Info("GOMAXPROCS in effect", "threads", procs.N, "source", procs.Source, "cpus", runtime.NumCPU())
+	log.Info("GOMAXPROCS in effect", "threads", procs.N, "source", procs.Source, "adaptive", procs.Adaptive, "cpus", runtime.NumCPU())
+	var procTuner *proctune.Tuner
+	if procs.Adaptive {
+		// Runs for the life of the process, like the GC tuner.
+		procTuner = proctune.Start(procs.N)
+	}
 	if t := gctune.Start(headroom); t != nil {
 		log.Info("garbage collector headroom set", "bytes", headroom, "gogc", t.Percent())
 	}
-	app := fx.New(components.Sidecar(*o, log))
+	app := fx.New(components.Sidecar(*o, log), fx.Invoke(func(reg prometheus.Registerer) {
+		reg.MustRegister(procTuner.Collector())
+	}))
 	if err := app.Err(); err != nil {
 		log.Error("fanout cannot start", "error", err)
 		os.Exit(1)

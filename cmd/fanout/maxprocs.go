@@ -10,29 +10,37 @@ import (
 type maxProcs struct {
 	N      int
 	Source string // "flag", "GOMAXPROCS" or "runtime"
+	// Adaptive is set when the tuner (internal/proctune) moves GOMAXPROCS
+	// between 1 and N with the load.
+	Adaptive bool
 }
 
-// applyMaxProcs sets GOMAXPROCS from --max-procs: a number is set, and
-// wins over a GOMAXPROCS environment variable (env); auto keeps what the
-// runtime chose at start (GOMAXPROCS, else the container's CPU limit
-// rounded up and at least 2, else every CPU). set is runtime.GOMAXPROCS.
+// applyMaxProcs reads --max-procs:
+//   - adaptive (the default): one P while that is enough, up to the
+//     runtime's choice at start when busy (internal/proctune). A
+//     GOMAXPROCS environment variable makes it a fixed number instead:
+//     the operator chose it.
+//   - auto: the runtime's choice at start (GOMAXPROCS, else the
+//     container's CPU limit rounded up and at least 2, else every CPU).
+//   - a number: set, and wins over a GOMAXPROCS environment variable.
 //
-// auto is the default. One P takes about a third less CPU at 1k requests
-// a second, but it cannot keep up with 5k a second of short requests on
-// the benchmark's machine (docs/footprint.md): a default must not cap a
-// client's bursts.
+// set is runtime.GOMAXPROCS; applyMaxProcs only calls it to set a number.
+// With a fixed one P, about a third less CPU goes to 1k requests a second,
+// but 5k a second of short requests cannot be served on the benchmark's
+// machine (docs/footprint.md): a default must not cap a client's bursts.
 func applyMaxProcs(spec, env string, set func(int) int) (maxProcs, error) {
-	spec = strings.TrimSpace(spec)
-	if spec == "auto" {
-		source := "runtime"
+	switch spec = strings.TrimSpace(spec); spec {
+	case "auto", "adaptive":
+		mp := maxProcs{N: set(0), Source: "runtime"}
 		if env != "" {
-			source = "GOMAXPROCS"
+			mp.Source = "GOMAXPROCS"
 		}
-		return maxProcs{N: set(0), Source: source}, nil
+		mp.Adaptive = spec == "adaptive" && env == "" && mp.N > 1
+		return mp, nil
 	}
 	n, err := strconv.Atoi(spec)
 	if err != nil || n < 1 {
-		return maxProcs{}, fmt.Errorf("--max-procs %q: want auto or a whole number of at least 1", spec)
+		return maxProcs{}, fmt.Errorf("--max-procs %q: want adaptive, auto or a whole number of at least 1", spec)
 	}
 	set(n)
 	return maxProcs{N: n, Source: "flag"}, nil

@@ -6,9 +6,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
@@ -18,17 +20,24 @@ func TestApplyMaxProcs(t *testing.T) {
 		name, spec, env string
 		want            maxProcs
 		set             int // the GOMAXPROCS set; 0: only read
+		current         int // the runtime's GOMAXPROCS; 0: 4
 		wantErr         bool
 	}{
-		{name: "auto keeps the runtime's", spec: "auto", want: maxProcs{4, "runtime"}},
-		{name: "auto with the environment", spec: "auto", env: "4", want: maxProcs{4, "GOMAXPROCS"}},
-		{name: "a number", spec: "1", want: maxProcs{1, "flag"}, set: 1},
-		{name: "a number wins over the environment", spec: " 3 ", env: "4", want: maxProcs{3, "flag"}, set: 3},
+		{name: "adaptive tunes up to the runtime's", spec: "adaptive", want: maxProcs{4, "runtime", true}},
+		{name: "adaptive is fixed by the environment", spec: "adaptive", env: "4", want: maxProcs{4, "GOMAXPROCS", false}},
+		{name: "adaptive with one CPU has nothing to tune", spec: "adaptive", current: 1, want: maxProcs{1, "runtime", false}},
+		{name: "auto keeps the runtime's", spec: "auto", want: maxProcs{4, "runtime", false}},
+		{name: "auto with the environment", spec: "auto", env: "4", want: maxProcs{4, "GOMAXPROCS", false}},
+		{name: "a number", spec: "1", want: maxProcs{1, "flag", false}, set: 1},
+		{name: "a number wins over the environment", spec: " 3 ", env: "4", want: maxProcs{3, "flag", false}, set: 3},
 		{name: "zero", spec: "0", wantErr: true},
 		{name: "not a number", spec: "two", wantErr: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			current, set := 4, 0
+			if c.current > 0 {
+				current = c.current
+			}
 			got, err := applyMaxProcs(c.spec, c.env, func(n int) int {
 				prev := current
 				if n > 0 {
@@ -52,9 +61,11 @@ func TestApplyMaxProcs(t *testing.T) {
 	}
 }
 
-// TestMaxProcsInEffect runs the binary with the default flags and reads
-// the GOMAXPROCS in effect from its metrics: Go's own choice, which the
-// test binary's runtime made the same way.
+// TestMaxProcsInEffect runs the binary and reads the GOMAXPROCS in effect
+// from its metrics. With --max-procs auto it is Go's own choice, which the
+// test binary's runtime made the same way. With the default (adaptive) an
+// idle sidecar settles on one P; it may move up while it starts, so the
+// test waits for that.
 func TestMaxProcsInEffect(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -66,19 +77,56 @@ func TestMaxProcsInEffect(t *testing.T) {
 	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
 	upstream.StartTLS()
 	defer upstream.Close()
-	f := startFootprintFanout(t, bin, ca, upstream.URL)
-	resp, err := http.Get(f.admin + "/metrics")
+
+	runtimes := runtime.GOMAXPROCS(0)
+	idle := 1
+	if os.Getenv("GOMAXPROCS") != "" {
+		idle = runtimes // the environment fixes it
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"auto", []string{"--max-procs", "auto"}, runtimes},
+		{"adaptive (the default), idle", nil, idle},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := startFootprintFanout(t, bin, ca, upstream.URL, c.args...)
+			want := fmt.Sprintf("go_sched_gomaxprocs_threads %d", c.want)
+			var got string
+			for deadline := time.Now().Add(15 * time.Second); ; {
+				body := scrape(t, f.admin)
+				got = "no go_sched_gomaxprocs_threads sample"
+				if i := strings.Index(body, "\ngo_sched_gomaxprocs_threads "); i >= 0 {
+					got, _, _ = strings.Cut(body[i+1:], "\n")
+				}
+				if got == want {
+					if !strings.Contains(body, `fanout_gomaxprocs_changes_total{to="max"}`) {
+						t.Errorf("/metrics has no fanout_gomaxprocs_changes_total{to=\"max\"}")
+					}
+					return
+				}
+				if time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Errorf("/metrics has %q after 15 s, want %q", got, want)
+		})
+	}
+}
+
+func scrape(t *testing.T, admin string) string {
+	t.Helper()
+	resp, err := http.Get(admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	want := fmt.Sprintf("go_sched_gomaxprocs_threads %d\n", runtime.GOMAXPROCS(0))
-	if !strings.Contains(string(body), want) {
-		got := "no go_sched_gomaxprocs_threads sample"
-		if i := strings.Index(string(body), "\ngo_sched_gomaxprocs_threads "); i >= 0 {
-			got, _, _ = strings.Cut(string(body[i+1:]), "\n")
-		}
-		t.Errorf("/metrics has %q, want %q", got, strings.TrimSpace(want))
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return string(body)
 }
