@@ -161,11 +161,16 @@ func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream str
 	}
 	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
 	admin := make(chan string, 1)
+	var logMu sync.Mutex
+	var logged []string // for the failure message
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sent := false
 		for sc.Scan() {
 			line := sc.Text()
+			logMu.Lock()
+			logged = append(logged, line)
+			logMu.Unlock()
 			if _, a, ok := strings.Cut(line, `msg="admin server listening" address=`); ok && !sent {
 				admin <- "http://" + strings.Fields(a)[0]
 				sent = true
@@ -176,7 +181,9 @@ func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream str
 	select {
 	case f.admin = <-admin:
 	case <-time.After(30 * time.Second):
-		t.Fatal("fanout did not log its admin address within 30s")
+		logMu.Lock()
+		defer logMu.Unlock()
+		t.Fatalf("fanout did not log its admin address within 30s; it logged:\n%s", strings.Join(logged, "\n"))
 	}
 	for deadline := time.Now().Add(30 * time.Second); f.server == ""; {
 		if raw, err := os.ReadFile(written); err == nil {

@@ -89,7 +89,7 @@ func TestMaxProcsInEffect(t *testing.T) {
 		want int
 	}{
 		{"auto", []string{"--max-procs", "auto"}, runtimes},
-		{"adaptive (the default), idle", nil, idle},
+		{"adaptive-default-idle", nil, idle}, // no commas: the name is in the kubeconfig's flow-style paths
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := startFootprintFanout(t, bin, ca, upstream.URL, c.args...)
