@@ -24,7 +24,7 @@
 // downWaited of the goroutines waiting long, for downAfter periods in a
 // row. The gap between the thresholds is wider than the CPU the extra Ps
 // themselves cost, so that the tuner does not flap: under `make bench`'s
-// 1k requests a second the process used 0.26-0.29 of a CPU with one P and
+// 1k requests a second the process used 0.26-0.32 of a CPU with one P and
 // 0.37-0.38 with two, so the load that makes one P busy (0.8) keeps two
 // above downCPU, and a load that two serve under downCPU needs well under
 // 0.8 on one.
