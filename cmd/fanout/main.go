@@ -51,7 +51,7 @@ func main() {
 			"0 turns it off; a GOGC environment variable of off turns it off too")
 	maxProcsFlag := fs.String("max-procs", "adaptive",
 		"How many threads run fanout's Go code at once (GOMAXPROCS): adaptive runs it on one while that is enough "+
-			"and on up to Go's choice while the process is busy (25 ms of load is enough to move up, "+
+			"and on up to Go's choice while the process is busy (25 ms of load is enough to move up, 250 ms from idle; "+
 			"a second of quiet to move back); auto keeps Go's choice (a GOMAXPROCS environment variable, else the "+
 			"container's CPU limit rounded up and at least 2, else every CPU of the node); a whole number is fixed and "+
 			"wins over GOMAXPROCS, which otherwise fixes it too. One thread takes about a third less CPU at 1k requests "+

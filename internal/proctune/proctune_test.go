@@ -54,10 +54,11 @@ func TestTunerFollowsLoad(t *testing.T) {
 	var waited float64
 	tn.waits = func() float64 { return waited }
 	at := tn.lastAt
+	var next time.Duration // the period step asked for
 	period := func(load float64) {
 		at = at.Add(Period)
 		cpu += time.Duration(load * float64(Period))
-		tn.step(at)
+		next = tn.step(at)
 	}
 	check := func(want int, what string) {
 		t.Helper()
@@ -67,16 +68,30 @@ func TestTunerFollowsLoad(t *testing.T) {
 	}
 	period(0.1)
 	check(1, "light load")
+	if next != Period {
+		t.Errorf("on one P under light load: next period %v, want %v", next, Period)
+	}
+	period(0.01)
+	check(1, "idle")
+	if next != IdlePeriod {
+		t.Errorf("on one P, idle: next period %v, want %v", next, IdlePeriod)
+	}
 	period(0.95)
 	check(3, "busy")
+	if next != Period {
+		t.Errorf("busy: next period %v, want %v", next, Period)
+	}
 	period(0.7)
 	check(3, "between the thresholds")
 	for i := 0; i < downAfter-1; i++ {
 		period(0.05)
 	}
 	check(3, "quiet for one period less than downAfter")
-	period(0.05)
+	period(0.01)
 	check(1, "quiet for downAfter periods")
+	if next != IdlePeriod {
+		t.Errorf("back on one P, idle: next period %v, want %v", next, IdlePeriod)
+	}
 	waited = 0.1
 	period(0.3)
 	check(3, "light, but goroutines wait for the one P")
