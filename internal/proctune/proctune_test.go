@@ -136,19 +136,7 @@ func TestStartTunesTheRuntime(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := 0; i < max; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for j := 0; j < 1e5; j++ {
-				}
-			}
-		}()
+		spin(stop, &wg)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for runtime.GOMAXPROCS(0) != max && time.Now().Before(deadline) {
@@ -181,25 +169,9 @@ func TestStartTunesTheRuntime(t *testing.T) {
 func TestReadWaits(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	tn := newTuner(2, func(int) int { return 1 }, func() time.Duration { return 0 })
-	if w := tn.waits(); w != 0 {
-		// Nothing was scheduled since newTuner's reading, or very little.
-		t.Logf("idle: waited %.2f", w)
-	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for j := 0; j < 1e6; j++ {
-			}
-		}
-	}()
+	spin(stop, &wg)
 	// The runtime times one scheduling in eight, and readWaits ignores
 	// fewer than minWaits: 64 goroutines over about 50 preemptions give
 	// a few times that.
@@ -224,4 +196,22 @@ func TestReadWaits(t *testing.T) {
 	if w := tn.waits(); w < upWaited {
 		t.Errorf("with the one P kept busy: waited %.3f of schedulings, want at least %.2f", w, upWaited)
 	}
+}
+
+// spin starts a goroutine that keeps a P busy, never blocking, until stop
+// is closed.
+func spin(stop <-chan struct{}, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for j := 0; j < 1e5; j++ {
+			}
+		}
+	}()
 }
