@@ -35,7 +35,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,9 +125,10 @@ type Tuner struct {
 }
 
 // Start begins tuning between 1 and max Ps and returns the tuner, or nil
-// when max is 1 (nothing to tune). It sets one P at once.
+// when max is 1 (nothing to tune) or the system gives no process CPU time
+// (not Unix: GOMAXPROCS stays as it is). It sets one P at once.
 func Start(max int) *Tuner {
-	if max <= 1 {
+	if max <= 1 || !haveProcessCPU {
 		return nil
 	}
 	t := newTuner(max, runtime.GOMAXPROCS, processCPU)
@@ -284,13 +284,4 @@ func (t *Tuner) readWaits() float64 {
 		return 0
 	}
 	return float64(long) / float64(all)
-}
-
-// processCPU is the CPU time of every thread of the process.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
