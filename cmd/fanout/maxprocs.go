@@ -24,7 +24,8 @@ type maxProcs struct {
 //     container's CPU limit rounded up and at least 2, else every CPU).
 //   - a number: set, and wins over a GOMAXPROCS environment variable.
 //
-// set is runtime.GOMAXPROCS; applyMaxProcs only calls it to set a number.
+// set is runtime.GOMAXPROCS: called with 0 to read the runtime's choice,
+// with the number to set one.
 // With a fixed one P, about a third less CPU goes to 1k requests a second,
 // but 5k a second of short requests cannot be served on the benchmark's
 // machine (docs/footprint.md): a default must not cap a client's bursts.

@@ -35,6 +35,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -106,8 +107,7 @@ type Tuner struct {
 	done chan struct{}
 	once sync.Once
 
-	mu      sync.Mutex
-	changes [2]int // to 1, to max
+	toOne, toMax atomic.Int64 // the moves, read by the collector
 
 	// set is runtime.GOMAXPROCS, cpu the process's CPU time and waits
 	// readWaits; tests replace them.
@@ -159,9 +159,7 @@ func (t *Tuner) Changes() (toOne, toMax int) {
 	if t == nil {
 		return 0, 0
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.changes[0], t.changes[1]
+	return int(t.toOne.Load()), int(t.toMax.Load())
 }
 
 // Collector exports the changes as fanout_gomaxprocs_changes_total{to},
@@ -225,13 +223,11 @@ func (t *Tuner) step(at time.Time) time.Duration {
 	}
 	t.set(next)
 	t.cur = next
-	t.mu.Lock()
 	if next == 1 {
-		t.changes[0]++
+		t.toOne.Add(1)
 	} else {
-		t.changes[1]++
+		t.toMax.Add(1)
 	}
-	t.mu.Unlock()
 	return period
 }
 

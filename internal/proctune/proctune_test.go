@@ -60,41 +60,33 @@ func TestTunerFollowsLoad(t *testing.T) {
 		cpu += time.Duration(load * float64(Period))
 		next = tn.step(at)
 	}
-	check := func(want int, what string) {
+	// check wants GOMAXPROCS procs and, unless 0, the next period.
+	check := func(want int, wantNext time.Duration, what string) {
 		t.Helper()
 		if procs != want {
 			t.Fatalf("%s: GOMAXPROCS %d, want %d", what, procs, want)
 		}
+		if wantNext != 0 && next != wantNext {
+			t.Errorf("%s: next period %v, want %v", what, next, wantNext)
+		}
 	}
 	period(0.1)
-	check(1, "light load")
-	if next != Period {
-		t.Errorf("on one P under light load: next period %v, want %v", next, Period)
-	}
+	check(1, Period, "light load on one P")
 	period(0.01)
-	check(1, "idle")
-	if next != IdlePeriod {
-		t.Errorf("on one P, idle: next period %v, want %v", next, IdlePeriod)
-	}
+	check(1, IdlePeriod, "idle on one P")
 	period(0.95)
-	check(3, "busy")
-	if next != Period {
-		t.Errorf("busy: next period %v, want %v", next, Period)
-	}
+	check(3, Period, "busy")
 	period(0.7)
-	check(3, "between the thresholds")
+	check(3, 0, "between the thresholds")
 	for i := 0; i < downAfter-1; i++ {
 		period(0.05)
 	}
-	check(3, "quiet for one period less than downAfter")
+	check(3, Period, "quiet for one period less than downAfter")
 	period(0.01)
-	check(1, "quiet for downAfter periods")
-	if next != IdlePeriod {
-		t.Errorf("back on one P, idle: next period %v, want %v", next, IdlePeriod)
-	}
+	check(1, IdlePeriod, "quiet for downAfter periods, idle")
 	waited = 0.1
 	period(0.3)
-	check(3, "light, but goroutines wait for the one P")
+	check(3, Period, "light, but goroutines wait for the one P")
 	if one, max := tn.Changes(); one != 1 || max != 2 {
 		t.Errorf("Changes() = %d to one, %d to max; want 1, 2", one, max)
 	}
