@@ -47,7 +47,9 @@ func main() {
 		"How much the heap may grow past the live heap between two garbage collections: GOGC is set after each "+
 			"collection to leave this much, raised while the live heap is small (fewer collections under many short "+
 			"requests) and lowered, to 25 at the least, while it is large (many open watches), so that memory stays near "+
-			"live heap + headroom. An explicit GOGC environment variable is the least GOGC it sets; "+
+			"live heap + headroom. The headroom shrinks by half of what the collector found in use (live heap, stacks, "+
+			"globals), down to half this value: 16Mi leaves 15 MiB above 2 MiB in use and 8 MiB from 16 MiB on. "+
+			"An explicit GOGC environment variable is the least GOGC it sets; "+
 			"0 turns it off; a GOGC environment variable of off turns it off too")
 	maxProcsFlag := fs.String("max-procs", "adaptive",
 		"How many threads run fanout's Go code at once (GOMAXPROCS): adaptive runs it on one while that is enough "+

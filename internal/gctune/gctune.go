@@ -1,7 +1,8 @@
-// Package gctune gives the garbage collector a fixed headroom: the next
-// collection starts once the heap has grown by a set number of bytes past
-// what the last one found live (by a quarter of the live heap at the
-// least, once that is larger).
+// Package gctune gives the garbage collector a headroom in bytes: the next
+// collection starts once the heap has grown by that much past what the
+// last one found live. The headroom gives back half of what is in use, down
+// to half its size (Headroom), and is a quarter of the live heap at the
+// least once that is larger.
 //
 // With GOGC=100 the runtime collects when the heap has grown by as much
 // as it held live after the last collection, and at the least every 4 MiB.
@@ -18,8 +19,13 @@
 // open watches) it lowers GOGC, down to minPercent, so that the heap stays
 // near live + headroom instead of doubling: with 2,000 watches GOGC=100
 // let the heap grow by about 24 MB between collections (gctrace under
-// `make bench`'s scale section; docs/footprint.md). An explicit GOGC
-// environment variable is the floor instead: the operator chose it. A Go
+// `make bench`'s scale section; docs/footprint.md). The larger the heap in
+// use, the less headroom (Headroom): short requests keep about 2 MiB live,
+// and for them the headroom saves CPU; thousands of watches keep about 15
+// MiB, and for them each megabyte of headroom is a megabyte of the
+// sidecar's memory with little CPU to save, since they allocate little. An
+// explicit GOGC environment variable is the floor instead: the operator
+// chose it. A Go
 // memory limit (GOMEMLIMIT, --memory-limit) still caps the heap.
 package gctune
 
@@ -60,13 +66,25 @@ type Tuner struct {
 // with GOGC (runtime/mgcpacer.go, defaultHeapMinimum).
 const heapMinimum = 4 << 20
 
-// Percent is the GOGC that makes the next collection's goal live+headroom
-// bytes, within [floor, maxPercent]. The runtime's goal is the larger of
-// live + (live+scan)×GOGC/100, where scan is the stacks and globals it
-// scans, and heapMinimum×GOGC/100; for a live heap under heapMinimum the
-// second bounds the percentage; before the first collection live is 0 and
-// only the second applies.
+// Headroom is the headroom left above inUse bytes (the live heap and the
+// stacks and globals the collector scans) when headroom is configured: the
+// configured headroom less half of inUse, and at least half the
+// configured headroom. With 16 MiB configured that is 15 MiB with 2 MiB in
+// use (short requests), 8.5 MiB with 15 MiB (2,000 watches), and 8 MiB
+// from 16 MiB in use on, where the quarter of the live heap that Percent's
+// floor keeps soon takes over.
+func Headroom(inUse, headroom uint64) uint64 {
+	return max(headroom/2, headroom-min(headroom, inUse/2))
+}
+
+// Percent is the GOGC that makes the next collection's goal
+// live+Headroom(live+scan, headroom) bytes, within [floor, maxPercent].
+// The runtime's goal is the larger of live + (live+scan)×GOGC/100, where
+// scan is the stacks and globals it scans, and heapMinimum×GOGC/100; for a
+// live heap under heapMinimum the second bounds the percentage; before the
+// first collection live is 0 and only the second applies.
 func Percent(live, scan, headroom uint64, floor int) int {
+	headroom = Headroom(live+scan, headroom)
 	p := (live + headroom) * 100 / heapMinimum
 	if live+scan > 0 {
 		p = min(p, headroom*100/(live+scan))
