@@ -25,8 +25,8 @@
 // MiB, and for them each megabyte of headroom is a megabyte of the
 // sidecar's memory with little CPU to save, since they allocate little. An
 // explicit GOGC environment variable is the floor instead: the operator
-// chose it. A Go
-// memory limit (GOMEMLIMIT, --memory-limit) still caps the heap.
+// chose it. A Go memory limit (GOMEMLIMIT, --memory-limit) still caps the
+// heap.
 package gctune
 
 import (
