@@ -133,6 +133,7 @@ const footprintWatches = 200
 
 type footprintFanout struct {
 	server, admin string
+	pid           int
 }
 
 type runtimeStats struct {
@@ -177,7 +178,7 @@ func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream str
 			}
 		}
 	}()
-	f := &footprintFanout{}
+	f := &footprintFanout{pid: cmd.Process.Pid}
 	select {
 	case f.admin = <-admin:
 	case <-time.After(30 * time.Second):

@@ -51,6 +51,8 @@ func TestFlags(t *testing.T) {
 		{"missing kubeconfig file", []string{"--kubeconfig", "/nonexistent/kubeconfig", "--allow-shared-loopback"}, 1, "/nonexistent/kubeconfig"},
 		{"help lists allow-shared-loopback", []string{"--help"}, 0, "--allow-shared-loopback"},
 		{"help lists memory-limit", []string{"--help"}, 0, "--memory-limit"},
+		{"help lists sysmon", []string{"--help"}, 0, "--sysmon"},
+		{"sysmon must be steady or go", []string{"--kubeconfig", "x", "--sysmon", "off"}, 2, `--sysmon "off": want steady or go`},
 		{"memory limit must be a size", []string{"--kubeconfig", "x", "--memory-limit", "lots"}, 2, `--memory-limit "lots": want auto, off, or a positive size`},
 		{"memory limit is logged", []string{"--kubeconfig", "/nonexistent/kubeconfig", "--allow-shared-loopback", "--memory-limit", "96Mi"}, 1, `msg="Go memory limit set" bytes=100663296 source=flag`},
 	}

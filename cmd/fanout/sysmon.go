@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// steadySchedtrace keeps Go's monitor thread (sysmon) from its deep sleep.
+//
+// sysmon polls the scheduler, sleeping 20 µs between polls and doubling the
+// sleep, up to 10 ms, once 50 polls in a row found nothing to do. While
+// every P is idle it sleeps instead until the next timer, and the next
+// system call wakes it and starts it again at 20 µs. A sidecar goes idle
+// and busy again many times a second under a client's requests (it waits
+// on the kube-apiservers), so sysmon spent its time in 20 µs sleeps: about
+// one thread switch for every two requests at saturation
+// (docs/footprint.md, "The runtime's monitor thread").
+//
+// The runtime has no setting for that sleep, but skips it while a
+// scheduler trace is on (GODEBUG schedtrace, milliseconds between
+// traces), so that the trace is printed on time. This is the largest
+// value GODEBUG takes: a trace every 24.8 days. sysmon counts from the
+// system's boot, so on a node up longer than that one trace line is
+// printed at start.
+const steadySchedtrace = "schedtrace=2147483647"
+
+// sysmonExecEnv reads --sysmon and the process's environment, and returns
+// the environment to re-execute fanout with, or nil when the process can
+// go on as it is:
+//   - steady (the default): GODEBUG with steadySchedtrace added, unless
+//     GODEBUG sets schedtrace already (the operator's choice wins);
+//   - go: nil, Go's own behaviour.
+//
+// The runtime reads schedtrace only at start, hence the re-execution.
+func sysmonExecEnv(spec string, environ []string) ([]string, error) {
+	switch strings.TrimSpace(spec) {
+	case "go":
+		return nil, nil
+	case "steady":
+	default:
+		return nil, fmt.Errorf("--sysmon %q: want steady or go", spec)
+	}
+	godebug, found := "", false
+	env := make([]string, 0, len(environ)+1)
+	for _, kv := range environ {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			if !found { // the runtime reads the first
+				godebug, found = v, true
+			}
+			continue
+		}
+		env = append(env, kv)
+	}
+	if _, set := schedtrace(godebug); set {
+		return nil, nil
+	}
+	if godebug != "" {
+		godebug += ","
+	}
+	return append(env, "GODEBUG="+godebug+steadySchedtrace), nil
+}
+
+// schedtrace returns the schedtrace that a GODEBUG value sets, and whether
+// it sets one. The runtime takes the last of several.
+func schedtrace(godebug string) (ms int, set bool) {
+	for _, kv := range strings.Split(godebug, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(kv), "schedtrace="); ok {
+			ms, _ = strconv.Atoi(v)
+			set = true
+		}
+	}
+	return ms, set
+}
+
+// reexecForSysmon re-executes the running binary with env, with the same
+// arguments and process ID. It returns only if that failed.
+func reexecForSysmon(env []string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	return syscall.Exec(exe, os.Args, env)
+}
+
+// sysmonSteady reports whether the runtime's monitor thread is kept from
+// its deep sleep in this process: GODEBUG sets a positive schedtrace.
+func sysmonSteady() bool {
+	ms, _ := schedtrace(os.Getenv("GODEBUG"))
+	return ms > 0
+}
+
+// sysmonGauge exports sysmonSteady as fanout_sysmon_steady.
+func sysmonGauge(steady bool) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fanout_sysmon_steady",
+		Help: "1 when Go's monitor thread is kept from its deep sleep (--sysmon steady, or a GODEBUG schedtrace), 0 with Go's own behaviour.",
+	})
+	if steady {
+		g.Set(1)
+	}
+	return g
+}
