@@ -346,6 +346,14 @@ func TestNodePodsStartRight(t *testing.T) {
 			if fs.RestartCount != 0 || client.RestartCount != 0 {
 				t.Errorf("restarts: fanout %d, client %d; want none", fs.RestartCount, client.RestartCount)
 			}
+			// fanout executes itself again at start to keep Go's monitor
+			// thread steady (--sysmon): that works as a non-root user on a
+			// read-only root filesystem under the runtime's seccomp profile.
+			if raw, err := e.admin.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, "7081", "/metrics", nil).DoRaw(ctx); err != nil {
+				t.Errorf("reading fanout's /metrics: %v", err)
+			} else if !strings.Contains(string(raw), "\nfanout_sysmon_steady 1\n") {
+				t.Errorf("fanout's /metrics lacks fanout_sysmon_steady 1 (the re-execution with GODEBUG=schedtrace failed; see its log)")
+			}
 			fStart, cStart := fs.State.Running.StartedAt.Time, client.State.Running.StartedAt.Time
 			if cStart.Before(fStart) {
 				t.Errorf("client started at %s, before fanout (%s)", cStart, fStart)

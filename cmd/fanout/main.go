@@ -65,8 +65,8 @@ func main() {
 			"every 20 µs again, which under a client's requests is a thread switch for about every other request. steady "+
 			"sets GODEBUG=schedtrace=2147483647 (the runtime's only switch for it: a scheduler trace every 24.8 days, so "+
 			"one trace line at start on a node up longer than that), for which fanout executes itself again at start, "+
-			"with the same process ID. A GODEBUG that sets schedtrace wins. Measured: about a fifth less CPU per request "+
-			"at 1k requests per second, 0.13 s more CPU per idle minute (docs/footprint.md). fanout_sysmon_steady is 1 "+
+			"with the same process ID. A GODEBUG that sets schedtrace wins. Measured: about a quarter less CPU "+
+			"at 1k requests per second, 0.13–0.16 s more CPU per idle minute (docs/footprint.md). fanout_sysmon_steady is 1 "+
 			"while in effect")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if err == pflag.ErrHelp {

@@ -10,8 +10,27 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
+
+func TestSysmonGauge(t *testing.T) {
+	for _, steady := range []bool{true, false} {
+		g := sysmonGauge(steady)
+		problems, err := testutil.CollectAndLint(g)
+		if err != nil || len(problems) > 0 {
+			t.Errorf("lint: %v %v", problems, err)
+		}
+		want := 0.0
+		if steady {
+			want = 1
+		}
+		if got := testutil.ToFloat64(g); got != want {
+			t.Errorf("sysmonGauge(%v) = %v, want %v", steady, got, want)
+		}
+	}
+}
 
 func TestSysmonExecEnv(t *testing.T) {
 	for _, c := range []struct {
