@@ -212,3 +212,15 @@ current-context: x
 		testpki.WriteFile(t, dir, "c.crt", client.CertPEM), testpki.WriteFile(t, dir, "c.key", client.KeyPEM))
 	return testpki.WriteFile(t, dir, "kubeconfig", []byte(kc))
 }
+
+// tlsUpstream starts an HTTP/2 TLS server with a serving certificate from
+// ca that requires a client certificate from it, as kube-apiserver does.
+func tlsUpstream(t *testing.T, ca *testpki.CA, h http.Handler) *httptest.Server {
+	t.Helper()
+	upstream := httptest.NewUnstartedServer(h)
+	upstream.EnableHTTP2 = true
+	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
+	upstream.StartTLS()
+	t.Cleanup(upstream.Close)
+	return upstream
+}

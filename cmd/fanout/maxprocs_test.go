@@ -1,11 +1,9 @@
 package main
 
 import (
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime"
 	"strings"
@@ -72,11 +70,7 @@ func TestMaxProcsInEffect(t *testing.T) {
 	}
 	bin := buildFanout(t)
 	ca := testpki.NewCA(t)
-	upstream := httptest.NewUnstartedServer(http.NotFoundHandler())
-	upstream.EnableHTTP2 = true
-	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
-	upstream.StartTLS()
-	defer upstream.Close()
+	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
 
 	runtimes := runtime.GOMAXPROCS(0)
 	idle := 1

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"crypto/tls"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -76,11 +74,7 @@ func TestSysmonInEffect(t *testing.T) {
 	}
 	bin := buildFanout(t)
 	ca := testpki.NewCA(t)
-	upstream := httptest.NewUnstartedServer(http.NotFoundHandler())
-	upstream.EnableHTTP2 = true
-	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
-	upstream.StartTLS()
-	defer upstream.Close()
+	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
 	if _, set := schedtrace(os.Getenv("GODEBUG")); set {
 		t.Skip("GODEBUG sets schedtrace in the test's environment")
 	}
