@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 
@@ -84,7 +85,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
-	var lc net.ListenConfig
+	lc := listenConfig(s.cfg.ListenAddress)
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
@@ -109,6 +110,21 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// listenConfig configures the client listener. On a loopback address
+// accepted connections get no TCP keep-alive: the peer is a process on the
+// same host, whose sockets the kernel closes or resets when it exits, so
+// probes would find nothing, and Go sets keep-alive with four setsockopt
+// calls per accepted connection (2.5 % of fanout's CPU while an HTTP/1.1
+// client's pool opened and closed thousands of connections a second;
+// docs/footprint.md). Other addresses (--allow-remote) keep Go's default.
+func listenConfig(addr string) net.ListenConfig {
+	var lc net.ListenConfig
+	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Unmap().IsLoopback() {
+		lc.KeepAlive = -1
+	}
+	return lc
 }
 
 // Addr is the address the server listens on, nil before Start. With port 0
