@@ -349,7 +349,7 @@ func TestNodePodsStartRight(t *testing.T) {
 			// fanout executes itself again at start to keep Go's monitor
 			// thread steady (--sysmon): that works as a non-root user on a
 			// read-only root filesystem under the runtime's seccomp profile.
-			if raw, err := e.admin.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, "7081", "/metrics", nil).DoRaw(ctx); err != nil {
+			if raw, err := e.sidecarMetrics(ctx, p); err != nil {
 				t.Errorf("reading fanout's /metrics: %v", err)
 			} else if !strings.Contains(string(raw), "\nfanout_sysmon_steady 1\n") {
 				t.Errorf("fanout's /metrics lacks fanout_sysmon_steady 1 (the re-execution with GODEBUG=schedtrace failed; see its log)")
@@ -492,6 +492,12 @@ const (
 	spreadHigh = 1.25 / 3
 )
 
+// sidecarMetrics reads the /metrics of an injected pod's fanout sidecar
+// (its admin port) through the apiserver's pod proxy.
+func (e *nodeEnv) sidecarMetrics(ctx context.Context, p *corev1.Pod) ([]byte, error) {
+	return e.admin.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, "7081", "/metrics", nil).DoRaw(ctx)
+}
+
 // logSidecarBalance logs, for each injected pod whose name starts with
 // prefix, its sidecar's per-apiserver latency scores and requests: why a
 // spread came out as it did.
@@ -506,7 +512,7 @@ func (e *nodeEnv) logSidecarBalance(t *testing.T, ctx context.Context, prefix st
 		if !strings.HasPrefix(p.Name, prefix) {
 			continue
 		}
-		raw, err := e.admin.CoreV1().Pods(p.Namespace).ProxyGet("http", p.Name, "7081", "/metrics", nil).DoRaw(ctx)
+		raw, err := e.sidecarMetrics(ctx, &p)
 		if err != nil {
 			t.Logf("%s: reading its sidecar's /metrics: %v", p.Name, err)
 			continue

@@ -72,12 +72,12 @@ func TestSysmonInEffect(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := buildFanout(t)
-	ca := testpki.NewCA(t)
-	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
 	if _, set := schedtrace(os.Getenv("GODEBUG")); set {
 		t.Skip("GODEBUG sets schedtrace in the test's environment")
 	}
+	bin := buildFanout(t)
+	ca := testpki.NewCA(t)
+	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
 	for _, c := range []struct {
 		name   string
 		args   []string
