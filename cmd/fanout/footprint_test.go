@@ -42,16 +42,22 @@ import (
 // back one of the cuts of docs/footprint.md ("A watch holds less while
 // open") fails, e.g. the 410 check keeping the retry and the request it
 // would resend (8.5-8.6 KiB), and looser than the spread between runs
-// (0.2 KiB). Stacks vary more between runs (8.0-8.8 KiB and 14-21 KiB
-// were seen), so their budget is looser; it catches a goroutine whose
-// stack doubles, and an HTTP/1.1 watch served by net/http's goroutines
-// again (22 KiB).
+// (0.2 KiB). Stacks vary more between runs, so their budgets are looser.
+// A stack is 2, 4, 8 or 16 KiB, and whether a watch's goroutine ended at
+// 8 or 16 KiB depends on how deep its request went and on the runtime's
+// adaptive first stack size (the average of the stacks it last scanned):
+// 8.0-9.4 KiB (HTTP/1.1) and 14-22.4 KiB (h2c) were seen, 22.1 KiB in a
+// CI run; GODEBUG=adaptivestackstart=0 does not steady them (8.5-10.2
+// and 15.0-20.6 KiB, ten runs each). The HTTP/1.1 budget catches a
+// goroutine whose stack doubles, and an HTTP/1.1 watch served by
+// net/http's goroutines again (22 KiB); the h2c one catches both of the
+// stream's goroutines at 16 KiB (32 KiB).
 var footprintBudgets = map[string]struct {
 	goroutines   float64
 	heap, stacks float64 // bytes: live heap after GC, goroutine stacks
 }{
 	"h1":  {goroutines: 2, heap: 8.3 * 1024, stacks: 11 << 10},
-	"h2c": {goroutines: 2, heap: 14.8 * 1024, stacks: 22 << 10},
+	"h2c": {goroutines: 2, heap: 14.8 * 1024, stacks: 28 << 10},
 }
 
 // TestFootprintPerWatch is the guard on what an idle watch costs the
