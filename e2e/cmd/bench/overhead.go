@@ -52,7 +52,10 @@ type PhaseMeasure struct {
 	// for direct and library, which have none); PeakRSSKiB its VmHWM at
 	// the end of the phase.
 	CPUSeconds float64
-	PeakRSSKiB float64
+	// UserCPUSeconds is the utime part of CPUSeconds: the proxy's own
+	// code, the rest being the kernel's work for it (NaN likewise).
+	UserCPUSeconds float64
+	PeakRSSKiB     float64
 	// SelfCPUSeconds is the load generator's own utime+stime during the
 	// phase: the client side of every path, and for library the library
 	// too.
@@ -71,7 +74,10 @@ type OverheadRow struct {
 	// library has no process of its own: its figure is the load
 	// generator's CPU per 10,000 requests beyond direct's in the same run
 	// and phase (median of the per-run differences).
-	CPUPer10k       float64
+	CPUPer10k float64
+	// UserCPUPer10k is the utime part of CPUPer10k (NaN for the library,
+	// whose figure is a difference of totals).
+	UserCPUPer10k   float64
 	ReqPerCPUSecond float64
 	PeakRSSMiB      float64
 	// ClientCPUPer10k is the load generator's own CPU seconds per 10,000
@@ -112,7 +118,7 @@ func AggregateOverhead(ms []PhaseMeasure, phases []Phase, targets []string) []Ov
 	for _, t := range targets {
 		for _, ph := range phases {
 			row := OverheadRow{Target: t, Phase: ph.Name, Rate: ph.Rate}
-			var thr, p50, p99, p999, cpu10k, rpc, rss, self10k []float64
+			var thr, p50, p99, p999, cpu10k, user10k, rpc, rss, self10k []float64
 			for _, m := range ms {
 				if m.Target != t || m.Phase != ph.Name {
 					continue
@@ -138,6 +144,7 @@ func AggregateOverhead(ms []PhaseMeasure, phases []Phase, targets []string) []Ov
 					}
 				}
 				cpu10k = append(cpu10k, c10)
+				user10k = append(user10k, per10k(m.UserCPUSeconds, m.Load.OK))
 				rpc = append(rpc, r)
 				rss = append(rss, m.PeakRSSKiB/1024)
 				self10k = append(self10k, per10k(m.SelfCPUSeconds, m.Load.OK))
@@ -150,6 +157,7 @@ func AggregateOverhead(ms []PhaseMeasure, phases []Phase, targets []string) []Ov
 			row.P99 = time.Duration(Median(p99))
 			row.P999 = time.Duration(Median(p999))
 			row.CPUPer10k = Median(cpu10k)
+			row.UserCPUPer10k = Median(user10k)
 			row.ReqPerCPUSecond = Median(rpc)
 			row.PeakRSSMiB = Median(rss)
 			row.ClientCPUPer10k = Median(self10k)
@@ -336,20 +344,21 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 		if err != nil {
 			return nil, 0, nil, err
 		}
-		m := PhaseMeasure{Target: target, Phase: ph.Name, Run: run, Load: lr, Lat: Summarize(lr.Latencies), CPUSeconds: math.NaN(), PeakRSSKiB: math.NaN(),
-			SelfCPUSeconds: selfAfter.CPUSeconds() - selfBefore.CPUSeconds()}
+		m := PhaseMeasure{Target: target, Phase: ph.Name, Run: run, Load: lr, Lat: Summarize(lr.Latencies), CPUSeconds: math.NaN(), UserCPUSeconds: math.NaN(),
+			PeakRSSKiB: math.NaN(), SelfCPUSeconds: selfAfter.CPUSeconds() - selfBefore.CPUSeconds()}
 		if proxy != nil {
 			after, err := proxy.Usage()
 			if err != nil {
 				return nil, 0, nil, err
 			}
 			m.CPUSeconds = after.CPUSeconds() - before.CPUSeconds()
+			m.UserCPUSeconds = after.UserCPUSeconds() - before.UserCPUSeconds()
 			m.PeakRSSKiB = float64(after.HWMKiB)
 		}
 		if lr.Errors > 0 {
 			env.logf("overhead: %s %s: %d of %d requests failed, first: %v", target, ph.Name, lr.Errors, lr.Sent, lr.FirstErr)
 		}
-		env.logf("overhead: %s %s: %.0f req/s, p50 %s p99 %s, proxy cpu %.2fs, load generator cpu %.2fs", target, ph.Name, lr.Throughput(), m.Lat.P50, m.Lat.P99, m.CPUSeconds, m.SelfCPUSeconds)
+		env.logf("overhead: %s %s: %.0f req/s, p50 %s p99 %s, proxy cpu %.2fs (user %.2fs), load generator cpu %.2fs", target, ph.Name, lr.Throughput(), m.Lat.P50, m.Lat.P99, m.CPUSeconds, m.UserCPUSeconds, m.SelfCPUSeconds)
 		out = append(out, m)
 	}
 	var prof *ProxyProfile

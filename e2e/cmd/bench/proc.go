@@ -12,8 +12,9 @@ import (
 // ProcUsage is one reading of a process's resource use from /proc.
 type ProcUsage struct {
 	// CPUTicks is utime+stime over all the process's threads, in clock
-	// ticks (see clockTicks).
-	CPUTicks uint64
+	// ticks (see clockTicks); UserTicks is the utime part: the process's
+	// own code, where CPUTicks less UserTicks is the kernel's work for it.
+	CPUTicks, UserTicks uint64
 	// RSSKiB is the resident set now (VmRSS), HWMKiB its peak so far
 	// (VmHWM).
 	RSSKiB, HWMKiB uint64
@@ -21,6 +22,9 @@ type ProcUsage struct {
 
 // CPUSeconds converts CPUTicks.
 func (u ProcUsage) CPUSeconds() float64 { return float64(u.CPUTicks) / float64(clockTicks) }
+
+// UserCPUSeconds converts UserTicks.
+func (u ProcUsage) UserCPUSeconds() float64 { return float64(u.UserTicks) / float64(clockTicks) }
 
 // clockTicks is USER_HZ, the unit of utime and stime; 100 on every Linux
 // architecture Go supports, but asked of getconf when it is there.
@@ -45,9 +49,11 @@ func ReadProc(pid int) (ProcUsage, error) {
 		return ProcUsage{}, err
 	}
 	var u ProcUsage
-	if u.CPUTicks, err = ParseStatCPU(string(stat)); err != nil {
+	user, system, err := ParseStatCPU(string(stat))
+	if err != nil {
 		return u, err
 	}
+	u.CPUTicks, u.UserTicks = user+system, user
 	if u.RSSKiB, err = ParseStatusKiB(string(status), "VmRSS"); err != nil {
 		return u, err
 	}
@@ -57,29 +63,27 @@ func ReadProc(pid int) (ProcUsage, error) {
 	return u, nil
 }
 
-// ParseStatCPU returns utime+stime (fields 14 and 15, see proc(5)) of a
+// ParseStatCPU returns utime and stime (fields 14 and 15, see proc(5)) of a
 // /proc/<pid>/stat line. The command name (field 2) is in parentheses and may
 // hold spaces and parentheses itself, so fields are counted after the last
 // ')'.
-func ParseStatCPU(stat string) (uint64, error) {
+func ParseStatCPU(stat string) (user, system uint64, err error) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc stat line without a command name in parentheses: %q", stat)
+		return 0, 0, fmt.Errorf("/proc stat line without a command name in parentheses: %q", stat)
 	}
 	f := strings.Fields(stat[i+1:])
 	// f[0] is field 3 (state), so field n is f[n-3].
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc stat line has %d fields after the command name, want at least 13", len(f))
+		return 0, 0, fmt.Errorf("/proc stat line has %d fields after the command name, want at least 13", len(f))
 	}
-	ut, err := strconv.ParseUint(f[11], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("utime %q: %w", f[11], err)
+	if user, err = strconv.ParseUint(f[11], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("utime %q: %w", f[11], err)
 	}
-	st, err := strconv.ParseUint(f[12], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("stime %q: %w", f[12], err)
+	if system, err = strconv.ParseUint(f[12], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("stime %q: %w", f[12], err)
 	}
-	return ut + st, nil
+	return user, system, nil
 }
 
 // ParseStatusKiB returns the value of a "Key:  1234 kB" line of

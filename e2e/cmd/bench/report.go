@@ -242,14 +242,14 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 	p("**library** is fanout linked into the load generator (`client.New` on a rest.Config with the same client certificate and CA, `--endpoints` the three backends): its RoundTripper sends each request over HTTP/2 mTLS to the backend it picks; there is no proxy process. ")
 	p("Fixed rates are open loop on a fixed schedule, latency counted from each request's due time; saturation is closed loop. ")
 	p("Each cell is the median of %d run(s); the order of the paths rotates between runs.\n\n", o.Runs)
-	p("| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | req / CPU-s | peak RSS (MiB) | load generator CPU s / 10k req |\n")
-	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	p("| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | of it user | req / CPU-s | peak RSS (MiB) | load generator CPU s / 10k req |\n")
+	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, r := range o.Rows {
-		p("| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s |\n",
+		p("| %s | %s | %d | %d | %d | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			r.Target, r.Phase, r.Runs, r.Sent, r.Errors, r.Throughput, fmtDur(r.P50), fmtDur(r.P99), fmtDur(r.P999),
-			fmtF(r.CPUPer10k, 3), fmtF(r.ReqPerCPUSecond, 0), fmtF(r.PeakRSSMiB, 1), fmtF(r.ClientCPUPer10k, 3))
+			fmtF(r.CPUPer10k, 3), fmtF(r.UserCPUPer10k, 3), fmtF(r.ReqPerCPUSecond, 0), fmtF(r.PeakRSSMiB, 1), fmtF(r.ClientCPUPer10k, 3))
 	}
-	p("\nPeak RSS is the proxy's VmHWM at the end of the phase (phases run in table order on one process per run), CPU is utime+stime from /proc/<pid>/stat during the phase. ")
+	p("\nPeak RSS is the proxy's VmHWM at the end of the phase (phases run in table order on one process per run), CPU is utime+stime from /proc/<pid>/stat during the phase, and \"of it user\" its utime: the proxy's own code, the rest being the kernel's work for it (system calls, TCP, scheduling). ")
 	p("The last column is the load generator's own utime+stime (/proc/self/stat) per 10,000 successful requests: the client side of each path. ")
 	p("The library has no process of its own, so its proxy CPU is what it adds to the load generator: its last column minus direct's, per run and phase (median of the differences; — without a direct run to subtract), and req / CPU-s is 10,000 over that (— when the difference is not positive). ")
 	p("Being a difference of two measurements of the same process, it is only as good as the two runs are alike: on a loaded machine, or when one of them failed many requests, it can come out near zero or negative. ")

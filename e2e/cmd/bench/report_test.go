@@ -13,9 +13,9 @@ func overheadFixture(fanoutP99, directP99 time.Duration, fanoutRPC, haproxyRPC, 
 		IdleRSSMiB: map[string]float64{targetFanout: idle, targetHAProxy: 9, targetLibrary: 3.25, targetFanoutTLS: 22},
 		Order:      [][]string{{targetDirect, targetFanout, targetHAProxy}},
 		Rows: []OverheadRow{
-			{Target: targetDirect, Phase: "1k", Runs: 1, P99: directP99, CPUPer10k: math.NaN(), ReqPerCPUSecond: math.NaN(), PeakRSSMiB: math.NaN(), ClientCPUPer10k: 0.5},
-			{Target: targetLibrary, Phase: "1k", Runs: 1, P99: directP99 + 50*time.Microsecond, CPUPer10k: 0.25, ReqPerCPUSecond: 40000, PeakRSSMiB: math.NaN(), ClientCPUPer10k: 0.75},
-			{Target: targetFanoutTLS, Phase: "1k", Runs: 1, P99: fanoutP99 - 100*time.Microsecond, CPUPer10k: 0.9, ReqPerCPUSecond: 11111, PeakRSSMiB: 25, ClientCPUPer10k: 0.6},
+			{Target: targetDirect, Phase: "1k", Runs: 1, P99: directP99, CPUPer10k: math.NaN(), UserCPUPer10k: math.NaN(), ReqPerCPUSecond: math.NaN(), PeakRSSMiB: math.NaN(), ClientCPUPer10k: 0.5},
+			{Target: targetLibrary, Phase: "1k", Runs: 1, P99: directP99 + 50*time.Microsecond, CPUPer10k: 0.25, UserCPUPer10k: math.NaN(), ReqPerCPUSecond: 40000, PeakRSSMiB: math.NaN(), ClientCPUPer10k: 0.75},
+			{Target: targetFanoutTLS, Phase: "1k", Runs: 1, P99: fanoutP99 - 100*time.Microsecond, CPUPer10k: 0.9, UserCPUPer10k: 0.6, ReqPerCPUSecond: 11111, PeakRSSMiB: 25, ClientCPUPer10k: 0.6},
 			{Target: targetFanout, Phase: "1k", Runs: 1, P99: fanoutP99},
 			{Target: targetFanout, Phase: "saturation", Runs: 1, ReqPerCPUSecond: fanoutRPC},
 			{Target: targetHAProxy, Phase: "saturation", Runs: 1, ReqPerCPUSecond: haproxyRPC},
@@ -159,9 +159,9 @@ func TestRender(t *testing.T) {
 		"| error | none | none | `EOF` |",
 		"| client connections open with the watches open (dialed) | 0 (0) | 2 (51) | 2000 (2000) |",
 		"| client connections dialed for the short requests | 0 | 1 | 25 |",
-		"| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | req / CPU-s | peak RSS (MiB) | load generator CPU s / 10k req |",
-		"| library | 1k | 1 | 0 | 0 | 0 | 0 µs | 1050 µs | 0 µs | 0.250 | 40000 | — | 0.750 |",
-		"| fanout-tls | 1k | 1 | 0 | 0 | 0 | 0 µs | 1200 µs | 0 µs | 0.900 | 11111 | 25.0 | 0.600 |",
+		"| path | load | runs | requests (all runs) | errors (all runs) | throughput (req/s) | p50 | p99 | p99.9 | proxy CPU s / 10k req | of it user | req / CPU-s | peak RSS (MiB) | load generator CPU s / 10k req |",
+		"| library | 1k | 1 | 0 | 0 | 0 | 0 µs | 1050 µs | 0 µs | 0.250 | — | 40000 | — | 0.750 |",
+		"| fanout-tls | 1k | 1 | 0 | 0 | 0 | 0 µs | 1200 µs | 0 µs | 0.900 | 0.600 | 11111 | 25.0 | 0.600 |",
 		" fanout 21.5 MiB; fanout-tls 22.0 MiB; haproxy 9.0 MiB; library 3.2 MiB;",
 		"| BenchmarkPick/rr | 1 | 12.3 | — | 0 |",
 		"flat flat% sum%",
@@ -177,7 +177,7 @@ func TestRender(t *testing.T) {
 		}
 	}
 	// A direct row has no proxy: its proxy columns must say so, not 0.
-	if !strings.Contains(md, "| direct | 1k | 1 | 0 | 0 | 0 | 0 µs | 1000 µs | 0 µs | — | — | — | 0.500 |\n") {
+	if !strings.Contains(md, "| direct | 1k | 1 | 0 | 0 | 0 | 0 µs | 1000 µs | 0 µs | — | — | — | — | 0.500 |\n") {
 		t.Errorf("direct row does not show — for proxy columns:\n%s", md)
 	}
 	r.Quick = false
@@ -266,7 +266,7 @@ func TestAggregateOverheadLibrary(t *testing.T) {
 	phases := []Phase{{Name: "1k", Rate: 1000}, {Name: "saturation"}}
 	m := func(target, phase string, run, ok int, proxyCPU, self float64) PhaseMeasure {
 		return PhaseMeasure{Target: target, Phase: phase, Run: run, Load: LoadResult{OK: ok, Sent: ok, Elapsed: time.Second},
-			CPUSeconds: proxyCPU, PeakRSSKiB: math.NaN(), SelfCPUSeconds: self}
+			CPUSeconds: proxyCPU, UserCPUSeconds: proxyCPU * 0.75, PeakRSSKiB: math.NaN(), SelfCPUSeconds: self}
 	}
 	nan := math.NaN()
 	ms := []PhaseMeasure{
@@ -307,8 +307,12 @@ func TestAggregateOverheadLibrary(t *testing.T) {
 	if r := get(targetDirect, "1k"); !math.IsNaN(r.CPUPer10k) || !near(r.ClientCPUPer10k, 2.0) {
 		t.Errorf("direct 1k: CPU/10k %v (want NaN: no proxy), load generator %v (want 2.0)", r.CPUPer10k, r.ClientCPUPer10k)
 	}
-	if r := get(targetFanoutTLS, "1k"); !near(r.CPUPer10k, 3.0) || !near(r.ClientCPUPer10k, 1.2) {
-		t.Errorf("fanout-tls 1k: CPU/10k %v, load generator %v; want 3.0 and 1.2", r.CPUPer10k, r.ClientCPUPer10k)
+	if r := get(targetFanoutTLS, "1k"); !near(r.CPUPer10k, 3.0) || !near(r.UserCPUPer10k, 2.25) || !near(r.ClientCPUPer10k, 1.2) {
+		t.Errorf("fanout-tls 1k: CPU/10k %v (user %v), load generator %v; want 3.0 (2.25) and 1.2", r.CPUPer10k, r.UserCPUPer10k, r.ClientCPUPer10k)
+	}
+	// The library's CPU is a difference of totals: no user part.
+	if r := get(targetLibrary, "1k"); !math.IsNaN(r.UserCPUPer10k) {
+		t.Errorf("library 1k: user CPU/10k %v, want NaN", r.UserCPUPer10k)
 	}
 	// Without direct there is nothing to subtract.
 	var noDirect []PhaseMeasure
