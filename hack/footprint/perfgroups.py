@@ -32,10 +32,6 @@ GROUPS = [
     ("HTTP/1.1 server, rest", ("net/http.(*conn).serve",)),
 ]
 
-# Go symbols have a package path; kernel ones do not.
-GO_SYMBOL = re.compile(r"^[\w./-]+\.[\w(*).]+")
-
-
 def samples(lines):
     cur = []
     for line in lines:
@@ -56,6 +52,9 @@ def samples(lines):
 
 
 def is_user(sym):
+    # Go symbols are package-qualified (a path with "/" or a standard
+    # package's name before the dot); kernel ones are not, though some
+    # have dots of their own (finish_task_switch.isra.0).
     return "." in sym and ("/" in sym or sym.split(".")[0] in (
         "runtime", "sync", "net", "time", "bufio", "crypto", "internal", "syscall", "strings",
         "strconv", "mime", "context", "bytes", "io", "fmt", "sort", "unicode", "math", "os",
