@@ -15,6 +15,8 @@ import collections
 import re
 import sys
 
+from perfgroups import samples  # the `perf script` parser, beside this file
+
 RUNTIME = re.compile(r'^(runtime\.|internal/runtime/|type:\.hash)')
 CLASSES = [
     ('maps', r'internal/runtime/maps|runtime\.map|memHash|aeshash|strhash|type:\.hash'),
@@ -57,29 +59,13 @@ def classes():
 
 
 def map_callers():
-    callers, stack, n = collections.Counter(), [], 0
-
-    def flush():
-        nonlocal n
-        if not stack or not re.search(CLASSES[0][1], stack[0]):
-            return
-        n += 1
-        for frame in stack[1:]:
-            if not RUNTIME.search(frame):
-                callers[frame.split('+')[0]] += 1
-                return
-        callers['(runtime only)'] += 1
-
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            flush()
-            stack = []
+    callers, n = collections.Counter(), 0
+    for stack in samples(sys.stdin):
+        if not re.search(CLASSES[0][1], stack[0]):
             continue
-        f = line.split()
-        if len(f) >= 2 and all(c in '0123456789abcdef' for c in f[0]):
-            stack.append(f[1])
-    flush()
+        n += 1
+        caller = next((f for f in stack[1:] if not RUNTIME.search(f)), '(runtime only)')
+        callers[caller] += 1
     print('%d samples with the leaf in the runtime\'s maps; first caller outside the runtime:' % n)
     for name, count in callers.most_common(25):
         print('%5d %s' % (count, name))
