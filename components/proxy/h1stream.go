@@ -309,6 +309,10 @@ func (s *h1Stream) copy() {
 	}
 }
 
+// hangup is the hang-up watcher's word that the client left: the copy
+// goroutine then ends the stream.
+func (s *h1Stream) hangup() { s.cancel() }
+
 func (s *h1Stream) exit() {
 	if s.running.Add(-1) == 0 {
 		s.h.streams.remove(s)

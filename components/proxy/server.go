@@ -23,6 +23,10 @@ type Server struct {
 	cfg     Config
 	handler *Handler
 	srv     *http.Server
+	// h1, on the plaintext listener where the hang-up watcher works
+	// (Linux), serves HTTP/1.x itself and hands h2c connections to srv
+	// (h1server.go); nil: srv serves everything.
+	h1 *h1Server
 
 	mu       sync.Mutex // guards ln and served
 	ln       net.Listener
@@ -71,7 +75,11 @@ func NewServer(cfg Config, h *Handler) *Server {
 	// then watches end (clients re-watch elsewhere), then short requests
 	// drain.
 	srv.RegisterOnShutdown(h.StopLongRunning)
-	return &Server{cfg: cfg, handler: h, srv: srv}
+	s := &Server{cfg: cfg, handler: h, srv: srv}
+	if cfg.TLS == nil && h.hangups.available() {
+		s.h1 = newH1Server(&h.hangups, srv.ErrorLog, cfg)
+	}
+	return s
 }
 
 // Start listens and serves in the background. It returns once the listener
@@ -95,6 +103,27 @@ func (s *Server) Start(ctx context.Context) error {
 		Rejected: lm.rejected.WithLabelValues(rejectConnections), Open: lm.connections})
 	s.ln = ln
 	s.served = make(chan struct{})
+	if s.h1 != nil {
+		h2c := newHandoffListener(ln.Addr())
+		s.h1.h2c, s.h1.handler = h2c, s.srv.Handler
+		go func() {
+			defer close(s.served)
+			h2cDone := make(chan error, 1)
+			go func() { h2cDone <- s.srv.Serve(h2c) }()
+			err := s.h1.serve(ln)
+			if !errors.Is(err, http.ErrServerClosed) {
+				_ = h2c.Close()
+			}
+			// Shutdown or Close closes the handoff listener too.
+			if herr := <-h2cDone; err == nil || errors.Is(err, http.ErrServerClosed) {
+				err = herr
+			}
+			if !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				s.serveErr = err
+			}
+		}()
+		return nil
+	}
 	go func() {
 		defer close(s.served)
 		var err error
@@ -159,9 +188,22 @@ func (s *Server) Stop(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownGrace)
 		defer cancel()
 	}
+	if s.h1 != nil {
+		// No new connections; then srv's Shutdown ends the long-running
+		// responses and drains h2c, and h1's drains HTTP/1.x.
+		s.h1.closeListener()
+	}
 	err := s.srv.Shutdown(ctx)
+	if s.h1 != nil {
+		if herr := s.h1.shutdown(ctx); err == nil {
+			err = herr
+		}
+	}
 	if err != nil {
 		_ = s.srv.Close()
+		if s.h1 != nil {
+			s.h1.closeAll()
+		}
 	}
 	// Shutdown does not wait for hijacked connections: HTTP/1.1 watches
 	// (ended by StopLongRunning, h1stream.go) and upgrades get what is

@@ -1,0 +1,1229 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math"
+	"net"
+	"net/http"
+	"net/textproto"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// h1Server serves the plaintext listener's HTTP/1.x connections, where
+// client-go sends every request of an http:// kubeconfig; a connection
+// that opens with the HTTP/2 preface (h2c with prior knowledge) is handed
+// to net/http's server, which serves it as before. TLS stays with
+// net/http entirely.
+//
+// It exists for the cost of each request. net/http's HTTP/1.1 server
+// starts a goroutine per request that reads the connection to notice the
+// client leaving (its "background read"), and stops it at the end of the
+// request with a deadline in the past and a wait: a goroutine, a read that
+// finds nothing, three deadline changes and two switches per request,
+// about a sixth of fanout's CPU at saturation (docs/footprint.md). Here the
+// connection's one goroutine reads and serves its requests in turn; the
+// client leaving is noticed by the Handler's hang-up watcher
+// (closewatch_linux.go), where the connection is registered once for its
+// life; and the response writer and its header map are the connection's,
+// reused by each request.
+//
+// The parsing is net/http's own (http.ReadRequest) and the checks after it
+// are those of net/http's server: the Host header, header names and
+// values, the number of header values, the protocol version, Expect. The
+// response follows net/http's rules: a length for a short body written at
+// once, chunking otherwise, Connection: close where the request or the
+// response asks for it, HEAD and bodiless statuses, a Date and a sniffed
+// Content-Type when missing, 100 Continue on the first read of the body,
+// at most 256 KiB of an unread body discarded to keep the connection,
+// trailers, Hijack, deadlines, and panics (http.ErrAbortHandler) cutting
+// the connection. Timeouts are ReadHeaderTimeout and IdleTimeout.
+type h1Server struct {
+	handler           http.Handler
+	h2c               *handoffListener
+	hangups           *hangups
+	log               *log.Logger
+	readHeaderTimeout time.Duration
+	idleTimeout       time.Duration
+	maxHeaderBytes    int
+
+	shutting atomic.Bool
+	mu       sync.Mutex
+	ln       net.Listener
+	conns    map[*h1Conn]struct{}
+}
+
+// maxHeaderValues is net/http's DefaultMaxHeaderValueCount: a request with
+// more header values gets 431, as from net/http's server (http.ReadRequest
+// itself has no such limit).
+const maxHeaderValues = 500
+
+// maxPostHandlerReadBytes is how much of a request body the handler did
+// not read is discarded to keep the connection, as net/http does; more
+// closes it.
+const maxPostHandlerReadBytes = 256 << 10
+
+// bufferBeforeChunking is how much of a body is held before the header is
+// written: a response that ends within it gets a Content-Length.
+const bufferBeforeChunking = 2048
+
+// h2cPreface opens every HTTP/2 connection with prior knowledge.
+const h2cPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// epollET is EPOLLET, which package syscall declares as a negative int.
+const epollET = uint32(1) << 31
+
+// newH1Server prepares the server; Server.Start sets its handler and its
+// handoff listener.
+func newH1Server(hu *hangups, logger *log.Logger, cfg Config) *h1Server {
+	return &h1Server{
+		hangups:           hu,
+		log:               logger,
+		readHeaderTimeout: cfg.ReadHeaderTimeout,
+		idleTimeout:       cfg.IdleTimeout,
+		maxHeaderBytes:    cfg.MaxHeaderBytes,
+		conns:             make(map[*h1Conn]struct{}),
+	}
+}
+
+// serve accepts connections on ln until it is closed, as http.Server.Serve
+// does, backing off on temporary errors such as running out of file
+// descriptors.
+func (s *h1Server) serve(ln net.Listener) error {
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	if s.shutting.Load() {
+		// Stopped before serving began.
+		_ = ln.Close()
+		return http.ErrServerClosed
+	}
+	var delay time.Duration
+	for {
+		rwc, err := ln.Accept()
+		if err != nil {
+			if s.shutting.Load() {
+				return http.ErrServerClosed
+			}
+			//nolint:staticcheck // net/http's own test for a retryable accept error
+			if ne, ok := err.(net.Error); ok && ne.Temporary() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Printf("http: Accept error: %v; retrying in %v", err, delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		c := &h1Conn{srv: s, rwc: rwc, fresh: true, accepted: time.Now()}
+		if !s.track(c) {
+			_ = rwc.Close()
+			continue
+		}
+		go c.serve()
+	}
+}
+
+func (s *h1Server) track(c *h1Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shutting.Load() {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *h1Server) untrack(c *h1Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// closeListener stops accepting: the first step of a shutdown.
+func (s *h1Server) closeListener() {
+	s.shutting.Store(true)
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+}
+
+// shutdown closes the listener and the idle connections, and waits for
+// the others to finish their request, as http.Server.Shutdown does; if ctx
+// ends first, it returns ctx's error and leaves the rest to closeAll.
+func (s *h1Server) shutdown(ctx context.Context) error {
+	s.closeListener()
+	wait := time.Millisecond
+	for {
+		if s.closeIdle() {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// closeIdle closes the connections waiting for a request and reports
+// whether none is left.
+func (s *h1Server) closeIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		c.mu.Lock()
+		// A connection that has sent nothing for 5 s counts as idle, as
+		// in net/http: one that has just connected may be about to send.
+		if c.idle || (c.fresh && time.Since(c.accepted) > 5*time.Second) {
+			_ = c.rwc.Close()
+		}
+		c.mu.Unlock()
+	}
+	return len(s.conns) == 0
+}
+
+// closeAll closes every connection and cancels the requests in flight,
+// as http.Server.Close does (there, the background read fails).
+func (s *h1Server) closeAll() {
+	s.closeListener()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		_ = c.rwc.Close()
+		c.hangup()
+	}
+}
+
+// h1Conn is one client connection and its goroutine.
+type h1Conn struct {
+	srv *h1Server
+	rwc net.Conn
+	// lr limits what a request header may read (MaxHeaderBytes, plus
+	// net/http's 4 KiB of slack); it is unlimited for bodies.
+	lr     io.LimitedReader
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	remote string
+	// token is the connection's key in the hang-up watcher; watched says
+	// it has one.
+	token   int32
+	watched bool
+	// deadline says a read deadline is set, which a request body or a
+	// connection taken over must not inherit.
+	deadline bool
+	lastPost bool
+	resp     h1Response
+
+	mu       sync.Mutex
+	idle     bool               // waiting for a request: shutdown closes it
+	fresh    bool               // accepted, no byte read yet
+	accepted time.Time
+	cancel   context.CancelFunc // the request in flight's, nil between requests
+	hungUp   bool
+	hijacked bool
+}
+
+// hangup is the watcher's word that the client closed the connection (or
+// shut its sending side, as net/http's background read also takes for
+// leaving): the request in flight, if any, is canceled.
+func (c *h1Conn) hangup() {
+	c.mu.Lock()
+	c.hungUp = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (c *h1Conn) setReadDeadline(t time.Time) {
+	_ = c.rwc.SetReadDeadline(t)
+	c.deadline = !t.IsZero()
+}
+
+func (c *h1Conn) serve() {
+	defer c.srv.untrack(c)
+	c.remote = c.rwc.RemoteAddr().String()
+	c.lr = io.LimitedReader{R: c.rwc, N: math.MaxInt64}
+	c.br = bufio.NewReaderSize(&c.lr, 4<<10)
+	c.bw = bufio.NewWriterSize(connWriter{c}, 4<<10)
+	if d := c.srv.readHeaderTimeout; d > 0 {
+		c.setReadDeadline(time.Now().Add(d))
+	}
+	preface := c.h2cPreface()
+	c.mu.Lock()
+	c.fresh = false
+	c.mu.Unlock()
+	if preface {
+		c.lr.N = math.MaxInt64
+		if c.deadline {
+			c.setReadDeadline(time.Time{})
+		}
+		if !c.srv.h2c.handoff(&prefaceConn{Conn: c.rwc, br: c.br}) {
+			_ = c.rwc.Close()
+		}
+		return
+	}
+	defer func() {
+		if !c.hijacked {
+			if c.watched {
+				c.srv.hangups.drop(c.token)
+			}
+			_ = c.rwc.Close()
+		}
+	}()
+	c.token, c.watched = c.srv.hangups.register(c.rwc, c, epollET)
+	if !c.watched {
+		// Without the watcher (stopped, or a connection without a
+		// descriptor) a client leaving would go unnoticed here:
+		// net/http serves the connection instead.
+		c.lr.N = math.MaxInt64
+		if c.deadline {
+			c.setReadDeadline(time.Time{})
+		}
+		c.hijacked = true // not ours to close any more
+		if !c.srv.h2c.handoff(&prefaceConn{Conn: c.rwc, br: c.br}) {
+			_ = c.rwc.Close()
+		}
+		return
+	}
+	for first := true; ; first = false {
+		if !first {
+			if !c.setIdle(true) {
+				return // shutting down
+			}
+			if d := c.srv.idleTimeout; d > 0 {
+				c.setReadDeadline(time.Now().Add(d))
+			}
+			if _, err := c.br.Peek(1); err != nil {
+				return
+			}
+			// A request that came is served, shutdown or not: its answer
+			// says Connection: close then.
+			c.setIdle(false)
+			if d := c.srv.readHeaderTimeout; d > 0 && !headerBuffered(c.br) {
+				c.setReadDeadline(time.Now().Add(d))
+			}
+		}
+		req, err := c.readRequest()
+		if err != nil {
+			c.refuse(err)
+			return
+		}
+		if !c.serveRequest(req) {
+			return
+		}
+	}
+}
+
+// h2cPreface reports whether the connection opens with the HTTP/2
+// preface. It reads only as far as the bytes could still be the preface,
+// so that a short HTTP/1 request is not held waiting for more.
+func (c *h1Conn) h2cPreface() bool {
+	if _, err := c.br.Peek(1); err != nil {
+		return false
+	}
+	for n := 1; ; n++ {
+		p, err := c.br.Peek(n)
+		if err != nil || !strings.HasPrefix(h2cPreface, string(p)) {
+			return false
+		}
+		if n == len(h2cPreface) {
+			return true
+		}
+	}
+}
+
+// headerBuffered reports whether a whole request header is already read,
+// so that reading it cannot wait on the client.
+func headerBuffered(br *bufio.Reader) bool {
+	p, _ := br.Peek(br.Buffered())
+	return bytes.Contains(p, []byte("\r\n\r\n"))
+}
+
+// setIdle marks the connection idle (waiting for a request) or busy, and
+// says false when the server is shutting down.
+func (c *h1Conn) setIdle(idle bool) bool {
+	c.mu.Lock()
+	c.idle = idle
+	c.mu.Unlock()
+	return !c.srv.shutting.Load()
+}
+
+var (
+	errTooLarge          = errors.New("http: request too large")
+	errTooManyHeaders    = errors.New("http: too many header values")
+	errMissingHost       = h1StatusError{http.StatusBadRequest, "missing required Host header"}
+	errMalformedHost     = h1StatusError{http.StatusBadRequest, "malformed Host header"}
+	errInvalidHeaderName = h1StatusError{http.StatusBadRequest, "invalid header name"}
+	errInvalidHeaderVal  = h1StatusError{http.StatusBadRequest, "invalid header value"}
+	errVersion           = h1StatusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
+)
+
+// h1StatusError is a request refused with code and text, as net/http's
+// server words it.
+type h1StatusError struct {
+	code int
+	text string
+}
+
+func (e h1StatusError) Error() string { return strconv.Itoa(e.code) + " " + e.text }
+
+// readRequest reads and checks the next request, as net/http's server
+// does.
+func (c *h1Conn) readRequest() (*http.Request, error) {
+	c.lr.N = int64(c.srv.maxHeaderBytes) + 4096
+	if c.lastPost {
+		// RFC 7230 section 3 tolerance for old clients that send a CRLF
+		// after a POST body.
+		p, _ := c.br.Peek(2)
+		for len(p) > 0 && (p[0] == '\r' || p[0] == '\n') {
+			_, _ = c.br.Discard(1)
+			p = p[1:]
+		}
+	}
+	req, err := http.ReadRequest(c.br)
+	hit := c.lr.N <= 0
+	c.lr.N = math.MaxInt64
+	if err != nil {
+		if hit {
+			return nil, errTooLarge
+		}
+		return nil, err
+	}
+	c.lastPost = req.Method == http.MethodPost
+	if req.ProtoMajor != 1 {
+		return nil, errVersion
+	}
+	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
+		return nil, errMissingHost
+	}
+	if req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
+		return nil, errMalformedHost
+	}
+	values := 0
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return nil, errInvalidHeaderName
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, errInvalidHeaderVal
+			}
+		}
+		values += len(vv)
+	}
+	if values > maxHeaderValues {
+		return nil, errTooManyHeaders
+	}
+	req.RemoteAddr = c.remote
+	return req, nil
+}
+
+// refuse answers a request that could not be read, as net/http's server
+// does, or says nothing when the connection broke or timed out.
+func (c *h1Conn) refuse(err error) {
+	const errorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+	var se h1StatusError
+	switch {
+	case errors.Is(err, errTooLarge), errors.Is(err, errTooManyHeaders):
+		const publicErr = "431 Request Header Fields Too Large"
+		_, _ = io.WriteString(c.rwc, "HTTP/1.1 "+publicErr+errorHeaders+publicErr)
+		c.closeWriteAndWait()
+	case strings.HasPrefix(err.Error(), "unsupported transfer encoding"):
+		_, _ = io.WriteString(c.rwc, "HTTP/1.1 501 Not Implemented"+errorHeaders+"Unsupported transfer encoding")
+	case isCommonNetReadError(err):
+	case errors.As(err, &se):
+		msg := fmt.Sprintf("%d %s: %s", se.code, http.StatusText(se.code), se.text)
+		_, _ = io.WriteString(c.rwc, "HTTP/1.1 "+msg+errorHeaders+msg)
+	default:
+		const publicErr = "400 Bad Request"
+		_, _ = io.WriteString(c.rwc, "HTTP/1.1 "+publicErr+errorHeaders+publicErr)
+	}
+}
+
+func isCommonNetReadError(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "read"
+}
+
+// closeWriteAndWait sends what is buffered and a FIN, then waits a little
+// before the close, so that a client still sending gets the answer
+// rather than a reset (net/http's rstAvoidanceDelay).
+func (c *h1Conn) closeWriteAndWait() {
+	_ = c.bw.Flush()
+	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	} else if cw, ok := rawConn(c.rwc).(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	time.Sleep(500 * time.Millisecond)
+}
+
+// serveRequest runs the handler for req and ends its response. It says
+// whether the connection serves another request.
+func (c *h1Conn) serveRequest(req *http.Request) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	req = req.WithContext(ctx)
+	c.mu.Lock()
+	c.cancel = cancel
+	hungUp := c.hungUp
+	c.mu.Unlock()
+	if hungUp {
+		cancel()
+	}
+	defer func() {
+		c.mu.Lock()
+		c.cancel = nil
+		c.mu.Unlock()
+		cancel()
+	}()
+
+	w := &c.resp
+	w.reset(c, req)
+	if req.Body != http.NoBody && req.Body != nil {
+		if c.deadline {
+			// The header deadline is not the body's: limits sets that.
+			c.setReadDeadline(time.Time{})
+		}
+		w.body = &h1Body{rc: req.Body, w: w, left: req.ContentLength}
+		req.Body = w.body
+	}
+	if expect := req.Header.Get("Expect"); expect != "" {
+		if !strings.EqualFold(expect, "100-continue") {
+			w.header.Set("Connection", "close")
+			w.WriteHeader(http.StatusExpectationFailed)
+			_ = w.finish()
+			return false
+		}
+		if req.ProtoAtLeast(1, 1) && req.ContentLength != 0 && w.body != nil {
+			w.body.sendContinue = true
+		}
+	}
+
+	if !c.runHandler(w, req) {
+		// As with net/http, a response that had begun to go out (flushed,
+		// or past the 2 KiB net/http holds back) is sent as far as it got,
+		// so the client sees it cut; one that had not sends nothing.
+		if !w.hijacked && (w.flushed || w.written > bufferBeforeChunking) {
+			_ = c.bw.Flush()
+		}
+		return false
+	}
+	if w.hijacked {
+		return false
+	}
+	if err := w.finish(); err != nil {
+		return false
+	}
+	if w.closeAfter {
+		if w.body != nil && !w.body.drained() {
+			c.closeWriteAndWait()
+		}
+		return false
+	}
+	return !c.srv.shutting.Load()
+}
+
+// runHandler calls the handler and says false when it panicked: the
+// connection is then closed without ending the response, so the client
+// sees it broken (http.ErrAbortHandler is how the reverse proxy asks for
+// that, and is not logged).
+func (c *h1Conn) runHandler(w *h1Response, req *http.Request) (ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			ok = false
+			if v != http.ErrAbortHandler {
+				const size = 64 << 10
+				buf := make([]byte, size)
+				buf = buf[:runtime.Stack(buf, false)]
+				c.srv.log.Printf("http: panic serving %v: %v\n%s", c.remote, v, buf)
+			}
+		}
+	}()
+	c.srv.handler.ServeHTTP(w, req)
+	return true
+}
+
+// connWriter writes to the connection, and cancels the request in flight
+// when that fails, as net/http's does: the client is gone.
+type connWriter struct{ c *h1Conn }
+
+func (cw connWriter) Write(p []byte) (int, error) {
+	n, err := cw.c.rwc.Write(p)
+	if err != nil {
+		cw.c.mu.Lock()
+		cancel := cw.c.cancel
+		cw.c.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
+	}
+	return n, err
+}
+
+// prefaceConn is a connection handed to net/http's HTTP/2 server with the
+// bytes already read from it (the preface at least) in front.
+type prefaceConn struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func (p *prefaceConn) Read(b []byte) (int, error) {
+	if p.br != nil {
+		if p.br.Buffered() > 0 {
+			return p.br.Read(b)
+		}
+		p.br = nil
+	}
+	return p.Conn.Read(b)
+}
+
+// NetConn lets the hang-up watcher and rawConn reach the TCP connection.
+func (p *prefaceConn) NetConn() net.Conn { return p.Conn }
+
+// handoffListener is how h2c connections reach net/http's server: its
+// Accept returns the connections h1Server hands it.
+type handoffListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// handoff gives c to net/http's server, and says false once it stopped.
+func (l *handoffListener) handoff(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// h1Body is a request's body as the handler reads it: it sends 100
+// Continue on the first read when the client asked for it, and tracks
+// what is left, so that the end of the response can tell whether the
+// connection can serve another request. Read and Close may come from the
+// HTTP/2 transport's goroutine as well as the handler's.
+type h1Body struct {
+	mu           sync.Mutex
+	rc           io.ReadCloser
+	w            *h1Response
+	left         int64 // of a declared length; -1 when unknown
+	sendContinue bool
+	sawEOF       bool
+	closed       bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, http.ErrBodyReadAfterClose
+	}
+	if b.sendContinue {
+		b.sendContinue = false
+		if err := b.w.writeContinue(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := b.rc.Read(p)
+	if b.left > 0 {
+		b.left -= int64(n)
+	}
+	if errors.Is(err, io.EOF) {
+		b.sawEOF = true
+	}
+	return n, err
+}
+
+// Close marks the body closed; what is left is dealt with at the end of
+// the response (discard), not here: the body of http.ReadRequest would
+// read all of it.
+func (b *h1Body) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return nil
+}
+
+// discard reads what is left of the body, up to maxPostHandlerReadBytes,
+// and says whether it reached the end. A client that was asked to wait
+// for 100 Continue and was not sent it has sent no body: nothing is read.
+func (b *h1Body) discard() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sawEOF {
+		return true
+	}
+	if b.sendContinue || b.left >= maxPostHandlerReadBytes {
+		return false
+	}
+	n, err := io.CopyN(io.Discard, b.rc, maxPostHandlerReadBytes+1)
+	if b.left > 0 {
+		b.left -= n
+	}
+	if errors.Is(err, io.EOF) {
+		b.sawEOF = true
+	}
+	return b.sawEOF
+}
+
+// drained reports whether the whole body was read.
+func (b *h1Body) drained() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sawEOF
+}
+
+// h1Response is the ResponseWriter of h1Server, one per connection,
+// reset for each request. Only the handler's goroutine writes, except 100
+// Continue (h1Body.Read), which takes wmu as the header's write does.
+type h1Response struct {
+	c      *h1Conn
+	req    *http.Request
+	body   *h1Body
+	header http.Header
+	// snap is the header as it was at WriteHeader, when the handler
+	// reads the header again before it is written (the reverse proxy
+	// does, for trailers): what it changes then is not sent, as with
+	// net/http. Its map is the connection's, reused; nil when unused.
+	snap    http.Header
+	snapMap http.Header
+
+	status        int
+	contentLength int64 // declared by the handler, or -1
+	written       int64
+	pending       []byte // body held before the header is written (bufferBeforeChunking)
+	trailers      []string
+	dateBuf       [len(http.TimeFormat)]byte
+
+	wroteHeader bool // WriteHeader was called
+	headerSent  bool // the header is in the connection's buffer
+	chunked     bool
+	closeAfter  bool
+	handlerDone bool
+	hijacked    bool
+	flushed     bool
+	fullDuplex  bool
+	isHead      bool
+
+	wmu           sync.Mutex
+	continueState int // 0: none sent, 1: 100 Continue sent, 2: too late (header written)
+}
+
+func (w *h1Response) reset(c *h1Conn, req *http.Request) {
+	if w.header == nil {
+		w.header = make(http.Header)
+		w.pending = make([]byte, 0, bufferBeforeChunking)
+	}
+	clear(w.header)
+	*w = h1Response{c: c, req: req, header: w.header, snapMap: w.snapMap, pending: w.pending[:0],
+		contentLength: -1, isHead: req.Method == http.MethodHead, trailers: w.trailers[:0]}
+}
+
+func (w *h1Response) Header() http.Header {
+	if w.wroteHeader && !w.headerSent && w.snap == nil {
+		if w.snapMap == nil {
+			w.snapMap = make(http.Header, len(w.header))
+		}
+		w.snap = w.snapMap
+		clear(w.snap)
+		for k, vv := range w.header {
+			w.snap[k] = vv
+		}
+	}
+	return w.header
+}
+
+func (w *h1Response) WriteHeader(code int) {
+	if w.hijacked {
+		w.c.srv.log.Printf("http: response.WriteHeader on hijacked connection")
+		return
+	}
+	if w.wroteHeader {
+		w.c.srv.log.Printf("http: superfluous response.WriteHeader call")
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		w.writeInformational(code)
+		return
+	}
+	w.wroteHeader = true
+	w.status = code
+	if cl := w.header.Get("Content-Length"); cl != "" {
+		v, err := strconv.ParseInt(cl, 10, 64)
+		if err == nil && v >= 0 {
+			w.contentLength = v
+		} else {
+			w.c.srv.log.Printf("http: invalid Content-Length of %q", cl)
+			w.header.Del("Content-Length")
+		}
+	}
+}
+
+// writeInformational sends a 1xx at once, with the headers set so far,
+// as net/http does (103 Early Hints, or a 100 the handler sends itself).
+func (w *h1Response) writeInformational(code int) {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if code == http.StatusContinue {
+		if w.continueState != 0 {
+			return
+		}
+		w.continueState = 1
+	}
+	bw := w.c.bw
+	writeStatusLine(bw, true, code)
+	writeHeaderFields(bw, w.header, func(k string) bool { return k == "Content-Length" || k == "Transfer-Encoding" })
+	_, _ = bw.WriteString("\r\n")
+	_ = bw.Flush()
+}
+
+// writeContinue sends 100 Continue unless the final header went first.
+func (w *h1Response) writeContinue() error {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.continueState != 0 {
+		return nil
+	}
+	w.continueState = 1
+	_, _ = w.c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	return w.c.bw.Flush()
+}
+
+func (w *h1Response) bodyAllowed() bool {
+	return bodyAllowedForStatus(w.status)
+}
+
+func bodyAllowedForStatus(status int) bool {
+	switch {
+	case status >= 100 && status <= 199:
+		return false
+	case status == http.StatusNoContent, status == http.StatusNotModified:
+		return false
+	}
+	return true
+}
+
+func (w *h1Response) Write(p []byte) (int, error) {
+	if w.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !w.bodyAllowed() {
+		return 0, http.ErrBodyNotAllowed
+	}
+	w.written += int64(len(p))
+	if w.contentLength != -1 && w.written > w.contentLength {
+		return 0, http.ErrContentLength
+	}
+	if !w.headerSent {
+		if w.contentLength == -1 && len(w.pending)+len(p) <= bufferBeforeChunking {
+			w.pending = append(w.pending, p...)
+			return len(p), nil
+		}
+		first := p
+		if len(w.pending) > 0 {
+			first = w.pending
+		}
+		w.writeHeader(first)
+		if err := w.writeBody(w.pending); err != nil {
+			return 0, err
+		}
+		w.pending = w.pending[:0]
+	}
+	if err := w.writeBody(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// writeBody puts p in the connection's buffer, as a chunk when chunking.
+// HEAD answers carry no body.
+func (w *h1Response) writeBody(p []byte) error {
+	if len(p) == 0 || w.isHead {
+		return nil
+	}
+	bw := w.c.bw
+	if w.chunked {
+		var size [16]byte
+		_, _ = bw.Write(strconv.AppendInt(size[:0], int64(len(p)), 16))
+		_, _ = bw.WriteString("\r\n")
+		_, _ = bw.Write(p)
+		_, err := bw.WriteString("\r\n")
+		return err
+	}
+	_, err := bw.Write(p)
+	return err
+}
+
+// FlushError is what http.ResponseController calls: the header and what
+// is held go out.
+func (w *h1Response) FlushError() error {
+	if w.hijacked {
+		return http.ErrHijacked
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headerSent {
+		w.writeHeader(w.pending)
+		if err := w.writeBody(w.pending); err != nil {
+			return err
+		}
+		w.pending = w.pending[:0]
+	}
+	w.flushed = true
+	return w.c.bw.Flush()
+}
+
+// Flush implements http.Flusher.
+func (w *h1Response) Flush() { _ = w.FlushError() }
+
+// SetReadDeadline and SetWriteDeadline are what http.ResponseController
+// calls (the request body timeout, limits.go).
+func (w *h1Response) SetReadDeadline(t time.Time) error {
+	w.c.deadline = !t.IsZero()
+	return w.c.rwc.SetReadDeadline(t)
+}
+
+func (w *h1Response) SetWriteDeadline(t time.Time) error { return w.c.rwc.SetWriteDeadline(t) }
+
+// EnableFullDuplex lets the handler read the body after writing the
+// header; the body is then not discarded when the header goes out.
+func (w *h1Response) EnableFullDuplex() error {
+	w.fullDuplex = true
+	return nil
+}
+
+// Hijack hands the connection over. A header written but not sent goes
+// out first, chunked (the handler is still running), as with net/http:
+// the taken-over streams (h1stream.go) write their chunks after it.
+func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.hijacked {
+		return nil, nil, http.ErrHijacked
+	}
+	c := w.c
+	if w.wroteHeader && !w.headerSent {
+		w.writeHeader(w.pending)
+		if err := w.writeBody(w.pending); err != nil {
+			return nil, nil, err
+		}
+		w.pending = w.pending[:0]
+	}
+	if err := c.bw.Flush(); err != nil {
+		return nil, nil, err
+	}
+	w.hijacked = true
+	c.mu.Lock()
+	c.hijacked = true
+	c.mu.Unlock()
+	c.srv.untrack(c)
+	if c.watched {
+		c.srv.hangups.unregister(c.rwc, c.token)
+		c.watched = false
+	}
+	if c.deadline {
+		c.setReadDeadline(time.Time{})
+	}
+	return c.rwc, bufio.NewReadWriter(c.br, bufio.NewWriter(c.rwc)), nil
+}
+
+// writeHeader puts the status line and header in the connection's buffer,
+// deciding length, chunking and the connection's reuse as net/http's
+// server does. p is the start of the body, for the length of a response
+// that ends within it and for the Content-Type sniff.
+func (w *h1Response) writeHeader(p []byte) {
+	w.headerSent = true
+	h := w.header
+	if w.snap != nil {
+		h = w.snap
+	}
+	req := w.req
+	is11 := req.ProtoAtLeast(1, 1)
+
+	for _, v := range h["Trailer"] {
+		for _, k := range strings.Split(v, ",") {
+			if k = textproto.TrimString(k); k != "" {
+				w.trailers = append(w.trailers, http.CanonicalHeaderKey(k))
+			}
+		}
+	}
+	te := h.Get("Transfer-Encoding")
+	hasTE := te != ""
+	if w.handlerDone && len(w.trailers) == 0 && !hasTE && w.bodyAllowed() && !has(h, "Content-Length") && (!w.isHead || len(p) > 0) {
+		w.contentLength = int64(len(p))
+		h["Content-Length"] = []string{strconv.Itoa(len(p))}
+	}
+	wants10KeepAlive := !is11 && req.ProtoAtLeast(1, 0) && httpguts.HeaderValuesContainsToken(req.Header["Connection"], "keep-alive")
+	hasCL := w.contentLength != -1
+	if wants10KeepAlive && (w.isHead || hasCL || !w.bodyAllowed()) {
+		if _, set := h["Connection"]; !set {
+			h["Connection"] = []string{"keep-alive"}
+		}
+	} else if req.Close {
+		w.closeAfter = true
+	}
+	if h.Get("Connection") == "close" || w.c.srv.shutting.Load() {
+		w.closeAfter = true
+	}
+	if b := w.body; b != nil && !w.closeAfter && !w.fullDuplex {
+		if b.sendContinueLeft() {
+			// The client still waits for 100 Continue: it has sent no
+			// body, and the connection cannot be reused.
+			w.closeAfter = true
+		} else if !b.discard() {
+			w.closeAfter = true
+			h.Del("Connection")
+			h["Connection"] = []string{"close"}
+		}
+	}
+	w.wmu.Lock()
+	w.continueState = 2
+	w.wmu.Unlock()
+
+	if w.bodyAllowed() {
+		_, haveType := h["Content-Type"]
+		if !haveType && h.Get("Content-Encoding") == "" && !hasTE && len(p) > 0 {
+			h["Content-Type"] = []string{http.DetectContentType(p)}
+		}
+	} else {
+		for _, k := range suppressedHeaders(w.status) {
+			h.Del(k)
+		}
+	}
+	if !has(h, "Date") {
+		h["Date"] = []string{string(time.Now().UTC().AppendFormat(w.dateBuf[:0], http.TimeFormat))}
+	}
+	if hasCL && hasTE && te != "identity" {
+		w.c.srv.log.Printf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.contentLength)
+		h.Del("Content-Length")
+		hasCL = false
+	}
+	switch {
+	case w.isHead || !w.bodyAllowed():
+		h.Del("Transfer-Encoding")
+	case hasCL:
+		h.Del("Transfer-Encoding")
+	case is11:
+		if te == "identity" {
+			w.closeAfter = true
+			h.Del("Transfer-Encoding")
+		} else {
+			w.chunked = true
+			h["Transfer-Encoding"] = []string{"chunked"}
+		}
+	default:
+		w.closeAfter = true
+		h.Del("Transfer-Encoding")
+	}
+	if w.chunked {
+		h.Del("Content-Length")
+	}
+	if w.closeAfter && !httpguts.HeaderValuesContainsToken(h["Connection"], "close") &&
+		!(w.status == http.StatusSwitchingProtocols && h.Get("Upgrade") != "") {
+		h.Del("Connection")
+		if is11 {
+			h["Connection"] = []string{"close"}
+		}
+	}
+
+	bw := w.c.bw
+	writeStatusLine(bw, is11, w.status)
+	writeHeaderFields(bw, h, isTrailerPrefixed)
+	_, _ = bw.WriteString("\r\n")
+}
+
+// sendContinueLeft reports whether 100 Continue was asked for and never
+// sent: the body was not read.
+func (b *h1Body) sendContinueLeft() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sendContinue
+}
+
+func has(h http.Header, key string) bool {
+	_, ok := h[key]
+	return ok
+}
+
+func isTrailerPrefixed(k string) bool { return strings.HasPrefix(k, http.TrailerPrefix) }
+
+// suppressedHeaders are those a status without a body does not carry, as
+// in net/http.
+func suppressedHeaders(status int) []string {
+	switch {
+	case status == http.StatusNotModified:
+		return []string{"Content-Type", "Content-Length", "Transfer-Encoding"}
+	case !bodyAllowedForStatus(status):
+		return []string{"Content-Length", "Transfer-Encoding"}
+	}
+	return nil
+}
+
+func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
+	if is11 {
+		_, _ = bw.WriteString("HTTP/1.1 ")
+	} else {
+		_, _ = bw.WriteString("HTTP/1.0 ")
+	}
+	var num [3]byte
+	_, _ = bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	_ = bw.WriteByte(' ')
+	if text := http.StatusText(code); text != "" {
+		_, _ = bw.WriteString(text)
+	} else {
+		_, _ = bw.WriteString("status code ")
+		_, _ = bw.Write(strconv.AppendInt(num[:0], int64(code), 10))
+	}
+	_, _ = bw.WriteString("\r\n")
+}
+
+// headerNewlineToSpace keeps a value on its line, as net/http's
+// Header.Write does.
+var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+// writeHeaderFields writes h's fields but those skip names, and drops
+// names that are not valid, as net/http's Header.Write does.
+func writeHeaderFields(bw *bufio.Writer, h http.Header, skip func(string) bool) {
+	for k, vv := range h {
+		if skip(k) || !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			if strings.ContainsAny(v, "\r\n") {
+				v = headerNewlineToSpace.Replace(v)
+			}
+			v = textproto.TrimString(v)
+			_, _ = bw.WriteString(k)
+			_, _ = bw.WriteString(": ")
+			_, _ = bw.WriteString(v)
+			_, _ = bw.WriteString("\r\n")
+		}
+	}
+}
+
+// finish ends the response once the handler returned: the header if not
+// yet sent, what is held, the last chunk and the trailers, then a flush.
+// A response shorter than its declared length leaves the connection out
+// of step with the client: it is closed.
+func (w *h1Response) finish() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.handlerDone = true
+	if !w.headerSent {
+		w.writeHeader(w.pending)
+		if err := w.writeBody(w.pending); err != nil {
+			return err
+		}
+		w.pending = w.pending[:0]
+	}
+	bw := w.c.bw
+	if w.chunked {
+		_, _ = bw.WriteString("0\r\n")
+		w.writeTrailers()
+		_, _ = bw.WriteString("\r\n")
+	}
+	if !w.isHead && w.contentLength != -1 && w.bodyAllowed() && w.contentLength != w.written {
+		w.closeAfter = true
+	}
+	if b := w.body; b != nil {
+		if !w.closeAfter && !b.drained() && !b.discard() {
+			// Read after the header went out (full duplex) or by
+			// nobody: the connection is reusable only past the end of
+			// the body.
+			w.closeAfter = true
+		}
+		// A late read (the HTTP/2 transport's goroutine) must not take
+		// the next request's bytes: as in net/http, it gets an error.
+		_ = b.Close()
+	}
+	return bw.Flush()
+}
+
+// writeTrailers writes the declared trailers and those set with
+// http.TrailerPrefix, as net/http does.
+func (w *h1Response) writeTrailers() {
+	bw := w.c.bw
+	write := func(k string, vv []string) {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return
+		}
+		for _, v := range vv {
+			if strings.ContainsAny(v, "\r\n") {
+				v = headerNewlineToSpace.Replace(v)
+			}
+			_, _ = bw.WriteString(k)
+			_, _ = bw.WriteString(": ")
+			_, _ = bw.WriteString(textproto.TrimString(v))
+			_, _ = bw.WriteString("\r\n")
+		}
+	}
+	for _, k := range w.trailers {
+		if vv, ok := w.header[k]; ok {
+			write(k, vv)
+		}
+	}
+	for k, vv := range w.header {
+		if isTrailerPrefixed(k) {
+			write(strings.TrimPrefix(k, http.TrailerPrefix), vv)
+		}
+	}
+}

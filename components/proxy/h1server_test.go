@@ -1,0 +1,464 @@
+//go:build linux
+
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// parityHandler answers by path, covering what the response writer has
+// to decide: length or chunking, bodiless statuses, trailers, flushes,
+// sniffing, bodies read or not, aborts.
+func parityHandler(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/small":
+		io.WriteString(w, "hello")
+	case "/large":
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, strings.Repeat("x", 5000))
+	case "/declared":
+		w.Header().Set("Content-Length", "5")
+		io.WriteString(w, "hello")
+	case "/short-of-declared":
+		w.Header().Set("Content-Length", "10")
+		io.WriteString(w, "hello")
+	case "/empty":
+	case "/nocontent":
+		w.Header().Set("Content-Length", "3")
+		w.WriteHeader(http.StatusNoContent)
+	case "/notmodified":
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusNotModified)
+	case "/created":
+		w.Header().Set("X-Multi", "a")
+		w.Header().Add("X-Multi", "b")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"kind":"Pod"}`)
+	case "/odd-status":
+		w.WriteHeader(599)
+	case "/trailer":
+		w.Header().Set("Trailer", "X-Checksum")
+		io.WriteString(w, "body")
+		w.Header().Set("X-Checksum", "abc")
+		w.Header().Set(http.TrailerPrefix+"X-Late", "late")
+	case "/flush":
+		io.WriteString(w, "first")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "second")
+	case "/close":
+		w.Header().Set("Connection", "close")
+		io.WriteString(w, "bye")
+	case "/sniff":
+		io.WriteString(w, "<html><body>hi</body></html>")
+	case "/newline":
+		w.Header().Set("X-Split", "a\r\nX-Injected: 1")
+		io.WriteString(w, "ok")
+	case "/read":
+		b, err := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "read %d %v", len(b), err)
+	case "/ignore":
+		io.WriteString(w, "ignored")
+	case "/abort":
+		io.WriteString(w, strings.Repeat("y", 3000))
+		panic(http.ErrAbortHandler)
+	case "/abort-early":
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, "bad")
+		panic(http.ErrAbortHandler)
+	case "/early-hints":
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		io.WriteString(w, "after hints")
+	case "/proto":
+		fmt.Fprintf(w, "%s %s host=%q remote-set=%v", r.Proto, r.Method, r.Host, r.RemoteAddr != "")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// startH1 serves handler with fanout's HTTP/1.1 server on loopback, h2c
+// handed to net/http as Server.Start does.
+func startH1(t *testing.T, handler http.Handler, cfg Config) (string, *h1Server) {
+	t.Helper()
+	cfg = cfg.withDefaults()
+	hu := new(hangups)
+	if !hu.available() {
+		t.Skip("no hang-up watcher")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newH1Server(hu, log.New(io.Discard, "", 0), cfg)
+	h2c := newHandoffListener(ln.Addr())
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: handler, Protocols: &protocols, ErrorLog: log.New(io.Discard, "", 0)}
+	s.handler, s.h2c = handler, h2c
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		go srv.Serve(h2c)
+		s.serve(ln)
+	}()
+	t.Cleanup(func() {
+		s.closeAll()
+		srv.Close()
+		<-done
+		hu.stop()
+	})
+	return ln.Addr().String(), s
+}
+
+// startNetHTTP serves handler with net/http's server, the reference.
+func startNetHTTP(t *testing.T, handler http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ErrorLog: log.New(io.Discard, "", 0), MaxHeaderBytes: DefaultMaxHeaderBytes}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// exchange sends raw on a new connection and reads everything until the
+// server closes it or, for a connection kept open, until a probe request
+// sent after the expected responses is answered. It returns a transcript
+// of what a client sees: status lines, headers (but Date), framing,
+// bodies, trailers and whether the connection stayed open.
+func exchange(t *testing.T, addr, raw string, responses int, afterHeader string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitLimit))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	var out strings.Builder
+	for i := 0; i < responses; i++ {
+		if afterHeader != "" && i == 0 {
+			// 100 Continue, then the body.
+			line, err := br.ReadString('\n')
+			if err != nil {
+				fmt.Fprintf(&out, "read error before body: %v\n", err)
+				return out.String()
+			}
+			fmt.Fprintf(&out, "interim %q\n", strings.TrimSpace(line))
+			if strings.HasPrefix(line, "HTTP/1.1 100") {
+				br.ReadString('\n')
+				io.WriteString(c, afterHeader)
+			}
+		}
+		var sent *http.Request
+		if strings.HasPrefix(raw, "HEAD ") {
+			sent = &http.Request{Method: http.MethodHead}
+		}
+		resp, err := http.ReadResponse(br, sent)
+		if err != nil {
+			fmt.Fprintf(&out, "read error: %v\n", errClass(err))
+			return out.String()
+		}
+		body, berr := io.ReadAll(resp.Body)
+		resp.Header.Del("Date")
+		keys := slices.Sorted(func(yield func(string) bool) {
+			for k := range resp.Header {
+				if !yield(k) {
+					return
+				}
+			}
+		})
+		fmt.Fprintf(&out, "%s %d chunked=%v length=%d close=%v\n", resp.Proto, resp.StatusCode,
+			slices.Contains(resp.TransferEncoding, "chunked"), resp.ContentLength, resp.Close)
+		for _, k := range keys {
+			fmt.Fprintf(&out, "  %s: %q\n", k, resp.Header[k])
+		}
+		if berr != nil {
+			// A cut body: where it is cut depends on buffer sizes.
+			fmt.Fprintf(&out, "  body cut: %v\n", errClass(berr))
+		} else {
+			fmt.Fprintf(&out, "  body %q trailer=%v\n", body, resp.Trailer)
+		}
+		if resp.Close {
+			_, err := br.ReadByte()
+			fmt.Fprintf(&out, "then: %v\n", errClass(err))
+			return out.String()
+		}
+	}
+	// Kept open: the connection must serve one more request.
+	io.WriteString(c, "GET /small HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		fmt.Fprintf(&out, "probe: %v\n", errClass(err))
+		return out.String()
+	}
+	resp.Body.Close()
+	fmt.Fprintf(&out, "probe: %d\n", resp.StatusCode)
+	return out.String()
+}
+
+// errClass names an error by kind: the two servers word some alike
+// failures differently (a reset against an EOF).
+func errClass(err error) string {
+	switch {
+	case err == nil:
+		return "<nil>"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		strings.Contains(err.Error(), "connection reset"):
+		return "connection ended"
+	}
+	return err.Error()
+}
+
+// TestH1ServerMatchesNetHTTP sends the same bytes to net/http's server and
+// to fanout's, with the same handler, and wants the same answers: every
+// rule the writer and the request checks copy from net/http is held to
+// it.
+func TestH1ServerMatchesNetHTTP(t *testing.T) {
+	handler := http.HandlerFunc(parityHandler)
+	ours, _ := startH1(t, handler, Config{})
+	ref := startNetHTTP(t, handler)
+
+	get := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: localhost\r\n\r\n" }
+	many := func(n int) string {
+		var b strings.Builder
+		b.WriteString("GET /small HTTP/1.1\r\nHost: localhost\r\n")
+		for i := range n {
+			fmt.Fprintf(&b, "X-H%d: v\r\n", i)
+		}
+		b.WriteString("\r\n")
+		return b.String()
+	}
+	cases := []struct {
+		name, raw   string
+		responses   int
+		afterHeader string
+	}{
+		{"small body gets a length", get("/small"), 1, ""},
+		{"large body is chunked", get("/large"), 1, ""},
+		{"declared length", get("/declared"), 1, ""},
+		{"shorter than declared closes", get("/short-of-declared"), 1, ""},
+		{"empty", get("/empty"), 1, ""},
+		{"204 drops its length", get("/nocontent"), 1, ""},
+		{"304 drops its type", get("/notmodified"), 1, ""},
+		{"status and repeated header", get("/created"), 1, ""},
+		{"status without text", get("/odd-status"), 1, ""},
+		{"trailers", get("/trailer"), 1, ""},
+		{"flush before the end", get("/flush"), 1, ""},
+		{"handler asks to close", get("/close"), 1, ""},
+		{"content type sniffed", get("/sniff"), 1, ""},
+		{"newline in a value", get("/newline"), 1, ""},
+		{"abort cuts the response", get("/abort"), 1, ""},
+		{"abort before anything went out", get("/abort-early"), 1, ""},
+		{"103 before the answer", get("/early-hints"), 1, ""},
+		{"request fields", get("/proto"), 1, ""},
+		{"HEAD of a small body", "HEAD /small HTTP/1.1\r\nHost: localhost\r\n\r\n", 1, ""},
+		{"HEAD of a declared length", "HEAD /declared HTTP/1.1\r\nHost: localhost\r\n\r\n", 1, ""},
+		{"client asks to close", "GET /small HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 1, ""},
+		{"HTTP/1.0", "GET /small HTTP/1.0\r\n\r\n", 1, ""},
+		{"HTTP/1.0 keep-alive with a length", "GET /declared HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", 1, ""},
+		{"HTTP/1.0 keep-alive, length computed", "GET /small HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", 1, ""},
+		{"HTTP/1.0 keep-alive, large", "GET /large HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", 1, ""},
+		{"pipelined", get("/small") + get("/declared") + get("/large"), 3, ""},
+		{"body read", "POST /read HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello", 1, ""},
+		{"chunked body read", "POST /read HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 1, ""},
+		{"small body not read is discarded", "POST /ignore HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello", 1, ""},
+		{"large declared body not read closes", "POST /ignore HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000\r\n\r\nhello", 1, ""},
+		{"CRLF after a POST body", "POST /read HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\nhi\r\n" + get("/small"), 2, ""},
+		{"100-continue", "POST /read HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n", 1, "hello"},
+		{"unknown expectation", "POST /read HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nExpect: something\r\n\r\nhello", 1, ""},
+		{"missing Host", "GET /small HTTP/1.1\r\n\r\n", 1, ""},
+		{"malformed Host", "GET /small HTTP/1.1\r\nHost: a b\r\n\r\n", 1, ""},
+		{"invalid header name", "GET /small HTTP/1.1\r\nHost: localhost\r\nBad Name: v\r\n\r\n", 1, ""},
+		{"500 header values", many(maxHeaderValues - 1), 1, ""},
+		{"too many header values", many(maxHeaderValues + 1), 1, ""},
+		{"header too large", "GET /small HTTP/1.1\r\nHost: localhost\r\nX-Big: " + strings.Repeat("b", DefaultMaxHeaderBytes+8192) + "\r\n\r\n", 1, ""},
+		{"HTTP/2.0 as text", "GET /small HTTP/2.0\r\nHost: localhost\r\n\r\n", 1, ""},
+		{"unsupported transfer encoding", "POST /read HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n", 1, ""},
+		{"garbage", "NOT HTTP\r\n\r\n", 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			want := exchange(t, ref, tc.raw, tc.responses, tc.afterHeader)
+			got := exchange(t, ours, tc.raw, tc.responses, tc.afterHeader)
+			if got != want {
+				t.Errorf("fanout's server answered\n%s\nnet/http's\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestH1ServerClientLeavingCancelsRequest: the client closing its
+// connection mid-request cancels the request's context, which net/http
+// notices with a reader goroutine per request and fanout's server with
+// the hang-up watcher.
+func TestH1ServerClientLeavingCancelsRequest(t *testing.T) {
+	arrived, canceled := make(chan struct{}), make(chan struct{})
+	addr, _ := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done()
+		close(canceled)
+	}), Config{})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A first request on the connection, so that the one left is not its
+	// first (the watcher covers the connection for its life).
+	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	wait(t, arrived, "the request to reach the handler")
+	c.Close()
+	wait(t, canceled, "the request's context to be canceled after the client left")
+}
+
+// TestH1ServerTimeouts: a connection idle past IdleTimeout, or one that
+// does not finish its request header within ReadHeaderTimeout, is closed.
+func TestH1ServerTimeouts(t *testing.T) {
+	addr, _ := startH1(t, http.HandlerFunc(parityHandler), Config{
+		IdleTimeout: 200 * time.Millisecond, ReadHeaderTimeout: 200 * time.Millisecond})
+	for _, tc := range []struct{ name, raw string }{
+		{"idle after a request", "GET /small HTTP/1.1\r\nHost: localhost\r\n\r\n"},
+		{"header never finished", "GET /small HTTP/1.1\r\nHost: local"},
+		{"header never finished after a request", "GET /small HTTP/1.1\r\nHost: localhost\r\n\r\nGET /small HTTP/1.1\r\nHo"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(waitLimit))
+			io.WriteString(c, tc.raw)
+			start := time.Now()
+			got, err := io.ReadAll(c) // until the server closes
+			if err != nil {
+				t.Fatalf("read: %v (want the server to close the connection)", err)
+			}
+			if n := strings.Count(string(got), "HTTP/1.1 200"); n != strings.Count(tc.raw, "\r\n\r\n") {
+				t.Errorf("got %d answers before the close, want one per whole request:\n%s", n, got)
+			}
+			if d := time.Since(start); d < 150*time.Millisecond {
+				t.Errorf("closed after %v, before the timeout", d)
+			}
+		})
+	}
+}
+
+// TestH1ServerShutdown: idle connections are closed at once; a request in
+// flight is answered, with Connection: close, and then its connection.
+func TestH1ServerShutdown(t *testing.T) {
+	arrived, release := make(chan struct{}), make(chan struct{})
+	addr, s := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			close(arrived)
+			<-release
+		}
+		io.WriteString(w, "done")
+	}), Config{})
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.SetDeadline(time.Now().Add(waitLimit))
+	ibr := bufio.NewReader(idle)
+	io.WriteString(idle, "GET /fast HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	if resp, err := http.ReadResponse(ibr, nil); err != nil {
+		t.Fatal(err)
+	} else {
+		io.Copy(io.Discard, resp.Body)
+	}
+	busy, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busy.SetDeadline(time.Now().Add(waitLimit))
+	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")
+	wait(t, arrived, "the slow request to arrive")
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.shutdown(context.Background()) }()
+	if _, err := ibr.ReadByte(); err == nil {
+		t.Error("the idle connection got data, want it closed")
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("shutdown returned %v with a request in flight", err)
+	default:
+	}
+	close(release)
+	resp, err := http.ReadResponse(bufio.NewReader(busy), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Close {
+		t.Error("the answer during shutdown does not say Connection: close")
+	}
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("shutdown = %v", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("shutdown did not return once the request was answered")
+	}
+}
+
+// TestH1ServerReusesItsWriter: the response writer and its header map are
+// the connection's; a request costs no new ones. Checked with a header
+// set by one request that the next must not see.
+func TestH1ServerReusesItsWriter(t *testing.T) {
+	var writers []http.ResponseWriter
+	addr, _ := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writers = append(writers, w) // one connection: one goroutine
+		if _, seen := w.Header()["X-First"]; seen {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("X-First", r.URL.Path)
+	}), Config{})
+	got := exchange(t, addr, "GET /a HTTP/1.1\r\nHost: localhost\r\n\r\nGET /b HTTP/1.1\r\nHost: localhost\r\n\r\n", 2, "")
+	if strings.Contains(got, " 500 ") {
+		t.Errorf("a header of the first request reached the second:\n%s", got)
+	}
+	if len(writers) < 2 || writers[0] != writers[1] {
+		t.Errorf("writers %v, want the same one for each request on a connection", writers)
+	}
+}
+
+// TestH1ServerHandsOverWithoutWatcher: with the hang-up watcher stopped,
+// net/http serves the connection, so that a client leaving is still
+// noticed.
+func TestH1ServerHandsOverWithoutWatcher(t *testing.T) {
+	var served []bool
+	addr, s := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, ours := w.(*h1Response)
+		served = append(served, ours)
+		w.Header().Set("X-Served-By-Fanout", strconv.FormatBool(ours))
+	}), Config{})
+	first := exchange(t, addr, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", 1, "")
+	s.hangups.stop()
+	second := exchange(t, addr, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", 1, "")
+	if !strings.Contains(first, `X-Served-By-Fanout: ["true"]`) || !strings.Contains(second, `X-Served-By-Fanout: ["false"]`) {
+		t.Errorf("before the watcher stopped:\n%s\nafter:\n%s\nwant fanout's server, then net/http's", first, second)
+	}
+}
