@@ -117,7 +117,7 @@ func (s *h1Server) serve(ln net.Listener) error {
 			if s.shutting.Load() {
 				return http.ErrServerClosed
 			}
-			//nolint:staticcheck // net/http's own test for a retryable accept error
+			//lint:ignore SA1019 net/http's Server.Serve retries on the same test (EMFILE and the like)
 			if ne, ok := err.(net.Error); ok && ne.Temporary() {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				s.log.Printf("http: Accept error: %v; retrying in %v", err, delay)
@@ -234,8 +234,8 @@ type h1Conn struct {
 	resp     h1Response
 
 	mu       sync.Mutex
-	idle     bool               // waiting for a request: shutdown closes it
-	fresh    bool               // accepted, no byte read yet
+	idle     bool // waiting for a request: shutdown closes it
+	fresh    bool // accepted, no byte read yet
 	accepted time.Time
 	cancel   context.CancelFunc // the request in flight's, nil between requests
 	hungUp   bool
