@@ -467,3 +467,45 @@ func TestH1ServerHandsOverWithoutWatcher(t *testing.T) {
 		t.Errorf("before the watcher stopped:\n%s\nafter:\n%s\nwant fanout's server, then net/http's", first, second)
 	}
 }
+
+// TestServerPicksItsHTTP1Server: the plaintext listener's HTTP/1.1 goes
+// to fanout's server by default and to net/http with HTTP1ServerNetHTTP
+// (--http1-server); the handler sees which by its ResponseWriter.
+func TestServerPicksItsHTTP1Server(t *testing.T) {
+	for _, tc := range []struct {
+		server string
+		ours   bool
+	}{{"", true}, {HTTP1ServerFanout, true}, {HTTP1ServerNetHTTP, false}} {
+		t.Run(tc.server, func(t *testing.T) {
+			p, u := okBackend(t)
+			cfg := Config{ListenAddress: "127.0.0.1:0", HTTP1Server: tc.server}
+			s := NewServer(cfg, New(cfg, p, u, nil))
+			inner := s.srv.Handler
+			served := make(chan bool, 1)
+			s.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, ours := w.(*h1Response)
+				served <- ours
+				inner.ServeHTTP(w, r)
+			})
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := s.Stop(context.Background()); err != nil {
+					t.Errorf("Stop: %v", err)
+				}
+			})
+			resp, err := newClient(t, false).Get("http://" + s.Addr().String() + "/api/v1/pods")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if got := <-served; got != tc.ours {
+				t.Errorf("served by fanout's server: %v, want %v", got, tc.ours)
+			}
+		})
+	}
+	if err := (Config{HTTP1Server: "other"}).Validate(); err == nil {
+		t.Error("an unknown HTTP/1.1 server passed validation")
+	}
+}

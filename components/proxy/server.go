@@ -76,7 +76,7 @@ func NewServer(cfg Config, h *Handler) *Server {
 	// drain.
 	srv.RegisterOnShutdown(h.StopLongRunning)
 	s := &Server{cfg: cfg, handler: h, srv: srv}
-	if cfg.TLS == nil && h.hangups.available() {
+	if cfg.TLS == nil && cfg.HTTP1Server != HTTP1ServerNetHTTP && h.hangups.available() {
 		s.h1 = newH1Server(&h.hangups, srv.ErrorLog, cfg)
 	}
 	return s
