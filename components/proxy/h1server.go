@@ -228,8 +228,10 @@ type h1Conn struct {
 	token   int32
 	watched bool
 	// deadline says a read deadline is set, which a request body or a
-	// connection taken over must not inherit.
-	deadline bool
+	// connection taken over must not inherit. Atomic: the body timeout's
+	// deadline may be lifted from the HTTP/2 transport's goroutine
+	// (limits.go).
+	deadline atomic.Bool
 	lastPost bool
 	resp     h1Response
 
@@ -257,7 +259,7 @@ func (c *h1Conn) hangup() {
 
 func (c *h1Conn) setReadDeadline(t time.Time) {
 	_ = c.rwc.SetReadDeadline(t)
-	c.deadline = !t.IsZero()
+	c.deadline.Store(!t.IsZero())
 }
 
 func (c *h1Conn) serve() {
@@ -275,7 +277,7 @@ func (c *h1Conn) serve() {
 	c.mu.Unlock()
 	if preface {
 		c.lr.N = math.MaxInt64
-		if c.deadline {
+		if c.deadline.Load() {
 			c.setReadDeadline(time.Time{})
 		}
 		if !c.srv.h2c.handoff(&prefaceConn{Conn: c.rwc, br: c.br}) {
@@ -297,7 +299,7 @@ func (c *h1Conn) serve() {
 		// descriptor) a client leaving would go unnoticed here:
 		// net/http serves the connection instead.
 		c.lr.N = math.MaxInt64
-		if c.deadline {
+		if c.deadline.Load() {
 			c.setReadDeadline(time.Time{})
 		}
 		c.hijacked = true // not ours to close any more
@@ -508,7 +510,7 @@ func (c *h1Conn) serveRequest(req *http.Request) bool {
 	w := &c.resp
 	w.reset(c, req)
 	if req.Body != http.NoBody && req.Body != nil {
-		if c.deadline {
+		if c.deadline.Load() {
 			// The header deadline is not the body's: limits sets that.
 			c.setReadDeadline(time.Time{})
 		}
@@ -939,7 +941,7 @@ func (w *h1Response) Flush() { _ = w.FlushError() }
 // SetReadDeadline and SetWriteDeadline are what http.ResponseController
 // calls (the request body timeout, limits.go).
 func (w *h1Response) SetReadDeadline(t time.Time) error {
-	w.c.deadline = !t.IsZero()
+	w.c.deadline.Store(!t.IsZero())
 	return w.c.rwc.SetReadDeadline(t)
 }
 
@@ -979,7 +981,7 @@ func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		c.srv.hangups.unregister(c.rwc, c.token)
 		c.watched = false
 	}
-	if c.deadline {
+	if c.deadline.Load() {
 		c.setReadDeadline(time.Time{})
 	}
 	return c.rwc, bufio.NewReadWriter(c.br, bufio.NewWriter(c.rwc)), nil
