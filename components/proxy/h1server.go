@@ -1145,19 +1145,27 @@ var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
 // names that are not valid, as net/http's Header.Write does.
 func writeHeaderFields(bw *bufio.Writer, h http.Header, skip func(string) bool) {
 	for k, vv := range h {
-		if skip(k) || !httpguts.ValidHeaderFieldName(k) {
-			continue
+		if !skip(k) {
+			writeField(bw, k, vv)
 		}
-		for _, v := range vv {
-			if strings.ContainsAny(v, "\r\n") {
-				v = headerNewlineToSpace.Replace(v)
-			}
-			v = textproto.TrimString(v)
-			_, _ = bw.WriteString(k)
-			_, _ = bw.WriteString(": ")
-			_, _ = bw.WriteString(v)
-			_, _ = bw.WriteString("\r\n")
+	}
+}
+
+// writeField writes one field's lines, unless its name is not valid; a
+// value keeps to its line (CR and LF become spaces) and is trimmed, as
+// with net/http.
+func writeField(bw *bufio.Writer, k string, vv []string) {
+	if !httpguts.ValidHeaderFieldName(k) {
+		return
+	}
+	for _, v := range vv {
+		if strings.ContainsAny(v, "\r\n") {
+			v = headerNewlineToSpace.Replace(v)
 		}
+		_, _ = bw.WriteString(k)
+		_, _ = bw.WriteString(": ")
+		_, _ = bw.WriteString(textproto.TrimString(v))
+		_, _ = bw.WriteString("\r\n")
 	}
 }
 
@@ -1204,28 +1212,14 @@ func (w *h1Response) finish() error {
 // http.TrailerPrefix, as net/http does.
 func (w *h1Response) writeTrailers() {
 	bw := w.c.bw
-	write := func(k string, vv []string) {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return
-		}
-		for _, v := range vv {
-			if strings.ContainsAny(v, "\r\n") {
-				v = headerNewlineToSpace.Replace(v)
-			}
-			_, _ = bw.WriteString(k)
-			_, _ = bw.WriteString(": ")
-			_, _ = bw.WriteString(textproto.TrimString(v))
-			_, _ = bw.WriteString("\r\n")
-		}
-	}
 	for _, k := range w.trailers {
 		if vv, ok := w.header[k]; ok {
-			write(k, vv)
+			writeField(bw, k, vv)
 		}
 	}
 	for k, vv := range w.header {
 		if isTrailerPrefixed(k) {
-			write(strings.TrimPrefix(k, http.TrailerPrefix), vv)
+			writeField(bw, strings.TrimPrefix(k, http.TrailerPrefix), vv)
 		}
 	}
 }
