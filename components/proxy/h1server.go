@@ -220,8 +220,9 @@ type h1Conn struct {
 	// lr limits what a request header may read (MaxHeaderBytes, plus
 	// net/http's 4 KiB of slack); it is unlimited for bodies.
 	lr     io.LimitedReader
-	br     *bufio.Reader
-	bw     *bufio.Writer
+	bufs   *h1Buffers
+	br     *bufio.Reader // bufs.br
+	bw     *bufio.Writer // bufs.bw
 	remote string
 	// token is the connection's key in the hang-up watcher; watched says
 	// it has one.
@@ -266,8 +267,10 @@ func (c *h1Conn) serve() {
 	defer c.srv.untrack(c)
 	c.remote = c.rwc.RemoteAddr().String()
 	c.lr = io.LimitedReader{R: c.rwc, N: math.MaxInt64}
-	c.br = bufio.NewReaderSize(&c.lr, 4<<10)
-	c.bw = bufio.NewWriterSize(connWriter{c}, 4<<10)
+	c.bufs = h1BufferPool.Get().(*h1Buffers)
+	c.br, c.bw = c.bufs.br, c.bufs.bw
+	c.br.Reset(&c.lr)
+	c.bw.Reset(connWriter{c})
 	if d := c.srv.readHeaderTimeout; d > 0 {
 		c.setReadDeadline(time.Now().Add(d))
 	}
@@ -291,6 +294,7 @@ func (c *h1Conn) serve() {
 				c.srv.hangups.drop(c.token)
 			}
 			_ = c.rwc.Close()
+			c.release()
 		}
 	}()
 	c.token, c.watched = c.srv.hangups.register(c.rwc, c, epollET)
@@ -335,6 +339,46 @@ func (c *h1Conn) serve() {
 			return
 		}
 	}
+}
+
+// h1Buffers are a connection's reader, writer and hold-back buffer. They
+// are pooled across connections, as net/http pools its own: a client
+// that dials for each request would otherwise leave about 10 KiB of
+// garbage per connection. A connection handed over (h2c, Hijack) keeps
+// its reader, so its set is not returned.
+type h1Buffers struct {
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	pending []byte // h1Response.pending, bufferBeforeChunking long
+}
+
+var h1BufferPool = sync.Pool{New: func() any {
+	h1BuffersMade.Add(1)
+	return &h1Buffers{
+		br:      bufio.NewReaderSize(nil, 4<<10),
+		bw:      bufio.NewWriterSize(nil, 4<<10),
+		pending: make([]byte, 0, bufferBeforeChunking),
+	}
+}}
+
+// h1BuffersMade counts the sets the pool had to make (a test's measure
+// of their reuse).
+var h1BuffersMade atomic.Int64
+
+// release returns the connection's buffers once nothing can touch them.
+// The last request's body is closed first: the HTTP/2 transport's
+// goroutine may still be reading it (a handler that panicked, a write
+// that failed), and Close waits out a read in progress, which the closed
+// connection ends.
+func (c *h1Conn) release() {
+	if b := c.resp.body; b != nil {
+		_ = b.Close()
+	}
+	c.br.Reset(nil)
+	c.bw.Reset(nil)
+	h1BufferPool.Put(c.bufs)
+	c.bufs, c.br, c.bw = nil, nil, nil
+	c.resp.pending = nil
 }
 
 // h2cPreface reports whether the connection opens with the HTTP/2
@@ -764,10 +808,9 @@ type h1Response struct {
 func (w *h1Response) reset(c *h1Conn, req *http.Request) {
 	if w.header == nil {
 		w.header = make(http.Header)
-		w.pending = make([]byte, 0, bufferBeforeChunking)
 	}
 	clear(w.header)
-	*w = h1Response{c: c, req: req, header: w.header, snapMap: w.snapMap, pending: w.pending[:0],
+	*w = h1Response{c: c, req: req, header: w.header, snapMap: w.snapMap, pending: c.bufs.pending[:0],
 		contentLength: -1, isHead: req.Method == http.MethodHead, trailers: w.trailers[:0]}
 }
 

@@ -450,6 +450,33 @@ func TestH1ServerReusesItsWriter(t *testing.T) {
 	}
 }
 
+// TestH1ServerPoolsConnectionBuffers: a client that dials for each
+// request gets the buffers of connections that ended, not new ones. The
+// pool may drop a set (GC, and at random under the race detector), so
+// the test asks for fewer sets made than connections, by a wide margin.
+func TestH1ServerPoolsConnectionBuffers(t *testing.T) {
+	addr, s := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}), Config{})
+	open := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.conns) > 0
+	}
+	const conns = 60
+	before := h1BuffersMade.Load()
+	for range conns {
+		got := exchange(t, addr, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 1, "")
+		if !strings.Contains(got, "HTTP/1.1 200") {
+			t.Fatalf("response:\n%s", got)
+		}
+		waitFor(t, func() bool { return !open() }, "the server to end the connection")
+	}
+	if made := h1BuffersMade.Load() - before; made >= conns/2 {
+		t.Errorf("%d buffer sets made for %d connections one after another, want them reused", made, conns)
+	}
+}
+
 // TestH1ServerHandsOverWithoutWatcher: with the hang-up watcher stopped,
 // net/http serves the connection, so that a client leaving is still
 // noticed.
