@@ -478,7 +478,21 @@ func (c *h1Conn) readRequest() (*http.Request, error) {
 		}
 		values += len(vv)
 	}
-	if values > maxHeaderValues {
+	// net/http's server counts header lines, and http.ReadRequest takes
+	// some out of the header: Host (of a request in origin form),
+	// Transfer-Encoding (one line at most) and, on a chunked request,
+	// Trailer (counted as one line). It caps the trailer names declared as
+	// it caps values.
+	if req.Host != "" && strings.HasPrefix(req.RequestURI, "/") {
+		values++
+	}
+	if len(req.TransferEncoding) > 0 {
+		values++
+	}
+	if req.Trailer != nil {
+		values++
+	}
+	if values > maxHeaderValues || len(req.Trailer) > maxHeaderValues {
 		return nil, errTooManyHeaders
 	}
 	req.RemoteAddr = c.remote
@@ -534,9 +548,9 @@ func (c *h1Conn) closeWriteAndWait() {
 
 // serveRequest runs the handler for req and ends its response. It says
 // whether the connection serves another request.
-func (c *h1Conn) serveRequest(req *http.Request) bool {
+func (c *h1Conn) serveRequest(read *http.Request) bool {
 	ctx, cancel := context.WithCancel(context.Background())
-	req = req.WithContext(ctx)
+	req := read.WithContext(ctx)
 	c.mu.Lock()
 	c.cancel = cancel
 	hungUp := c.hungUp
@@ -558,7 +572,7 @@ func (c *h1Conn) serveRequest(req *http.Request) bool {
 			// The header deadline is not the body's: limits sets that.
 			c.setReadDeadline(time.Time{})
 		}
-		w.body = &h1Body{rc: req.Body, w: w, left: req.ContentLength}
+		w.body = &h1Body{rc: req.Body, w: w, left: req.ContentLength, read: read, req: req}
 		req.Body = w.body
 	}
 	if expect := req.Header.Get("Expect"); expect != "" {
@@ -699,8 +713,11 @@ func (l *handoffListener) handoff(c net.Conn) bool {
 // connection can serve another request. Read and Close may come from the
 // HTTP/2 transport's goroutine as well as the handler's.
 type h1Body struct {
-	mu           sync.Mutex
-	rc           io.ReadCloser
+	mu sync.Mutex
+	rc io.ReadCloser
+	// read is the request as http.ReadRequest made it, whose Trailer the
+	// body's end fills; req is the handler's copy of it.
+	read, req    *http.Request
 	w            *h1Response
 	left         int64 // of a declared length; -1 when unknown
 	sendContinue bool
@@ -726,6 +743,10 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	}
 	if errors.Is(err, io.EOF) {
 		b.sawEOF = true
+		if b.req.Trailer == nil {
+			// Trailers the header did not declare: the map is new.
+			b.req.Trailer = b.read.Trailer
+		}
 	}
 	return n, err
 }
