@@ -320,7 +320,9 @@ func (c *h1Conn) serve() {
 			if d := c.srv.idleTimeout; d > 0 {
 				c.setReadDeadline(time.Now().Add(d))
 			}
-			if _, err := c.br.Peek(1); err != nil {
+			// Four bytes, as net/http waits for: a connection that ends
+			// with less is closed without an answer.
+			if _, err := c.br.Peek(4); err != nil {
 				return
 			}
 			// A request that came is served, shutdown or not: its answer
@@ -521,8 +523,10 @@ func (c *h1Conn) refuse(err error) {
 	}
 }
 
+// isCommonNetReadError is net/http's: a request cut short (unexpected
+// EOF) is answered 400, one never begun is not.
 func isCommonNetReadError(err error) bool {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+	if err == io.EOF {
 		return true
 	}
 	var ne net.Error

@@ -498,7 +498,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool, what string) {
+func waitFor(t testing.TB, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for !cond() {
