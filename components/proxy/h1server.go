@@ -481,11 +481,11 @@ func (c *h1Conn) readRequest() (*http.Request, error) {
 		values += len(vv)
 	}
 	// net/http's server counts header lines, and http.ReadRequest takes
-	// some out of the header: Host (of a request in origin form),
-	// Transfer-Encoding (one line at most) and, on a chunked request,
-	// Trailer (counted as one line). It caps the trailer names declared as
-	// it caps values.
-	if req.Host != "" && strings.HasPrefix(req.RequestURI, "/") {
+	// some out of the header: Host (unless the target is an absolute URI,
+	// whose host it takes instead), Transfer-Encoding (one line at most)
+	// and, on a chunked request, Trailer (counted as one line). It caps
+	// the trailer names declared as it caps values.
+	if req.Host != "" && !req.URL.IsAbs() {
 		values++
 	}
 	if len(req.TransferEncoding) > 0 {

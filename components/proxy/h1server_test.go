@@ -341,6 +341,7 @@ func parityCases() []parityCase {
 		{"invalid header name", "GET /small HTTP/1.1\r\nHost: localhost\r\nBad Name: v\r\n\r\n", 1, ""},
 		{"500 header values", many(maxHeaderValues - 1), 1, ""},
 		{"501 header values, Host among them", many(maxHeaderValues), 1, ""},
+		{"501 header values, asterisk form", strings.Replace(many(maxHeaderValues), "GET /small", "OPTIONS *", 1), 1, ""},
 		{"too many header values", many(maxHeaderValues + 1), 1, ""},
 		{"header too large", "GET /small HTTP/1.1\r\nHost: localhost\r\nX-Big: " + strings.Repeat("b", DefaultMaxHeaderBytes+8192) + "\r\n\r\n", 1, ""},
 		{"HTTP/2.0 as text", "GET /small HTTP/2.0\r\nHost: localhost\r\n\r\n", 1, ""},
