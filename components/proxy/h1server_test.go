@@ -161,6 +161,18 @@ func startNetHTTP(t testing.TB, handler http.Handler) string {
 	return ln.Addr().String()
 }
 
+// dialServer dials addr with every read and write on it bounded by
+// waitLimit.
+func dialServer(t *testing.T, addr string) *net.TCPConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(waitLimit))
+	return c.(*net.TCPConn)
+}
+
 // exchange sends raw on a new connection and reads everything until the
 // server closes it or, for a connection kept open, until a probe request
 // sent after the expected responses is answered. It returns a transcript
@@ -168,12 +180,8 @@ func startNetHTTP(t testing.TB, handler http.Handler) string {
 // bodies, trailers and whether the connection stayed open.
 func exchange(t *testing.T, addr, raw string, responses int, afterHeader string) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialServer(t, addr)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitLimit))
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
@@ -413,16 +421,12 @@ var emptyHost = regexp.MustCompile(`(?im)^host:[ \t]*\r?$`)
 // describes every response until the server closes.
 func rawExchange(t *testing.T, addr string, raw []byte) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialServer(t, addr)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitLimit))
 	if _, err := c.Write(raw); err != nil {
 		return "write: " + errClass(err)
 	}
-	c.(*net.TCPConn).CloseWrite()
+	c.CloseWrite()
 	var sent *http.Request
 	if bytes.HasPrefix(raw, []byte("HEAD ")) {
 		sent = &http.Request{Method: http.MethodHead}
