@@ -382,8 +382,8 @@ func TestH1ServerMatchesNetHTTP(t *testing.T) {
 }
 
 // FuzzH1ServerMatchesNetHTTP sends the same bytes to net/http's server and
-// to fanout's, shuts the sending side, and wants the same bytes back (Date
-// aside). Its seeds are TestH1ServerMatchesNetHTTP's requests, bodies sent
+// to fanout's, shuts the sending side, and wants the same responses back,
+// as describe puts them, and the same end of the connection. Its seeds are TestH1ServerMatchesNetHTTP's requests, bodies sent
 // after 100 Continue included; go test -fuzz=FuzzH1ServerMatchesNetHTTP
 // ./components/proxy/ looks for more. The handler's aborts are left out:
 // where a cut response stops depends on buffer sizes.
