@@ -41,7 +41,7 @@ type pki struct {
 	alice   testpki.KeyPair
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t testing.TB) *pki {
 	ca := testpki.NewCA(t)
 	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
 }
@@ -86,7 +86,7 @@ type h2Server struct {
 // newH2Server starts an HTTP/2 server serving p.serving and checking
 // client certificates against p.ca with policy auth. maxStreams > 0 sets
 // SETTINGS_MAX_CONCURRENT_STREAMS.
-func newH2Server(t *testing.T, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
+func newH2Server(t testing.TB, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
 	t.Helper()
 	s := &h2Server{Server: httptest.NewUnstartedServer(h)}
 	s.EnableHTTP2 = true
@@ -135,7 +135,7 @@ func echoHandler() http.Handler {
 	})
 }
 
-func newTransports(t *testing.T, cfg Config, creds Credentials) *Transports {
+func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	t.Helper()
 	if cfg.ServerName == "" {
 		cfg.ServerName = serverName
