@@ -1118,9 +1118,6 @@ func (w *h1Response) writeHeader(p []byte) {
 			h.Del(k)
 		}
 	}
-	if !has(h, "Date") {
-		h["Date"] = []string{string(time.Now().UTC().AppendFormat(w.dateBuf[:0], http.TimeFormat))}
-	}
 	if hasCL && hasTE && te != "identity" {
 		w.c.srv.log.Printf("http: WriteHeader called with both Transfer-Encoding of %q and a Content-Length of %d", te, w.contentLength)
 		h.Del("Content-Length")
@@ -1157,6 +1154,13 @@ func (w *h1Response) writeHeader(p []byte) {
 	bw := w.c.bw
 	writeStatusLine(bw, is11, w.status)
 	writeHeaderFields(bw, h, isTrailerPrefixed)
+	if !has(h, "Date") {
+		// Written, not put in the header: as in net/http, the handler's
+		// map does not get it, and no string is made per response.
+		_, _ = bw.WriteString("Date: ")
+		_, _ = bw.Write(time.Now().UTC().AppendFormat(w.dateBuf[:0], http.TimeFormat))
+		_, _ = bw.WriteString("\r\n")
+	}
 	_, _ = bw.WriteString("\r\n")
 }
 
