@@ -41,6 +41,9 @@ const (
 type generation struct {
 	p  *pool
 	h2 *http2.Transport
+	// own carries the requests without a body (h2client.go), h2 the
+	// others.
+	own *h2Conns
 	// cert is the client certificate that was current when the
 	// generation was made; the pool compares it with the current one.
 	cert *tls.Certificate
@@ -55,6 +58,7 @@ type generation struct {
 func (p *pool) newGeneration(cert *tls.Certificate) *generation {
 	g := &generation{p: p, cert: cert, born: p.t.cfg.Now()}
 	g.h2 = p.t.newH2(g.dialTLS)
+	g.own = &h2Conns{g: g}
 	return g
 }
 
@@ -75,6 +79,13 @@ func (p *pool) acquire() *generation {
 }
 
 func (g *generation) release() { g.inflight.Add(-1) }
+
+// closeIdle closes g's idle connections, and makes fanout's own client's
+// busy ones close after their last stream.
+func (g *generation) closeIdle() {
+	g.h2.CloseIdleConnections()
+	g.own.closeIdle()
+}
 
 // current returns the generation for new requests, rotating first if the
 // client certificate changed. The check is one atomic load and a pointer
@@ -111,7 +122,7 @@ func (p *pool) rotate(old *generation, cert *tls.Certificate, reason string) *ge
 // streams end. The drainer stops when g has no connection and no
 // RoundTrip left, or on Close.
 func (t *Transports) retire(g *generation) {
-	g.h2.CloseIdleConnections()
+	g.closeIdle()
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
@@ -129,7 +140,7 @@ func (t *Transports) retire(g *generation) {
 				return
 			case <-tick.C:
 			}
-			g.h2.CloseIdleConnections()
+			g.closeIdle()
 			t.drainRounds.Add(1)
 		}
 	}()

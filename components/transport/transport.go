@@ -144,7 +144,7 @@ func (t *Transports) Retain(addresses []string) {
 	t.mu.Unlock()
 
 	for _, p := range dropped {
-		p.gen.Load().h2.CloseIdleConnections()
+		p.gen.Load().closeIdle()
 		t.metrics.forget(p.key)
 	}
 }
@@ -168,7 +168,7 @@ func (t *Transports) Close() {
 	t.mu.Unlock()
 
 	for _, p := range old {
-		p.gen.Load().h2.CloseIdleConnections()
+		p.gen.Load().closeIdle()
 	}
 	for _, c := range conns {
 		c.Close()
@@ -275,7 +275,13 @@ func (p *pool) send(req *http.Request) (*http.Response, *generation, error) {
 		}
 	}
 	g := p.acquire()
-	res, err := g.h2.RoundTrip(req)
+	var res *http.Response
+	var err error
+	if req.Body == nil || req.Body == http.NoBody {
+		res, err = g.own.roundTrip(req)
+	} else {
+		res, err = g.h2.RoundTrip(req)
+	}
 	g.release()
 	if err != nil {
 		return nil, g, classify(p.key.address, err)

@@ -1,0 +1,999 @@
+//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; fanout uses only its Framer and hpack here, which net/http does not export.
+
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// fanout's own HTTP/2 client, for requests without a body (GET, DELETE
+// without options, watches, logs): most of what a control-plane client
+// sends. Requests with a body keep going through x/net's Transport.
+//
+// Why: Go's HTTP/2 client runs a goroutine per request to write it and
+// hands each answer over through several channels; measured in fanout at
+// saturation that is most of the CPU per request fanout spends above
+// HAProxy (docs/footprint.md, "fanout's own HTTP/2 client"). Here the
+// caller's goroutine writes the request's HEADERS itself, under the
+// connection's write lock, and the connection's one reading goroutine
+// hands the answer over through one channel. A stream holds no goroutine
+// while its body is read, so an open watch costs a stream struct and the
+// data not yet read.
+//
+// What it keeps of x/net's behaviour: flow control with the windows of
+// Config, PINGs after ReadIdleTimeout of silence, IdleConnTimeout, a new
+// connection when the server's MAX_CONCURRENT_STREAMS is reached,
+// transparent gzip when the request did not ask for an encoding, trailers,
+// and errors that say whether the apiserver can have seen the request
+// (UnprocessedError): a stream above a GOAWAY's last stream ID, a
+// REFUSED_STREAM, or a connection that failed before the request was
+// written. It never retries a request itself: the proxy's attempt policy
+// does.
+
+// maxHeaderListSize bounds a response's header block, as x/net's default.
+const maxHeaderListSize = 10 << 20
+
+// errConnClosing is the error of a stream that found its connection
+// closing before the request was written; it is wrapped in
+// UnprocessedError.
+var errConnClosing = errors.New("fanout HTTP/2 client: connection closing before the request was sent")
+
+// errStreamGoneAway is the error of a stream above a GOAWAY's last
+// stream ID: the apiserver did not process it.
+var errStreamGoneAway = errors.New("fanout HTTP/2 client: the apiserver's GOAWAY left this stream unprocessed")
+
+// h2Conns is the set of connections of one generation (one endpoint, one
+// client certificate).
+type h2Conns struct {
+	g *generation
+
+	mu      sync.Mutex
+	conns   []*h2Conn
+	dialing *h2Dial // a dial in progress that requests wait on
+}
+
+type h2Dial struct {
+	done chan struct{}
+	cc   *h2Conn
+	err  error
+}
+
+// roundTrip sends req on a connection that can take a stream, dialing
+// one if none can.
+func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	for {
+		cc, err := cs.get(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := cc.roundTrip(req)
+		if errors.Is(err, errConnClosing) && ctx.Err() == nil {
+			// Nothing was written: another connection may take it.
+			continue
+		}
+		return res, err
+	}
+}
+
+func (cs *h2Conns) get(ctx context.Context) (*h2Conn, error) {
+	cs.mu.Lock()
+	for _, cc := range cs.conns {
+		if cc.canTakeStream() {
+			cs.mu.Unlock()
+			return cc, nil
+		}
+	}
+	d := cs.dialing
+	if d == nil {
+		d = &h2Dial{done: make(chan struct{})}
+		cs.dialing = d
+		go cs.dial(d)
+	}
+	cs.mu.Unlock()
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return nil, &UnprocessedError{Endpoint: cs.g.p.key.address, Err: ctx.Err()}
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return d.cc, nil
+}
+
+// dial opens a connection for every request that waits on d. It runs on
+// its own goroutine, so that one request giving up does not fail the
+// others.
+func (cs *h2Conns) dial(d *h2Dial) {
+	g := cs.g
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-g.p.t.done:
+			cancel()
+		case <-d.done:
+		}
+	}()
+	nc, err := g.dialTLS(ctx, "tcp", g.p.key.address, nil)
+	cancel()
+	var cc *h2Conn
+	if err == nil {
+		cc, err = newH2Conn(cs, nc.(*trackedConn))
+		if err != nil {
+			nc.Close()
+			err = &UnprocessedError{Endpoint: g.p.key.address, Err: err}
+		}
+	}
+	cs.mu.Lock()
+	cs.dialing = nil
+	if cc != nil {
+		cs.conns = append(cs.conns, cc)
+	}
+	cs.mu.Unlock()
+	d.cc, d.err = cc, err
+	close(d.done)
+}
+
+func (cs *h2Conns) remove(cc *h2Conn) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for i, c := range cs.conns {
+		if c == cc {
+			cs.conns = append(cs.conns[:i], cs.conns[i+1:]...)
+			return
+		}
+	}
+}
+
+// closeIdle closes the connections that carry no stream, and makes the
+// others close when their last stream ends.
+func (cs *h2Conns) closeIdle() {
+	cs.mu.Lock()
+	conns := append([]*h2Conn(nil), cs.conns...)
+	cs.mu.Unlock()
+	for _, cc := range conns {
+		cc.closeWhenIdle()
+	}
+}
+
+// h2Conn is one HTTP/2 connection to an apiserver.
+type h2Conn struct {
+	set  *h2Conns
+	conn *trackedConn
+	cfg  *Config
+	tls  tls.ConnectionState // for Response.TLS
+
+	// wmu guards the writing side: the framer's writes, the HPACK
+	// encoder, and stream IDs (which must go out in order).
+	wmu    sync.Mutex
+	bw     *bufio.Writer
+	fr     *http2.Framer
+	henc   *hpack.Encoder
+	hbuf   bytes.Buffer
+	nextID uint32
+
+	// mu guards the fields below and every stream's state.
+	mu          sync.Mutex
+	streams     map[uint32]*h2Stream
+	maxStreams  uint32
+	maxFrame    uint32
+	goAway      bool   // a GOAWAY came: no new streams
+	lastStream  uint32 // its last stream ID
+	goAwayCode  http2.ErrCode
+	closing     bool // no new streams; close when the last one ends
+	err         error
+	idleSince   time.Time
+	connUnacked int // bytes read by bodies, not yet given back to the connection window
+
+	// reads counts the frames read; the timer's check compares it with
+	// what it saw last (seen) to tell a silent connection.
+	reads    atomic.Uint64
+	timer    *time.Timer // health and idle checks
+	seen     uint64      // the timer's own
+	pingSent time.Time   // the timer's own: an unanswered PING
+	pinged   atomic.Bool // a PING is out; the read loop clears it on the ACK
+	done     chan struct{}
+}
+
+// h2Stream is one request's stream. Its fields are guarded by its
+// connection's mu.
+type h2Stream struct {
+	cc  *h2Conn
+	id  uint32
+	req *http.Request
+
+	res     *http.Response
+	headers chan struct{} // closed when res is set or err is
+	buf     []byte        // data received, not yet read
+	off     int
+	unacked int  // bytes read, not yet given back to the stream's window
+	window  int  // what the server may still send
+	ended   bool // END_STREAM received
+	err     error
+	cond    sync.Cond // a body Read waits on it; L is the connection's mu
+	stop    func() bool
+}
+
+func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
+	cfg := &set.g.p.t.cfg
+	cc := &h2Conn{
+		set: set, conn: nc, cfg: cfg,
+		nextID:     1,
+		streams:    map[uint32]*h2Stream{},
+		maxStreams: 100, // until the server's SETTINGS say
+		maxFrame:   16 << 10,
+		done:       make(chan struct{}),
+	}
+	cc.tls = nc.ConnectionState()
+	cc.bw = bufio.NewWriterSize(nc, 4<<10)
+	cc.fr = http2.NewFramer(cc.bw, bufio.NewReaderSize(nc, 4<<10))
+	cc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	cc.fr.MaxHeaderListSize = maxHeaderListSize
+	cc.fr.SetMaxReadFrameSize(1 << 20)
+	cc.henc = hpack.NewEncoder(&cc.hbuf)
+	cc.idleSince = time.Now()
+
+	nc.SetWriteDeadline(time.Now().Add(cfg.DialTimeout))
+	cc.bw.WriteString(http2.ClientPreface)
+	cc.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(cfg.MaxReceiveBufferPerStream)},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderListSize},
+	)
+	// As x/net: the connection window grows by the whole configured
+	// size, on top of the initial 65,535 bytes (Config caps it so the sum
+	// fits).
+	cc.fr.WriteWindowUpdate(0, uint32(cfg.MaxReceiveBufferPerConnection))
+	err := cc.bw.Flush()
+	nc.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("writing the HTTP/2 preface: %w", err)
+	}
+	cc.timer = time.AfterFunc(cc.checkEvery(), cc.check)
+	go cc.readLoop()
+	return cc, nil
+}
+
+func (cc *h2Conn) checkEvery() time.Duration {
+	return min(cc.cfg.ReadIdleTimeout, cc.cfg.IdleConnTimeout)
+}
+
+func (cc *h2Conn) canTakeStream() bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.err == nil && !cc.goAway && !cc.closing && uint32(len(cc.streams)) < cc.maxStreams
+}
+
+func (cc *h2Conn) closeWhenIdle() {
+	cc.mu.Lock()
+	cc.closing = true
+	idle := len(cc.streams) == 0
+	cc.mu.Unlock()
+	if idle {
+		cc.fail(errConnClosing)
+	}
+}
+
+// roundTrip writes req's HEADERS and waits for the answer's.
+func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	s := &h2Stream{cc: cc, req: req, headers: make(chan struct{}), window: cc.cfg.MaxReceiveBufferPerStream}
+	s.cond.L = &cc.mu
+	gz := addGzip(req)
+
+	cc.wmu.Lock()
+	cc.mu.Lock()
+	if cc.err != nil || cc.goAway || cc.closing || uint32(len(cc.streams)) >= cc.maxStreams {
+		cc.mu.Unlock()
+		cc.wmu.Unlock()
+		return nil, errConnClosing
+	}
+	s.id = cc.nextID
+	cc.nextID += 2
+	cc.streams[s.id] = s
+	maxFrame := cc.maxFrame
+	cc.mu.Unlock()
+	err := cc.writeHeaders(s.id, req, gz, maxFrame)
+	cc.wmu.Unlock()
+	if err != nil {
+		var he headerError
+		if errors.As(err, &he) {
+			// Nothing was written.
+			cc.forget(s)
+			return nil, err
+		}
+		// The connection failed while writing: what reached the server
+		// is unknown.
+		cc.fail(err)
+		return nil, err
+	}
+
+	select {
+	case <-s.headers:
+	case <-ctx.Done():
+		cc.reset(s, http2.ErrCodeCancel, ctx.Err())
+		<-s.headers
+	}
+	cc.mu.Lock()
+	res, err := s.res, s.err
+	if res != nil && !s.ended && s.err == nil {
+		// The body streams: a cancelled request ends it.
+		s.stop = context.AfterFunc(ctx, func() { cc.reset(s, http2.ErrCodeCancel, ctx.Err()) })
+	}
+	cc.mu.Unlock()
+	if res == nil {
+		return nil, err
+	}
+	if gz && res.Header.Get("Content-Encoding") == "gzip" {
+		res.Header.Del("Content-Encoding")
+		res.Header.Del("Content-Length")
+		res.ContentLength = -1
+		res.Uncompressed = true
+		res.Body = &gzipBody{body: res.Body}
+	}
+	return res, nil
+}
+
+// addGzip reports whether the request may ask for gzip on the caller's
+// behalf and decompress the answer, as Go's transports do for a request
+// that set no Accept-Encoding.
+func addGzip(req *http.Request) bool {
+	return req.Header.Get("Accept-Encoding") == "" && req.Header.Get("Range") == "" && req.Method != http.MethodHead
+}
+
+// headerError is a request header that cannot be sent; nothing was
+// written.
+type headerError struct{ msg string }
+
+func (e headerError) Error() string { return "fanout HTTP/2 client: " + e.msg }
+
+// writeHeaders encodes and writes req's header block. Called with wmu
+// held.
+func (cc *h2Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uint32) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	if !httpguts.ValidHostHeader(host) {
+		return headerError{"invalid Host " + strconv.Quote(host)}
+	}
+	path := req.URL.RequestURI()
+	cc.hbuf.Reset()
+	cc.henc.WriteField(hpack.HeaderField{Name: ":authority", Value: host})
+	cc.henc.WriteField(hpack.HeaderField{Name: ":method", Value: req.Method})
+	cc.henc.WriteField(hpack.HeaderField{Name: ":path", Value: path})
+	cc.henc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return headerError{"invalid header field name " + strconv.Quote(k)}
+		}
+		lk := lowerHeader(k)
+		switch lk {
+		case "host", "content-length", "connection", "proxy-connection", "transfer-encoding", "upgrade", "keep-alive":
+			continue
+		case "te":
+			// Only "trailers" may be sent over HTTP/2.
+			if !containsTrailers(vv) {
+				continue
+			}
+			cc.henc.WriteField(hpack.HeaderField{Name: "te", Value: "trailers"})
+			continue
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return headerError{"invalid value for header " + strconv.Quote(k)}
+			}
+			cc.henc.WriteField(hpack.HeaderField{Name: lk, Value: v, Sensitive: lk == "authorization"})
+		}
+	}
+	if gz {
+		cc.henc.WriteField(hpack.HeaderField{Name: "accept-encoding", Value: "gzip"})
+	}
+	block := cc.hbuf.Bytes()
+	first := true
+	for len(block) > 0 || first {
+		chunk := block
+		if len(chunk) > int(maxFrame) {
+			chunk = chunk[:maxFrame]
+		}
+		block = block[len(chunk):]
+		var err error
+		if first {
+			err = cc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: chunk, EndStream: true, EndHeaders: len(block) == 0})
+			first = false
+		} else {
+			err = cc.fr.WriteContinuation(id, len(block) == 0, chunk)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return cc.bw.Flush()
+}
+
+func containsTrailers(vv []string) bool {
+	for _, v := range vv {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "trailers") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lowerHeader lower-cases a canonical header name without allocating for
+// the common ones.
+func lowerHeader(k string) string {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; 'A' <= c && c <= 'Z' {
+			if l, ok := commonLower[k]; ok {
+				return l
+			}
+			return strings.ToLower(k)
+		}
+	}
+	return k
+}
+
+var commonLower = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{"Accept", "Accept-Encoding", "Authorization", "Content-Type", "User-Agent",
+		"Audit-Id", "X-Request-Id", "If-None-Match", "Cache-Control", "Impersonate-User", "Impersonate-Group", "Te"} {
+		m[k] = strings.ToLower(k)
+	}
+	return m
+}()
+
+// forget drops a stream that was never written.
+func (cc *h2Conn) forget(s *h2Stream) {
+	cc.mu.Lock()
+	delete(cc.streams, s.id)
+	cc.becameIdleLocked()
+	cc.mu.Unlock()
+}
+
+// reset ends s from fanout's side with an RST_STREAM, unless it ended.
+func (cc *h2Conn) reset(s *h2Stream, code http2.ErrCode, err error) {
+	cc.mu.Lock()
+	if cc.streams[s.id] != s {
+		cc.mu.Unlock()
+		return
+	}
+	cc.endStreamLocked(s, err)
+	cc.mu.Unlock()
+	cc.wmu.Lock()
+	werr := cc.fr.WriteRSTStream(s.id, code)
+	if werr == nil {
+		werr = cc.bw.Flush()
+	}
+	cc.wmu.Unlock()
+	if werr != nil {
+		cc.fail(werr)
+	}
+}
+
+// endStreamLocked removes s with err (nil: ended normally, after its
+// data).
+func (cc *h2Conn) endStreamLocked(s *h2Stream, err error) {
+	if cc.streams[s.id] == s {
+		delete(cc.streams, s.id)
+	}
+	if err != nil && s.err == nil {
+		// Data already received stays readable before err, as with
+		// x/net; Close gives back what is left unread.
+		s.err = err
+	}
+	if s.res == nil {
+		close(s.headers)
+	}
+	if s.stop != nil {
+		s.stop()
+		s.stop = nil
+	}
+	s.cond.Broadcast()
+	cc.becameIdleLocked()
+}
+
+func (cc *h2Conn) becameIdleLocked() {
+	if len(cc.streams) == 0 {
+		cc.idleSince = time.Now()
+		if cc.closing || cc.goAway {
+			go cc.fail(errConnClosing)
+		}
+	}
+}
+
+// fail closes the connection with err; streams still open get err, or,
+// if the server cannot have seen them, an UnprocessedError.
+func (cc *h2Conn) fail(err error) {
+	cc.mu.Lock()
+	if cc.err != nil {
+		cc.mu.Unlock()
+		return
+	}
+	cc.err = err
+	for _, s := range cc.streams {
+		serr := err
+		if cc.goAway && s.id > cc.lastStream {
+			serr = cc.goneAwayLocked()
+		} else if errors.Is(err, errConnClosing) {
+			serr = errors.New("fanout HTTP/2 client: connection closed")
+		}
+		cc.endStreamLocked(s, serr)
+	}
+	cc.mu.Unlock()
+	cc.timer.Stop()
+	cc.conn.Close()
+	cc.set.remove(cc)
+}
+
+// goneAwayLocked is the error of a stream above the GOAWAY's last stream
+// ID.
+func (cc *h2Conn) goneAwayLocked() error {
+	return &UnprocessedError{Endpoint: cc.set.g.p.key.address, Refused: true,
+		Err: fmt.Errorf("%w (GOAWAY %v, last stream %d)", errStreamGoneAway, cc.goAwayCode, cc.lastStream)}
+}
+
+func (cc *h2Conn) readLoop() {
+	defer close(cc.done)
+	for {
+		f, err := cc.fr.ReadFrame()
+		if err != nil {
+			cc.mu.Lock()
+			goAway, last, code := cc.goAway, cc.lastStream, cc.goAwayCode
+			cc.mu.Unlock()
+			if goAway {
+				// The streams the GOAWAY named as received lose their
+				// connection: they may have been processed.
+				err = http2.GoAwayError{LastStreamID: last, ErrCode: code}
+			} else if se, ok := err.(http2.StreamError); ok {
+				// A malformed frame on one stream ends that stream only.
+				cc.mu.Lock()
+				if s := cc.streams[se.StreamID]; s != nil {
+					cc.endStreamLocked(s, se)
+				}
+				cc.mu.Unlock()
+				cc.wmu.Lock()
+				cc.fr.WriteRSTStream(se.StreamID, se.Code)
+				cc.bw.Flush()
+				cc.wmu.Unlock()
+				continue
+			}
+			cc.fail(fmt.Errorf("fanout HTTP/2 client: reading from kube-apiserver %s: %w", cc.set.g.p.key.address, err))
+			return
+		}
+		cc.reads.Add(1)
+		if err := cc.handle(f); err != nil {
+			cc.fail(err)
+			return
+		}
+	}
+}
+
+func (cc *h2Conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return cc.onHeaders(f)
+	case *http2.DataFrame:
+		return cc.onData(f)
+	case *http2.RSTStreamFrame:
+		cc.mu.Lock()
+		if s := cc.streams[f.StreamID]; s != nil {
+			var err error = http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode}
+			if f.ErrCode == http2.ErrCodeRefusedStream && s.res == nil {
+				err = &UnprocessedError{Endpoint: cc.set.g.p.key.address, Err: err, Refused: true}
+			}
+			cc.endStreamLocked(s, err)
+		}
+		cc.mu.Unlock()
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		cc.mu.Lock()
+		err := f.ForeachSetting(func(st http2.Setting) error {
+			switch st.ID {
+			case http2.SettingMaxConcurrentStreams:
+				cc.maxStreams = st.Val
+			case http2.SettingMaxFrameSize:
+				cc.maxFrame = st.Val
+			}
+			return nil
+		})
+		cc.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		cc.wmu.Lock()
+		if v, ok := f.Value(http2.SettingHeaderTableSize); ok {
+			cc.henc.SetMaxDynamicTableSizeLimit(v)
+		}
+		err = cc.fr.WriteSettingsAck()
+		if err == nil {
+			err = cc.bw.Flush()
+		}
+		cc.wmu.Unlock()
+		return err
+	case *http2.PingFrame:
+		if f.IsAck() {
+			cc.pinged.Store(false)
+			return nil
+		}
+		cc.wmu.Lock()
+		err := cc.fr.WritePing(true, f.Data)
+		if err == nil {
+			err = cc.bw.Flush()
+		}
+		cc.wmu.Unlock()
+		return err
+	case *http2.GoAwayFrame:
+		cc.mu.Lock()
+		cc.goAway = true
+		cc.lastStream = f.LastStreamID
+		cc.goAwayCode = f.ErrCode
+		for id, s := range cc.streams {
+			if id > f.LastStreamID {
+				cc.endStreamLocked(s, cc.goneAwayLocked())
+			}
+		}
+		idle := len(cc.streams) == 0
+		cc.mu.Unlock()
+		cc.set.remove(cc)
+		if idle {
+			return errConnClosing
+		}
+	case *http2.PushPromiseFrame:
+		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	return nil
+}
+
+// onHeaders takes a response's HEADERS, or its trailers.
+func (cc *h2Conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	cc.mu.Lock()
+	s := cc.streams[f.StreamID]
+	if s == nil {
+		cc.mu.Unlock()
+		return nil
+	}
+	if s.res != nil {
+		// Trailers: they must end the stream.
+		if !f.StreamEnded() {
+			cc.mu.Unlock()
+			return cc.streamError(s, "trailers without END_STREAM")
+		}
+		if s.res.Trailer == nil {
+			s.res.Trailer = make(http.Header)
+		}
+		for _, hf := range f.RegularFields() {
+			k := http.CanonicalHeaderKey(hf.Name)
+			s.res.Trailer[k] = append(s.res.Trailer[k], hf.Value)
+		}
+		s.ended = true
+		cc.endStreamLocked(s, nil)
+		cc.mu.Unlock()
+		return nil
+	}
+	status := f.PseudoValue("status")
+	code, err := strconv.Atoi(status)
+	if err != nil || code < 100 || code > 999 || len(status) != 3 {
+		cc.mu.Unlock()
+		return cc.streamError(s, "malformed :status "+strconv.Quote(status))
+	}
+	if code < 200 {
+		// Informational (100 Continue, 103 Early Hints): the final
+		// answer follows.
+		cc.mu.Unlock()
+		if f.StreamEnded() {
+			return cc.streamError(s, "informational answer ended the stream")
+		}
+		return nil
+	}
+	fields := f.RegularFields()
+	header := make(http.Header, len(fields))
+	vals := make([]string, len(fields))
+	var trailer http.Header
+	for i, hf := range fields {
+		k := http.CanonicalHeaderKey(hf.Name)
+		vals[i] = hf.Value
+		if vv, ok := header[k]; ok {
+			header[k] = append(vv, hf.Value)
+		} else {
+			header[k] = vals[i : i+1 : i+1]
+		}
+		if k == "Trailer" {
+			for _, t := range strings.Split(hf.Value, ",") {
+				if t = strings.TrimSpace(t); t != "" {
+					if trailer == nil {
+						trailer = make(http.Header)
+					}
+					trailer[http.CanonicalHeaderKey(t)] = nil
+				}
+			}
+		}
+	}
+	res := &http.Response{
+		Status: status + " " + http.StatusText(code), StatusCode: code,
+		Proto: "HTTP/2.0", ProtoMajor: 2,
+		Header: header, Trailer: trailer, Request: s.req, ContentLength: -1, TLS: &cc.tls,
+	}
+	if f.StreamEnded() {
+		res.ContentLength = 0
+		res.Body = http.NoBody
+	} else {
+		if cl := header["Content-Length"]; len(cl) == 1 {
+			if n, err := strconv.ParseUint(cl[0], 10, 63); err == nil {
+				res.ContentLength = int64(n)
+			}
+		}
+		res.Body = &h2Body{s: s}
+	}
+	s.res = res
+	close(s.headers)
+	if f.StreamEnded() {
+		s.ended = true
+		cc.endStreamLocked(s, nil)
+	}
+	cc.mu.Unlock()
+	return nil
+}
+
+// streamError ends s with a PROTOCOL_ERROR of the server's making.
+func (cc *h2Conn) streamError(s *h2Stream, msg string) error {
+	cc.reset(s, http2.ErrCodeProtocol, fmt.Errorf("fanout HTTP/2 client: kube-apiserver %s: %s", cc.set.g.p.key.address, msg))
+	return nil
+}
+
+// onData takes a DATA frame: its bytes wait in the stream until its body
+// is read, within the window fanout granted.
+func (cc *h2Conn) onData(f *http2.DataFrame) error {
+	n := int(f.Length)
+	data := f.Data()
+	cc.mu.Lock()
+	s := cc.streams[f.StreamID]
+	if s == nil || s.res == nil || n > s.window {
+		// A stream fanout ended already: its bytes go straight back to
+		// the connection window. DATA before HEADERS, or beyond the
+		// window, ends the stream.
+		cc.connUnacked += n
+		inc := cc.takeConnUpdateLocked()
+		cc.mu.Unlock()
+		if s != nil {
+			msg := "DATA before HEADERS"
+			if s.res != nil {
+				msg = "DATA beyond the flow-control window"
+			}
+			cc.streamError(s, msg)
+		}
+		return cc.writeWindowUpdates(0, 0, inc)
+	}
+	s.window -= n
+	// Padding is read by nobody: give it back at once.
+	pad := n - len(data)
+	s.unacked += pad
+	cc.connUnacked += pad
+	if len(data) > 0 {
+		if s.off == len(s.buf) {
+			s.buf, s.off = s.buf[:0], 0
+		} else if s.off > cap(s.buf)/2 {
+			s.buf = s.buf[:copy(s.buf, s.buf[s.off:])]
+			s.off = 0
+		}
+		s.buf = append(s.buf, data...)
+		s.cond.Signal()
+	}
+	if f.StreamEnded() {
+		s.ended = true
+		cc.endStreamLocked(s, nil)
+	}
+	cc.mu.Unlock()
+	return nil
+}
+
+// takeConnUpdateLocked returns the connection window to give back, once
+// half of it has been read.
+func (cc *h2Conn) takeConnUpdateLocked() uint32 {
+	if cc.connUnacked < cc.cfg.MaxReceiveBufferPerConnection/2 {
+		return 0
+	}
+	inc := cc.connUnacked
+	cc.connUnacked = 0
+	return uint32(inc)
+}
+
+// writeWindowUpdates gives back sInc bytes of stream id's window and
+// cInc of the connection's.
+func (cc *h2Conn) writeWindowUpdates(id, sInc, cInc uint32) error {
+	if sInc == 0 && cInc == 0 {
+		return nil
+	}
+	cc.wmu.Lock()
+	defer cc.wmu.Unlock()
+	if cInc > 0 {
+		if err := cc.fr.WriteWindowUpdate(0, cInc); err != nil {
+			return err
+		}
+	}
+	if sInc > 0 {
+		if err := cc.fr.WriteWindowUpdate(id, sInc); err != nil {
+			return err
+		}
+	}
+	return cc.bw.Flush()
+}
+
+// check runs on the connection's timer: a PING after ReadIdleTimeout of
+// silence, the connection closed if the PING is not answered within
+// PingTimeout, or once it carried no stream for IdleConnTimeout.
+func (cc *h2Conn) check() {
+	now := time.Now()
+	next := cc.checkEvery()
+	switch reads := cc.reads.Load(); {
+	case cc.pinged.Load() && reads == cc.seen && now.Sub(cc.pingSent) >= cc.cfg.PingTimeout:
+		cc.fail(fmt.Errorf("fanout HTTP/2 client: kube-apiserver %s did not answer a PING within %v", cc.set.g.p.key.address, cc.cfg.PingTimeout))
+		return
+	case cc.pinged.Load() && reads == cc.seen:
+		next = cc.cfg.PingTimeout - now.Sub(cc.pingSent)
+	case reads == cc.seen:
+		cc.pinged.Store(true)
+		cc.pingSent = now
+		cc.wmu.Lock()
+		err := cc.fr.WritePing(false, [8]byte{'f', 'a', 'n', 'o', 'u', 't'})
+		if err == nil {
+			err = cc.bw.Flush()
+		}
+		cc.wmu.Unlock()
+		if err != nil {
+			cc.fail(err)
+			return
+		}
+		next = min(next, cc.cfg.PingTimeout)
+	default:
+		cc.pinged.Store(false)
+	}
+	cc.seen = cc.reads.Load()
+	cc.mu.Lock()
+	idle := len(cc.streams) == 0 && now.Sub(cc.idleSince) >= cc.cfg.IdleConnTimeout
+	failed := cc.err != nil
+	cc.mu.Unlock()
+	if failed {
+		return
+	}
+	if idle {
+		cc.fail(errConnClosing)
+		return
+	}
+	cc.timer.Reset(next)
+}
+
+// errBodyClosed is what a Read after Close returns.
+var errBodyClosed = errors.New("fanout HTTP/2 client: response body closed")
+
+// h2Body is a response body: it reads the data the stream holds and
+// gives the window back as it goes.
+type h2Body struct {
+	s      *h2Stream
+	closed bool // guarded by the connection's mu
+}
+
+func (b *h2Body) Read(p []byte) (int, error) {
+	s := b.s
+	cc := s.cc
+	cc.mu.Lock()
+	for s.off == len(s.buf) && !s.ended && s.err == nil && !b.closed {
+		s.cond.Wait()
+	}
+	if b.closed {
+		cc.mu.Unlock()
+		return 0, errBodyClosed
+	}
+	if s.off == len(s.buf) {
+		err := s.err
+		if err == nil {
+			err = io.EOF
+		}
+		cc.mu.Unlock()
+		return 0, err
+	}
+	n := copy(p, s.buf[s.off:])
+	s.off += n
+	if s.off == len(s.buf) {
+		s.off = 0
+		if cap(s.buf) > 64<<10 {
+			s.buf = nil // a burst is over; do not keep its buffer
+		} else {
+			s.buf = s.buf[:0]
+		}
+	}
+	var sInc uint32
+	if !s.ended && s.err == nil {
+		s.unacked += n
+		if s.unacked >= cc.cfg.MaxReceiveBufferPerStream/2 {
+			sInc = uint32(s.unacked)
+			s.window += s.unacked
+			s.unacked = 0
+		}
+	}
+	cc.connUnacked += n
+	cInc := cc.takeConnUpdateLocked()
+	cc.mu.Unlock()
+	if err := cc.writeWindowUpdates(s.id, sInc, cInc); err != nil {
+		cc.fail(err)
+	}
+	return n, nil
+}
+
+func (b *h2Body) Close() error {
+	s := b.s
+	cc := s.cc
+	cc.mu.Lock()
+	if b.closed {
+		cc.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	open := cc.streams[s.id] == s
+	if !open {
+		// Ended: what was not read goes back to the connection window.
+		cc.connUnacked += len(s.buf) - s.off
+		s.buf, s.off = nil, 0
+		inc := cc.takeConnUpdateLocked()
+		s.cond.Broadcast()
+		cc.mu.Unlock()
+		if err := cc.writeWindowUpdates(0, 0, inc); err != nil {
+			cc.fail(err)
+		}
+		return nil
+	}
+	cc.mu.Unlock()
+	cc.reset(s, http2.ErrCodeCancel, errBodyClosed)
+	return nil
+}
+
+// gzipBody decompresses a body fanout asked gzip for on the client's
+// behalf.
+type gzipBody struct {
+	body io.ReadCloser
+	zr   *gzip.Reader
+	err  error
+}
+
+func (g *gzipBody) Read(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	if g.zr == nil {
+		zr, err := gzip.NewReader(g.body)
+		if err != nil {
+			g.err = err
+			return 0, err
+		}
+		g.zr = zr
+	}
+	n, err := g.zr.Read(p)
+	if err != nil && err != io.EOF {
+		g.err = err
+	}
+	return n, err
+}
+
+func (g *gzipBody) Close() error { return g.body.Close() }
