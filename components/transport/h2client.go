@@ -195,8 +195,11 @@ type h2Conn struct {
 	streams     map[uint32]*h2Stream
 	maxStreams  uint32
 	maxFrame    uint32
-	goAway      bool   // a GOAWAY came: no new streams
-	lastStream  uint32 // its last stream ID
+	peerWindow  int       // the server's SETTINGS_INITIAL_WINDOW_SIZE
+	sendWindow  int       // what fanout may still send on the connection
+	sendCond    sync.Cond // request bodies wait on it for window; L is mu
+	goAway      bool      // a GOAWAY came: no new streams
+	lastStream  uint32    // its last stream ID
 	goAwayCode  http2.ErrCode
 	closing     bool // no new streams; close when the last one ends
 	err         error
@@ -209,8 +212,11 @@ type h2Conn struct {
 	timer    *time.Timer // health and idle checks
 	seen     uint64      // the timer's own
 	pingSent time.Time   // the timer's own: an unanswered PING
-	pinged   atomic.Bool // a PING is out; the read loop clears it on the ACK
-	done     chan struct{}
+	// writeStuck is the timer's own: when it first found a write holding
+	// wmu with the connection silent.
+	writeStuck time.Time
+	pinged     atomic.Bool // a PING is out; the read loop clears it on the ACK
+	done       chan struct{}
 }
 
 // h2Stream is one request's stream. Its fields are guarded by its
@@ -224,6 +230,13 @@ type h2Stream struct {
 	headers chan struct{} // closed when res is set or err is
 	buf     []byte        // data received, not yet read
 	off     int
+	got     int64 // data bytes received, checked against Content-Length
+	// sendWindow is what fanout may still send of the request body.
+	sendWindow int
+	// trailer holds the answer's trailers until the body's EOF, when
+	// Read moves them to Response.Trailer (ReverseProxy reads that map
+	// while the body streams).
+	trailer http.Header
 	unacked int  // bytes read, not yet given back to the stream's window
 	window  int  // what the server may still send
 	ended   bool // END_STREAM received
@@ -240,8 +253,11 @@ func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
 		streams:    map[uint32]*h2Stream{},
 		maxStreams: 100, // until the server's SETTINGS say
 		maxFrame:   16 << 10,
+		peerWindow: minReceiveBuffer,
+		sendWindow: minReceiveBuffer,
 		done:       make(chan struct{}),
 	}
+	cc.sendCond.L = &cc.mu
 	cc.tls = nc.ConnectionState()
 	cc.bw = bufio.NewWriterSize(nc, 4<<10)
 	cc.fr = http2.NewFramer(cc.bw, bufio.NewReaderSize(nc, 4<<10))
@@ -298,6 +314,17 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 	s := &h2Stream{cc: cc, req: req, headers: make(chan struct{}), window: cc.cfg.MaxReceiveBufferPerStream}
 	s.cond.L = &cc.mu
 	gz := addGzip(req)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// bodyLen is what the request says it sends: 0 none, -1 unknown.
+	var bodyLen int64
+	if req.Body != nil && req.Body != http.NoBody {
+		bodyLen = req.ContentLength
+		if bodyLen == 0 {
+			bodyLen = -1
+		}
+	}
 
 	cc.wmu.Lock()
 	cc.mu.Lock()
@@ -309,9 +336,10 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 	s.id = cc.nextID
 	cc.nextID += 2
 	cc.streams[s.id] = s
+	s.sendWindow = cc.peerWindow
 	maxFrame := cc.maxFrame
 	cc.mu.Unlock()
-	err := cc.writeHeaders(s.id, req, gz, maxFrame)
+	err := cc.writeHeaders(s.id, req, gz, maxFrame, bodyLen)
 	cc.wmu.Unlock()
 	if err != nil {
 		var he headerError
@@ -325,12 +353,19 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 		cc.fail(err)
 		return nil, err
 	}
+	if bodyLen != 0 {
+		// The body is written beside the wait for the answer (a server
+		// may answer before it read it all). Writes are the rarer
+		// requests: they get the goroutine the others are spared.
+		go cc.writeBody(s, req.Body)
+	}
 
 	select {
 	case <-s.headers:
 	case <-ctx.Done():
+		// The answer may have come meanwhile: the stream ends either way.
 		cc.reset(s, http2.ErrCodeCancel, ctx.Err())
-		<-s.headers
+		return nil, ctx.Err()
 	}
 	cc.mu.Lock()
 	res, err := s.res, s.err
@@ -367,13 +402,25 @@ func (e headerError) Error() string { return "fanout HTTP/2 client: " + e.msg }
 
 // writeHeaders encodes and writes req's header block. Called with wmu
 // held.
-func (cc *h2Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uint32) error {
+func (cc *h2Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uint32, bodyLen int64) error {
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	if !httpguts.ValidHostHeader(host) {
 		return headerError{"invalid Host " + strconv.Quote(host)}
+	}
+	// Everything is checked before anything is encoded: the HPACK
+	// encoder's table must not change for a request that is not sent.
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return headerError{"invalid header field name " + strconv.Quote(k)}
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return headerError{"invalid value for header " + strconv.Quote(k)}
+			}
+		}
 	}
 	path := req.URL.RequestURI()
 	cc.hbuf.Reset()
@@ -382,12 +429,16 @@ func (cc *h2Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame u
 	cc.henc.WriteField(hpack.HeaderField{Name: ":path", Value: path})
 	cc.henc.WriteField(hpack.HeaderField{Name: ":scheme", Value: "https"})
 	for k, vv := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return headerError{"invalid header field name " + strconv.Quote(k)}
-		}
 		lk := lowerHeader(k)
 		switch lk {
 		case "host", "content-length", "connection", "proxy-connection", "transfer-encoding", "upgrade", "keep-alive":
+			continue
+		case "user-agent":
+			// As x/net: one value, none if empty (ReverseProxy sets it
+			// empty to send none).
+			if len(vv) > 0 && vv[0] != "" {
+				cc.henc.WriteField(hpack.HeaderField{Name: lk, Value: vv[0]})
+			}
 			continue
 		case "te":
 			// Only "trailers" may be sent over HTTP/2.
@@ -398,11 +449,15 @@ func (cc *h2Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame u
 			continue
 		}
 		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return headerError{"invalid value for header " + strconv.Quote(k)}
-			}
 			cc.henc.WriteField(hpack.HeaderField{Name: lk, Value: v, Sensitive: lk == "authorization"})
 		}
+	}
+	switch {
+	case bodyLen > 0:
+		cc.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: strconv.FormatInt(bodyLen, 10)})
+	case bodyLen == 0 && (req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch):
+		// As x/net: a write without a body says so.
+		cc.henc.WriteField(hpack.HeaderField{Name: "content-length", Value: "0"})
 	}
 	if gz {
 		cc.henc.WriteField(hpack.HeaderField{Name: "accept-encoding", Value: "gzip"})
@@ -417,7 +472,7 @@ func (cc *h2Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame u
 		block = block[len(chunk):]
 		var err error
 		if first {
-			err = cc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: chunk, EndStream: true, EndHeaders: len(block) == 0})
+			err = cc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: chunk, EndStream: bodyLen == 0, EndHeaders: len(block) == 0})
 			first = false
 		} else {
 			err = cc.fr.WriteContinuation(id, len(block) == 0, chunk)
@@ -510,6 +565,7 @@ func (cc *h2Conn) endStreamLocked(s *h2Stream, err error) {
 		s.stop = nil
 	}
 	s.cond.Broadcast()
+	cc.sendCond.Broadcast()
 	cc.becameIdleLocked()
 }
 
@@ -616,6 +672,16 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 				cc.maxStreams = st.Val
 			case http2.SettingMaxFrameSize:
 				cc.maxFrame = st.Val
+			case http2.SettingInitialWindowSize:
+				if st.Val > 1<<31-1 {
+					return http2.ConnectionError(http2.ErrCodeFlowControl)
+				}
+				delta := int(st.Val) - cc.peerWindow
+				cc.peerWindow = int(st.Val)
+				for _, s := range cc.streams {
+					s.sendWindow += delta
+				}
+				cc.sendCond.Broadcast()
 			}
 			return nil
 		})
@@ -661,6 +727,15 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 		if idle {
 			return errConnClosing
 		}
+	case *http2.WindowUpdateFrame:
+		cc.mu.Lock()
+		if f.StreamID == 0 {
+			cc.sendWindow += int(f.Increment)
+		} else if s := cc.streams[f.StreamID]; s != nil {
+			s.sendWindow += int(f.Increment)
+		}
+		cc.sendCond.Broadcast()
+		cc.mu.Unlock()
 	case *http2.PushPromiseFrame:
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
@@ -681,12 +756,10 @@ func (cc *h2Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			cc.mu.Unlock()
 			return cc.streamError(s, "trailers without END_STREAM")
 		}
-		if s.res.Trailer == nil {
-			s.res.Trailer = make(http.Header)
-		}
+		s.trailer = make(http.Header)
 		for _, hf := range f.RegularFields() {
 			k := http.CanonicalHeaderKey(hf.Name)
-			s.res.Trailer[k] = append(s.res.Trailer[k], hf.Value)
+			s.trailer[k] = append(s.trailer[k], hf.Value)
 		}
 		s.ended = true
 		cc.endStreamLocked(s, nil)
@@ -732,19 +805,21 @@ func (cc *h2Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	res := &http.Response{
-		Status: status + " " + http.StatusText(code), StatusCode: code,
+		Status: statusLine(status, code), StatusCode: code,
 		Proto: "HTTP/2.0", ProtoMajor: 2,
 		Header: header, Trailer: trailer, Request: s.req, ContentLength: -1, TLS: &cc.tls,
 	}
+	if cl := header["Content-Length"]; len(cl) == 1 {
+		if n, err := strconv.ParseUint(cl[0], 10, 63); err == nil {
+			res.ContentLength = int64(n)
+		}
+	}
 	if f.StreamEnded() {
-		res.ContentLength = 0
+		if s.req.Method != http.MethodHead {
+			res.ContentLength = 0
+		}
 		res.Body = http.NoBody
 	} else {
-		if cl := header["Content-Length"]; len(cl) == 1 {
-			if n, err := strconv.ParseUint(cl[0], 10, 63); err == nil {
-				res.ContentLength = int64(n)
-			}
-		}
 		res.Body = &h2Body{s: s}
 	}
 	s.res = res
@@ -791,6 +866,11 @@ func (cc *h2Conn) onData(f *http2.DataFrame) error {
 	pad := n - len(data)
 	s.unacked += pad
 	cc.connUnacked += pad
+	s.got += int64(len(data))
+	if cl := s.res.ContentLength; cl >= 0 && s.got > cl {
+		cc.mu.Unlock()
+		return cc.streamError(s, "more data than its Content-Length")
+	}
 	if len(data) > 0 {
 		if s.off == len(s.buf) {
 			s.buf, s.off = s.buf[:0], 0
@@ -803,7 +883,11 @@ func (cc *h2Conn) onData(f *http2.DataFrame) error {
 	}
 	if f.StreamEnded() {
 		s.ended = true
-		cc.endStreamLocked(s, nil)
+		var err error
+		if cl := s.res.ContentLength; cl >= 0 && s.got < cl {
+			err = io.ErrUnexpectedEOF
+		}
+		cc.endStreamLocked(s, err)
 	}
 	cc.mu.Unlock()
 	return nil
@@ -854,9 +938,22 @@ func (cc *h2Conn) check() {
 	case cc.pinged.Load() && reads == cc.seen:
 		next = cc.cfg.PingTimeout - now.Sub(cc.pingSent)
 	case reads == cc.seen:
+		if !cc.wmu.TryLock() {
+			// A write is under way. One stuck for PingTimeout (the
+			// apiserver reads nothing) ends the connection, which
+			// unblocks it.
+			if cc.writeStuck.IsZero() {
+				cc.writeStuck = now
+			} else if now.Sub(cc.writeStuck) >= cc.cfg.PingTimeout {
+				cc.fail(fmt.Errorf("fanout HTTP/2 client: a write to kube-apiserver %s made no progress for %v", cc.set.g.p.key.address, cc.cfg.PingTimeout))
+				return
+			}
+			cc.timer.Reset(cc.cfg.PingTimeout / 10)
+			return
+		}
+		cc.writeStuck = time.Time{}
 		cc.pinged.Store(true)
 		cc.pingSent = now
-		cc.wmu.Lock()
 		err := cc.fr.WritePing(false, [8]byte{'f', 'a', 'n', 'o', 'u', 't'})
 		if err == nil {
 			err = cc.bw.Flush()
@@ -910,6 +1007,15 @@ func (b *h2Body) Read(p []byte) (int, error) {
 		err := s.err
 		if err == nil {
 			err = io.EOF
+			if s.trailer != nil {
+				if s.res.Trailer == nil {
+					s.res.Trailer = make(http.Header, len(s.trailer))
+				}
+				for k, vv := range s.trailer {
+					s.res.Trailer[k] = vv
+				}
+				s.trailer = nil
+			}
 		}
 		cc.mu.Unlock()
 		return 0, err
@@ -966,6 +1072,17 @@ func (b *h2Body) Close() error {
 	}
 	cc.mu.Unlock()
 	cc.reset(s, http2.ErrCodeCancel, errBodyClosed)
+	// The stream is gone from the connection, so data arriving from now
+	// on goes back to the connection window as it comes; what it holds
+	// goes back now.
+	cc.mu.Lock()
+	cc.connUnacked += len(s.buf) - s.off
+	s.buf, s.off = nil, 0
+	inc := cc.takeConnUpdateLocked()
+	cc.mu.Unlock()
+	if err := cc.writeWindowUpdates(0, 0, inc); err != nil {
+		cc.fail(err)
+	}
 	return nil
 }
 
@@ -997,3 +1114,93 @@ func (g *gzipBody) Read(p []byte) (int, error) {
 }
 
 func (g *gzipBody) Close() error { return g.body.Close() }
+
+// statusLines are Response.Status for the codes net/http names.
+var statusLines = func() (m [600]string) {
+	for c := range m {
+		if t := http.StatusText(c); t != "" {
+			m[c] = strconv.Itoa(c) + " " + t
+		}
+	}
+	return m
+}()
+
+func statusLine(status string, code int) string {
+	if code < len(statusLines) && statusLines[code] != "" {
+		return statusLines[code]
+	}
+	return status + " " + http.StatusText(code)
+}
+
+// bodyBufs are the chunks request bodies are read into.
+var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
+
+// writeBody sends a request body in DATA frames as the server's windows
+// allow, and ends the stream after it. It stops when the stream ends
+// first (an answer, a reset, the connection lost) and resets the stream
+// if the body cannot be read.
+func (cc *h2Conn) writeBody(s *h2Stream, body io.ReadCloser) {
+	defer body.Close()
+	bp := bodyBufs.Get().(*[]byte)
+	defer bodyBufs.Put(bp)
+	buf := *bp
+	for {
+		n, rerr := body.Read(buf)
+		data := buf[:n]
+		eof := rerr == io.EOF
+		if rerr != nil && !eof {
+			cc.reset(s, http2.ErrCodeCancel, fmt.Errorf("reading the request body: %w", rerr))
+			return
+		}
+		for first := true; len(data) > 0 || (eof && first); first = false {
+			cc.mu.Lock()
+			for len(data) > 0 && (s.sendWindow <= 0 || cc.sendWindow <= 0) && cc.streams[s.id] == s && cc.err == nil {
+				cc.sendCond.Wait()
+			}
+			if cc.streams[s.id] != s || cc.err != nil {
+				// The stream ended from the server's side (or was reset):
+				// nothing more is wanted.
+				answered := s.res != nil && s.ended && s.err == nil
+				cc.mu.Unlock()
+				if answered {
+					// The server answered in full before the body
+					// ended: tell it that the rest will not come.
+					cc.writeRST(s.id, http2.ErrCodeCancel)
+				}
+				return
+			}
+			k := min(len(data), s.sendWindow, cc.sendWindow, int(cc.maxFrame))
+			s.sendWindow -= k
+			cc.sendWindow -= k
+			cc.mu.Unlock()
+			end := eof && k == len(data)
+			cc.wmu.Lock()
+			err := cc.fr.WriteData(s.id, end, data[:k])
+			if err == nil {
+				err = cc.bw.Flush()
+			}
+			cc.wmu.Unlock()
+			if err != nil {
+				cc.fail(err)
+				return
+			}
+			data = data[k:]
+			if end {
+				return
+			}
+		}
+	}
+}
+
+// writeRST resets stream id.
+func (cc *h2Conn) writeRST(id uint32, code http2.ErrCode) {
+	cc.wmu.Lock()
+	err := cc.fr.WriteRSTStream(id, code)
+	if err == nil {
+		err = cc.bw.Flush()
+	}
+	cc.wmu.Unlock()
+	if err != nil {
+		cc.fail(err)
+	}
+}

@@ -1,5 +1,3 @@
-//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; the per-endpoint pools still use it (moving them to http.Transport is a follow-up), and v0.60 is needed for its security fixes.
-
 package transport
 
 import (
@@ -8,8 +6,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
 // Reloader is implemented by Credentials that can re-read their material
@@ -39,11 +35,9 @@ const (
 // connections, keeps x/net's connection reuse untouched and needs no
 // access to its ClientConns.
 type generation struct {
-	p  *pool
-	h2 *http2.Transport
-	// own carries the requests without a body (h2client.go), h2 the
-	// others.
-	own *h2Conns
+	p *pool
+	// h2 is the generation's HTTP/2 client (h2client.go).
+	h2 *h2Conns
 	// cert is the client certificate that was current when the
 	// generation was made; the pool compares it with the current one.
 	cert *tls.Certificate
@@ -57,8 +51,7 @@ type generation struct {
 
 func (p *pool) newGeneration(cert *tls.Certificate) *generation {
 	g := &generation{p: p, cert: cert, born: p.t.cfg.Now()}
-	g.h2 = p.t.newH2(g.dialTLS)
-	g.own = &h2Conns{g: g}
+	g.h2 = &h2Conns{g: g}
 	return g
 }
 
@@ -80,12 +73,9 @@ func (p *pool) acquire() *generation {
 
 func (g *generation) release() { g.inflight.Add(-1) }
 
-// closeIdle closes g's idle connections, and makes fanout's own client's
-// busy ones close after their last stream.
-func (g *generation) closeIdle() {
-	g.h2.CloseIdleConnections()
-	g.own.closeIdle()
-}
+// closeIdle closes g's idle connections and makes the busy ones close
+// after their last stream.
+func (g *generation) closeIdle() { g.h2.closeIdle() }
 
 // current returns the generation for new requests, rotating first if the
 // client certificate changed. The check is one atomic load and a pointer

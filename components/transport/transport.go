@@ -1,18 +1,12 @@
-//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; the per-endpoint pools still use it (moving them to http.Transport is a follow-up), and v0.60 is needed for its security fixes.
-
 package transport
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/net/http2"
 )
 
 // ErrClosed is returned (inside an *UnprocessedError) for a request that
@@ -200,42 +194,6 @@ func (t *Transports) newPool(k poolKey) *pool {
 	return p
 }
 
-// newH2 returns an x/net HTTP/2 transport that dials through dialTLS.
-func (t *Transports) newH2(dialTLS func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error)) *http2.Transport {
-	// The receive windows and the ping settings are only read from a
-	// net/http Transport's HTTP2Config (x/net's own Transport has no
-	// fields for the windows), so build one just to carry them. It is
-	// never used to send a request: the returned transport is.
-	t1 := &http.Transport{
-		IdleConnTimeout: t.cfg.IdleConnTimeout,
-		HTTP2: &http.HTTP2Config{
-			MaxReceiveBufferPerStream:     t.cfg.MaxReceiveBufferPerStream,
-			MaxReceiveBufferPerConnection: t.cfg.MaxReceiveBufferPerConnection,
-			SendPingTimeout:               t.cfg.ReadIdleTimeout,
-			PingTimeout:                   t.cfg.PingTimeout,
-		},
-	}
-	h2, err := http2.ConfigureTransports(t1)
-	if err != nil {
-		// Only fails if t1 already speaks HTTP/2, and t1 is brand new.
-		panic(fmt.Sprintf("transport: configuring HTTP/2: %v", err))
-	}
-	// ConfigureTransports gives h2 a pool that never dials, meant for t1
-	// to hand it connections. With no pool h2 builds its own that dials
-	// through DialTLSContext, which is what a direct RoundTripper needs.
-	h2.ConnPool = nil
-	h2.DialTLSContext = dialTLS
-	h2.IdleConnTimeout = t.cfg.IdleConnTimeout
-	h2.ReadIdleTimeout = t.cfg.ReadIdleTimeout
-	h2.PingTimeout = t.cfg.PingTimeout
-	// A connection that reached the server's MAX_CONCURRENT_STREAMS (100
-	// on kube-apiserver) makes h2 open another instead of queueing: a
-	// controller with 150 watches must not have 50 of them wait for a
-	// slot that frees only when a watch ends.
-	h2.StrictMaxConcurrentStreams = false
-	return h2
-}
-
 // RoundTrip implements http.RoundTripper. In AuthSidecar mode it sends
 // the current token on a copy of req; it never modifies req. A 401 to a
 // request sent with a client certificate is retried once, on a new
@@ -275,13 +233,7 @@ func (p *pool) send(req *http.Request) (*http.Response, *generation, error) {
 		}
 	}
 	g := p.acquire()
-	var res *http.Response
-	var err error
-	if req.Body == nil || req.Body == http.NoBody {
-		res, err = g.own.roundTrip(req)
-	} else {
-		res, err = g.h2.RoundTrip(req)
-	}
+	res, err := g.h2.roundTrip(req)
 	g.release()
 	if err != nil {
 		return nil, g, classify(p.key.address, err)
