@@ -27,37 +27,32 @@ import (
 // figures); see docs/footprint.md for what each byte is.
 //
 //   - HTTP/1.1: the connection is taken over once the watch's headers are
-//     in (components/proxy/h1stream.go): a goroutine copying the body to
-//     the socket, and the HTTP/2 client's goroutine that waits for the
-//     upstream stream's END_STREAM; the client closing the connection is
-//     noticed by one goroutine for all watches (closewatch_linux.go);
-//     net/http's serve goroutine, background reader and buffers are gone;
-//   - h2c: the stream's handler goroutine and that same upstream one.
+//     in (components/proxy/h1stream.go): one goroutine copies the body to
+//     the socket; the upstream stream holds none (fanout's own HTTP/2
+//     client, components/transport/h2client.go); the client closing the
+//     connection is noticed by one goroutine for all watches
+//     (closewatch_linux.go); net/http's serve goroutine, background reader
+//     and buffers are gone;
+//   - h2c: the stream's handler goroutine.
 //
 // The watches are made from a resourceVersion, as client-go's reflectors
 // make them, so that the first event goes through the 410 check.
 //
-// The heap budgets are about 5% over what was measured (7.7-7.9 KiB for
-// HTTP/1.1, 14.0-14.2 KiB for h2c, six runs): tight enough that adding
-// back one of the cuts of docs/footprint.md ("A watch holds less while
-// open") fails, e.g. the 410 check keeping the retry and the request it
-// would resend (8.5-8.6 KiB), and looser than the spread between runs
-// (0.2 KiB). Stacks vary more between runs, so their budgets are looser.
-// A stack is 2, 4, 8 or 16 KiB, and whether a watch's goroutine ended at
-// 8 or 16 KiB depends on how deep its request went and on the runtime's
-// adaptive first stack size (the average of the stacks it last scanned):
-// 8.0-9.4 KiB (HTTP/1.1) and 14-22.4 KiB (h2c) were seen, 22.1 KiB in a
-// CI run; GODEBUG=adaptivestackstart=0 does not steady them (8.5-10.2
-// and 15.0-20.6 KiB, ten runs each). The HTTP/1.1 budget catches a
-// goroutine whose stack doubles, and an HTTP/1.1 watch served by
-// net/http's goroutines again (22 KiB); the h2c one catches both of the
-// stream's goroutines at 16 KiB (32 KiB).
+// The heap budgets are about 5% over what was measured with the own
+// HTTP/2 client (5.4-5.5 KiB for HTTP/1.1, 12.0-12.2 KiB for h2c, five
+// runs): adding back a cut of docs/footprint.md ("A watch holds less while
+// open"), or x/net's per-stream state, fails. Stacks vary more between
+// runs (4.0-4.3 KiB for HTTP/1.1, 8.6-9.6 KiB for h2c), so their budgets
+// are looser: a stack is 2, 4, 8 or 16 KiB, and where a goroutine ends
+// depends on the runtime's adaptive first stack size. The goroutine
+// budget of one is the tight guard: a goroutine per watch added back (as
+// x/net's HTTP/2 client had, waiting for END_STREAM) is one more.
 var footprintBudgets = map[string]struct {
 	goroutines   float64
 	heap, stacks float64 // bytes: live heap after GC, goroutine stacks
 }{
-	"h1":  {goroutines: 2, heap: 8.3 * 1024, stacks: 11 << 10},
-	"h2c": {goroutines: 2, heap: 14.8 * 1024, stacks: 28 << 10},
+	"h1":  {goroutines: 1, heap: 5.8 * 1024, stacks: 8 << 10},
+	"h2c": {goroutines: 1, heap: 12.8 * 1024, stacks: 20 << 10},
 }
 
 // TestFootprintPerWatch is the guard on what an idle watch costs the

@@ -1,4 +1,4 @@
-//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; the per-endpoint pools still use it (moving them to http.Transport is a follow-up), and v0.60 is needed for its security fixes.
+//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; fanout's client (components/transport) uses its Framer, hpack and error types, which net/http does not export.
 
 package proxy
 

@@ -40,15 +40,15 @@ type Config struct {
 	// it. Buffers only grow with data that is actually unread, so a
 	// connection holds at most its unread streams times the stream window.
 	//
-	// The connection window must not be smaller than that: x/net gives
-	// connection window back only when a body is read, so unread streams
+	// The connection window must not be smaller than that: the client
+	// (h2client.go, as x/net's before it) gives connection window back
+	// only when a body is read or closed, so unread streams
 	// that together hold the whole connection window stop every other
 	// stream on the connection, healthy watches included (the apiserver
 	// then closes those watchers as unresponsive, and even their end waits
 	// behind the exhausted window). kube-apiserver allows 100 streams per
-	// connection unless --http2-max-streams-per-connection says otherwise,
-	// and x/net assumes 1,000 when a server does not say; 1,000 stream
-	// windows cover both. TestUnreadStreamsDoNotStarveTheConnection
+	// connection unless --http2-max-streams-per-connection says otherwise;
+	// 1,000 stream windows cover that. TestUnreadStreamsDoNotStarveTheConnection
 	// reproduces the starvation with 16 MiB (this package's earlier
 	// default) and 24 unread streams.
 	MaxReceiveBufferPerStream     int
@@ -76,14 +76,14 @@ const (
 // connection window holds (see Config.MaxReceiveBufferPerConnection).
 const streamsPerConnectionWindow = 1000
 
-// maxConnectionWindow is the largest MaxReceiveBufferPerConnection: x/net
-// adds the initial 65,535 bytes to it in an int32, and HTTP/2 windows end
-// at 2^31-1.
+// maxConnectionWindow is the largest MaxReceiveBufferPerConnection: the
+// client grants it on top of the initial 65,535 bytes, and HTTP/2 windows
+// end at 2^31-1.
 const maxConnectionWindow = math.MaxInt32 - minReceiveBuffer
 
-// minReceiveBuffer is the initial HTTP/2 window (RFC 9113 6.9.2); x/net
-// ignores a connection window below it, so reject it rather than let the
-// setting silently fall back to x/net's 1 GiB.
+// minReceiveBuffer is the initial HTTP/2 window (RFC 9113 6.9.2); a
+// connection window below it cannot be announced (windows only grow), so
+// it is refused.
 const minReceiveBuffer = 65535
 
 // withDefaults returns c with zero (or negative) fields set to defaults,

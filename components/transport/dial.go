@@ -10,10 +10,9 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// dialTLS is the generation's http2.Transport.DialTLSContext. It ignores
-// the address and TLS config x/net derives from the request URL: the pool
-// always dials its own endpoint and verifies Config.ServerName.
-func (g *generation) dialTLS(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
+// dialTLS dials a connection for generation g: always to the pool's own
+// endpoint, verifying Config.ServerName.
+func (g *generation) dialTLS(ctx context.Context) (*trackedConn, error) {
 	p := g.p
 	c, err := p.t.dial(ctx, p.key, g)
 	if err != nil {
@@ -113,7 +112,7 @@ func (t *Transports) untrack(c *trackedConn) {
 
 // trackedConn is an upstream connection that deregisters itself when
 // closed, for the connections gauge and for Close. Embedding *tls.Conn
-// keeps ConnectionState, which x/net uses to fill Response.TLS.
+// keeps ConnectionState, which the client puts in Response.TLS.
 type trackedConn struct {
 	*tls.Conn
 	t    *Transports

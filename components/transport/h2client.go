@@ -82,12 +82,16 @@ func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		cc, err := cs.get(ctx)
 		if err != nil {
+			closeReqBody(req)
 			return nil, err
 		}
 		res, err := cc.roundTrip(req)
-		if errors.Is(err, errConnClosing) && ctx.Err() == nil {
-			// Nothing was written: another connection may take it.
-			continue
+		if errors.Is(err, errConnClosing) {
+			if ctx.Err() == nil {
+				// Nothing was written: another connection may take it.
+				continue
+			}
+			closeReqBody(req)
 		}
 		return res, err
 	}
@@ -111,7 +115,9 @@ func (cs *h2Conns) get(ctx context.Context) (*h2Conn, error) {
 	select {
 	case <-d.done:
 	case <-ctx.Done():
-		return nil, &UnprocessedError{Endpoint: cs.g.p.key.address, Err: ctx.Err()}
+		// The caller gave up, not the endpoint: the dial goes on for
+		// the others.
+		return nil, ctx.Err()
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -132,11 +138,11 @@ func (cs *h2Conns) dial(d *h2Dial) {
 		case <-d.done:
 		}
 	}()
-	nc, err := g.dialTLS(ctx, "tcp", g.p.key.address, nil)
+	nc, err := g.dialTLS(ctx)
 	cancel()
 	var cc *h2Conn
 	if err == nil {
-		cc, err = newH2Conn(cs, nc.(*trackedConn))
+		cc, err = newH2Conn(cs, nc)
 		if err != nil {
 			nc.Close()
 			err = &UnprocessedError{Endpoint: g.p.key.address, Err: err}
@@ -243,6 +249,17 @@ type h2Stream struct {
 	err     error
 	cond    sync.Cond // a body Read waits on it; L is the connection's mu
 	stop    func() bool
+	body    *onceCloser // the request body while writeBody sends it
+}
+
+type onceCloser struct {
+	io.ReadCloser
+	once sync.Once
+}
+
+func (c *onceCloser) Close() error {
+	c.once.Do(func() { c.ReadCloser.Close() })
+	return nil
 }
 
 func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
@@ -315,6 +332,7 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 	s.cond.L = &cc.mu
 	gz := addGzip(req)
 	if err := ctx.Err(); err != nil {
+		closeReqBody(req)
 		return nil, err
 	}
 	// bodyLen is what the request says it sends: 0 none, -1 unknown.
@@ -326,6 +344,11 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 
+	var body *onceCloser
+	if bodyLen != 0 {
+		body = &onceCloser{ReadCloser: req.Body}
+		s.body = body
+	}
 	cc.wmu.Lock()
 	cc.mu.Lock()
 	if cc.err != nil || cc.goAway || cc.closing || uint32(len(cc.streams)) >= cc.maxStreams {
@@ -346,18 +369,22 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 		if errors.As(err, &he) {
 			// Nothing was written.
 			cc.forget(s)
+			closeReqBody(req)
 			return nil, err
 		}
 		// The connection failed while writing: what reached the server
 		// is unknown.
 		cc.fail(err)
+		if body != nil {
+			body.Close()
+		}
 		return nil, err
 	}
 	if bodyLen != 0 {
 		// The body is written beside the wait for the answer (a server
 		// may answer before it read it all). Writes are the rarer
 		// requests: they get the goroutine the others are spared.
-		go cc.writeBody(s, req.Body)
+		go cc.writeBody(s, body)
 	}
 
 	select {
@@ -385,6 +412,12 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 		res.Body = &gzipBody{body: res.Body}
 	}
 	return res, nil
+}
+
+func closeReqBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
 }
 
 // addGzip reports whether the request may ask for gzip on the caller's
@@ -563,6 +596,12 @@ func (cc *h2Conn) endStreamLocked(s *h2Stream, err error) {
 	if s.stop != nil {
 		s.stop()
 		s.stop = nil
+	}
+	if s.body != nil {
+		// A Read of the body may block: Close ends it (as x/net's
+		// abortRequestBodyWrite).
+		go s.body.Close()
+		s.body = nil
 	}
 	s.cond.Broadcast()
 	cc.sendCond.Broadcast()
@@ -1139,8 +1178,16 @@ var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b 
 // allow, and ends the stream after it. It stops when the stream ends
 // first (an answer, a reset, the connection lost) and resets the stream
 // if the body cannot be read.
-func (cc *h2Conn) writeBody(s *h2Stream, body io.ReadCloser) {
-	defer body.Close()
+func (cc *h2Conn) writeBody(s *h2Stream, body *onceCloser) {
+	defer func() {
+		// Done with it: the stream's end need not close it for us.
+		cc.mu.Lock()
+		if s.body == body {
+			s.body = nil
+		}
+		cc.mu.Unlock()
+		body.Close()
+	}()
 	bp := bodyBufs.Get().(*[]byte)
 	defer bodyBufs.Put(bp)
 	buf := *bp
@@ -1169,7 +1216,10 @@ func (cc *h2Conn) writeBody(s *h2Stream, body io.ReadCloser) {
 				}
 				return
 			}
-			k := min(len(data), s.sendWindow, cc.sendWindow, int(cc.maxFrame))
+			k := 0
+			if len(data) > 0 {
+				k = min(len(data), s.sendWindow, cc.sendWindow, int(cc.maxFrame))
+			}
 			s.sendWindow -= k
 			cc.sendWindow -= k
 			cc.mu.Unlock()

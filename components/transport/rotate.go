@@ -27,13 +27,11 @@ const (
 	minRenew = time.Second
 )
 
-// generation is one http2.Transport of a pool with the connections it
-// dialed. When the client certificate rotates the pool makes a new
-// generation for new requests and retires the old one: its connections
-// carry their open streams (watches too) to the end and close as soon as
-// they are idle. Swapping whole transports, rather than marking
-// connections, keeps x/net's connection reuse untouched and needs no
-// access to its ClientConns.
+// generation is the HTTP/2 client of a pool for one client certificate,
+// with the connections it dialed. When the certificate rotates the pool
+// makes a new generation for new requests and retires the old one: its
+// connections carry their open streams (watches too) to the end and close
+// as soon as they are idle.
 type generation struct {
 	p *pool
 	// h2 is the generation's HTTP/2 client (h2client.go).
@@ -167,8 +165,8 @@ func (p *pool) retryUnauthorized(g *generation, req *http.Request, res *http.Res
 		// RoundTrip closed retry's body.
 		return res, nil
 	}
-	// The first answer is dropped; read a little of it so that x/net
-	// need not reset the stream, then close it.
+	// The first answer is dropped; read a little of it so that the
+	// stream need not be reset, then close it.
 	io.Copy(io.Discard, io.LimitReader(res.Body, 4<<10))
 	res.Body.Close()
 	p.t.metrics.unauthorizedRetries.Inc()
