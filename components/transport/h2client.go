@@ -917,6 +917,13 @@ func (cc *h2Conn) onData(f *http2.DataFrame) error {
 			s.buf = s.buf[:copy(s.buf, s.buf[s.off:])]
 			s.off = 0
 		}
+		if need := len(s.buf) + len(data); need > cap(s.buf) {
+			// Grow by doubling, but never past the stream window: flow
+			// control keeps the data below it, so neither need the buffer.
+			nb := make([]byte, len(s.buf), max(need, min(2*cap(s.buf), cc.cfg.MaxReceiveBufferPerStream)))
+			copy(nb, s.buf)
+			s.buf = nb
+		}
 		s.buf = append(s.buf, data...)
 		s.cond.Signal()
 	}
