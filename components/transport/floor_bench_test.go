@@ -19,8 +19,8 @@ import (
 
 // BenchmarkUpstreamRoundTrip prices a short GET from fanout to an
 // apiserver over HTTP/2 and TLS, the server's side included (it runs in
-// the same process). "pool" is fanout's path (a pool of x/net's
-// Transport, which wraps Go's HTTP/2 client). "floor" is not a client:
+// the same process). "pool" is fanout's path (its own HTTP/2 client,
+// h2client.go; x/net's Transport when this was written). "floor" is not a client:
 // it is the least an HTTP/2 client must do for such a request, on one
 // connection with a lock around the writes and one goroutine reading
 // (HPACK both ways, the frames, a channel to hand the answer over, the
