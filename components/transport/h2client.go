@@ -568,15 +568,7 @@ func (cc *h2Conn) reset(s *h2Stream, code http2.ErrCode, err error) {
 	}
 	cc.endStreamLocked(s, err)
 	cc.mu.Unlock()
-	cc.wmu.Lock()
-	werr := cc.fr.WriteRSTStream(s.id, code)
-	if werr == nil {
-		werr = cc.bw.Flush()
-	}
-	cc.wmu.Unlock()
-	if werr != nil {
-		cc.fail(werr)
-	}
+	cc.writeRST(s.id, code)
 }
 
 // endStreamLocked removes s with err (nil: ended normally, after its
@@ -667,10 +659,7 @@ func (cc *h2Conn) readLoop() {
 					cc.endStreamLocked(s, se)
 				}
 				cc.mu.Unlock()
-				cc.wmu.Lock()
-				cc.fr.WriteRSTStream(se.StreamID, se.Code)
-				cc.bw.Flush()
-				cc.wmu.Unlock()
+				cc.writeRST(se.StreamID, se.Code)
 				continue
 			}
 			cc.fail(fmt.Errorf("fanout HTTP/2 client: reading from kube-apiserver %s: %w", cc.set.g.p.key.address, err))
@@ -728,28 +717,18 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 		if err != nil {
 			return err
 		}
-		cc.wmu.Lock()
-		if v, ok := f.Value(http2.SettingHeaderTableSize); ok {
-			cc.henc.SetMaxDynamicTableSizeLimit(v)
-		}
-		err = cc.fr.WriteSettingsAck()
-		if err == nil {
-			err = cc.bw.Flush()
-		}
-		cc.wmu.Unlock()
-		return err
+		return cc.write(func(fr *http2.Framer) error {
+			if v, ok := f.Value(http2.SettingHeaderTableSize); ok {
+				cc.henc.SetMaxDynamicTableSizeLimit(v)
+			}
+			return fr.WriteSettingsAck()
+		})
 	case *http2.PingFrame:
 		if f.IsAck() {
 			cc.pinged.Store(false)
 			return nil
 		}
-		cc.wmu.Lock()
-		err := cc.fr.WritePing(true, f.Data)
-		if err == nil {
-			err = cc.bw.Flush()
-		}
-		cc.wmu.Unlock()
-		return err
+		return cc.write(func(fr *http2.Framer) error { return fr.WritePing(true, f.Data) })
 	case *http2.GoAwayFrame:
 		cc.mu.Lock()
 		cc.goAway = true
@@ -951,24 +930,22 @@ func (cc *h2Conn) takeConnUpdateLocked() uint32 {
 }
 
 // writeWindowUpdates gives back sInc bytes of stream id's window and
-// cInc of the connection's.
+// cInc of the connection's; a failed write fails the connection.
 func (cc *h2Conn) writeWindowUpdates(id, sInc, cInc uint32) error {
 	if sInc == 0 && cInc == 0 {
 		return nil
 	}
-	cc.wmu.Lock()
-	defer cc.wmu.Unlock()
-	if cInc > 0 {
-		if err := cc.fr.WriteWindowUpdate(0, cInc); err != nil {
-			return err
+	return cc.write(func(fr *http2.Framer) error {
+		if cInc > 0 {
+			if err := fr.WriteWindowUpdate(0, cInc); err != nil {
+				return err
+			}
 		}
-	}
-	if sInc > 0 {
-		if err := cc.fr.WriteWindowUpdate(id, sInc); err != nil {
-			return err
+		if sInc == 0 {
+			return nil
 		}
-	}
-	return cc.bw.Flush()
+		return fr.WriteWindowUpdate(id, sInc)
+	})
 }
 
 // check runs on the connection's timer: a PING after ReadIdleTimeout of
@@ -1088,9 +1065,7 @@ func (b *h2Body) Read(p []byte) (int, error) {
 	cc.connUnacked += n
 	cInc := cc.takeConnUpdateLocked()
 	cc.mu.Unlock()
-	if err := cc.writeWindowUpdates(s.id, sInc, cInc); err != nil {
-		cc.fail(err)
-	}
+	cc.writeWindowUpdates(s.id, sInc, cInc)
 	return n, nil
 }
 
@@ -1111,9 +1086,7 @@ func (b *h2Body) Close() error {
 		inc := cc.takeConnUpdateLocked()
 		s.cond.Broadcast()
 		cc.mu.Unlock()
-		if err := cc.writeWindowUpdates(0, 0, inc); err != nil {
-			cc.fail(err)
-		}
+		cc.writeWindowUpdates(0, 0, inc)
 		return nil
 	}
 	cc.mu.Unlock()
@@ -1126,9 +1099,7 @@ func (b *h2Body) Close() error {
 	s.buf, s.off = nil, 0
 	inc := cc.takeConnUpdateLocked()
 	cc.mu.Unlock()
-	if err := cc.writeWindowUpdates(0, 0, inc); err != nil {
-		cc.fail(err)
-	}
+	cc.writeWindowUpdates(0, 0, inc)
 	return nil
 }
 
@@ -1231,14 +1202,7 @@ func (cc *h2Conn) writeBody(s *h2Stream, body *onceCloser) {
 			cc.sendWindow -= k
 			cc.mu.Unlock()
 			end := eof && k == len(data)
-			cc.wmu.Lock()
-			err := cc.fr.WriteData(s.id, end, data[:k])
-			if err == nil {
-				err = cc.bw.Flush()
-			}
-			cc.wmu.Unlock()
-			if err != nil {
-				cc.fail(err)
+			if err := cc.write(func(fr *http2.Framer) error { return fr.WriteData(s.id, end, data[:k]) }); err != nil {
 				return
 			}
 			data = data[k:]
@@ -1251,8 +1215,14 @@ func (cc *h2Conn) writeBody(s *h2Stream, body *onceCloser) {
 
 // writeRST resets stream id.
 func (cc *h2Conn) writeRST(id uint32, code http2.ErrCode) {
+	cc.write(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
+}
+
+// write runs w's frame writes under the write lock and flushes them; if
+// either fails, the connection fails with the error.
+func (cc *h2Conn) write(w func(*http2.Framer) error) error {
 	cc.wmu.Lock()
-	err := cc.fr.WriteRSTStream(id, code)
+	err := w(cc.fr)
 	if err == nil {
 		err = cc.bw.Flush()
 	}
@@ -1260,4 +1230,5 @@ func (cc *h2Conn) writeRST(id uint32, code http2.ErrCode) {
 	if err != nil {
 		cc.fail(err)
 	}
+	return err
 }

@@ -860,8 +860,9 @@ func TestH2ClientHealthCheck(t *testing.T) {
 			c.headers(id, false, ":status", "200") // and nothing more: a quiet watch
 		})
 		// PINGs every 200 ms or so; an unanswered one would close the
-		// connection 300 ms after it went out.
-		cfg := Config{ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 300 * time.Millisecond}
+		// connection 2 s after it went out (long enough that a loaded
+		// machine's late answer still counts).
+		cfg := Config{ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 2 * time.Second}
 		tr := newTransports(t, cfg, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 		res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
 		if err != nil {
