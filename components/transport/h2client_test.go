@@ -815,7 +815,7 @@ func TestH2ClientSkipsInformationalAnswers(t *testing.T) {
 // answered stays.
 func TestH2ClientHealthCheck(t *testing.T) {
 	p := newPKI(t)
-	cfg := Config{ReadIdleTimeout: 200 * time.Millisecond, PingTimeout: 200 * time.Millisecond}
+	cfg := Config{ReadIdleTimeout: 200 * time.Millisecond, PingTimeout: time.Second}
 
 	t.Run("frozen with a watch", func(t *testing.T) {
 		srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
