@@ -390,8 +390,15 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 	select {
 	case <-s.headers:
 	case <-ctx.Done():
-		// The answer may have come meanwhile: the stream ends either way.
+		// The answer may have come meanwhile: the stream ends either way,
+		// and a body nobody will read gives its window back.
 		cc.reset(s, http2.ErrCodeCancel, ctx.Err())
+		cc.mu.Lock()
+		res := s.res
+		cc.mu.Unlock()
+		if res != nil {
+			res.Body.Close()
+		}
 		return nil, ctx.Err()
 	}
 	cc.mu.Lock()
