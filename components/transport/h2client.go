@@ -1,4 +1,4 @@
-//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; fanout uses only its Framer and hpack here, which net/http does not export.
+//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; fanout uses only its Framer, hpack and error types here, which net/http does not export.
 
 package transport
 
@@ -23,9 +23,9 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// fanout's own HTTP/2 client, for requests without a body (GET, DELETE
-// without options, watches, logs): most of what a control-plane client
-// sends. Requests with a body keep going through x/net's Transport.
+// fanout's own HTTP/2 client: every request a pool sends to its
+// apiserver goes through it (upgrades excepted: upgrade.go dials
+// HTTP/1.1).
 //
 // Why: Go's HTTP/2 client runs a goroutine per request to write it and
 // hands each answer over through several channels; measured in fanout at
@@ -35,7 +35,8 @@ import (
 // connection's write lock, and the connection's one reading goroutine
 // hands the answer over through one channel. A stream holds no goroutine
 // while its body is read, so an open watch costs a stream struct and the
-// data not yet read.
+// data not yet read. A request body is written by a goroutine of its own
+// (writes are the rarer requests), within the server's windows.
 //
 // What it keeps of x/net's behaviour: flow control with the windows of
 // Config, PINGs after ReadIdleTimeout of silence, IdleConnTimeout, a new
