@@ -223,7 +223,6 @@ type h2Conn struct {
 	// wmu with the connection silent.
 	writeStuck time.Time
 	pinged     atomic.Bool // a PING is out; the read loop clears it on the ACK
-	done       chan struct{}
 }
 
 // h2Stream is one request's stream. Its fields are guarded by its
@@ -273,7 +272,6 @@ func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
 		maxFrame:   16 << 10,
 		peerWindow: minReceiveBuffer,
 		sendWindow: minReceiveBuffer,
-		done:       make(chan struct{}),
 	}
 	cc.sendCond.L = &cc.mu
 	cc.tls = nc.ConnectionState()
@@ -649,7 +647,6 @@ func (cc *h2Conn) goneAwayLocked() error {
 }
 
 func (cc *h2Conn) readLoop() {
-	defer close(cc.done)
 	for {
 		f, err := cc.fr.ReadFrame()
 		if err != nil {
