@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/fanout-dev/fanout/components"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/engine"
+	"github.com/fanout-dev/fanout/components/sidecar"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
@@ -71,9 +71,9 @@ current-context: ctx
 
 // sidecarConfig is the engine Config the sidecar builds from its real
 // flag set, parsed from args.
-func sidecarConfig(t *testing.T, kubeconfig string, args []string) (components.Options, engine.Config) {
+func sidecarConfig(t *testing.T, kubeconfig string, args []string) (sidecar.Options, engine.Config) {
 	t.Helper()
-	o := components.NewOptions()
+	o := sidecar.NewOptions()
 	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	args = append([]string{"--kubeconfig", kubeconfig, "--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, args...)
@@ -83,7 +83,7 @@ func sidecarConfig(t *testing.T, kubeconfig string, args []string) (components.O
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	c, err := components.EngineConfig(*o, quiet())
+	c, err := sidecar.EngineConfig(*o, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 		{"no watch rebalancing", []string{"--watch-rebalance=false"}, []Option{WithWatchRebalancing(false)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o, sidecar := sidecarConfig(t, kubeconfig, tc.flags)
+			o, sidecarCfg := sidecarConfig(t, kubeconfig, tc.flags)
 			lo := defaults()
 			for _, opt := range tc.opts {
 				opt(&lo)
@@ -139,7 +139,7 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s, l := settings(sidecar), settings(library); !reflect.DeepEqual(s, l) {
+			if s, l := settings(sidecarCfg), settings(library); !reflect.DeepEqual(s, l) {
 				t.Fatalf("the sidecar (%q) and the library build different engines:\nsidecar %s\nlibrary %s", tc.flags, describe(s), describe(l))
 			}
 			if tc.name != "defaults" && tc.name != "no watch rebalancing" && tc.name != "no probes" {
@@ -148,7 +148,7 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 			// Built and started, both run the same parts with the same
 			// configuration.
 			var se *engine.Engine
-			app := fxtest.New(t, components.Sidecar(o, quiet()), fx.Populate(&se))
+			app := fxtest.New(t, sidecar.Sidecar(o, quiet()), fx.Populate(&se))
 			app.RequireStart()
 			defer app.RequireStop()
 			b := newBalancer(t, libCfg, append(tc.opts, WithLogger(quiet()))...)

@@ -17,7 +17,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 
-	"github.com/fanout-dev/fanout/components/injector"
+	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
 	"github.com/fanout-dev/fanout/internal/logging"
 	"github.com/fanout-dev/fanout/internal/metrics"
 	"github.com/fanout-dev/fanout/internal/serve"
@@ -65,11 +65,11 @@ func app(o *options, log *slog.Logger) fx.Option {
 			log,
 			o.sidecar,
 			o,
-			injector.ServerConfig{ListenAddress: o.listenAddress},
+			webhook.ServerConfig{ListenAddress: o.listenAddress},
 		),
 		metrics.Module,
 		fx.Provide(servingCertificate),
-		injector.Module,
+		webhook.Module,
 		fx.Invoke(func(lc fx.Lifecycle, g prometheus.Gatherer) {
 			if o.metricsAddress == "" {
 				return

@@ -145,7 +145,7 @@ func TestMetricsServerTimeouts(t *testing.T) {
 	})
 }
 
-// TestLinksNoSidecarPackages: the injector binary links components/injector
+// TestLinksNoSidecarPackages: the injector binary links cmd/fanout-injector/webhook
 // and nothing else of components/ (the proxy, balancer, transport, resolver,
 // health and admin packages are the sidecar's).
 func TestLinksNoSidecarPackages(t *testing.T) {
@@ -158,7 +158,7 @@ func TestLinksNoSidecarPackages(t *testing.T) {
 		if !ok {
 			continue
 		}
-		if strings.HasPrefix(rest, "components") && rest != "components/injector" || strings.HasPrefix(rest, "resolver") {
+		if strings.HasPrefix(rest, "components") && rest != "cmd/fanout-injector/webhook" || strings.HasPrefix(rest, "resolver") {
 			t.Errorf("fanout-injector links %s; move what it needs to internal/", p)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/fanout-dev/fanout/components/injector"
+	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
 )
 
 // options are fanout-injector's flags.
@@ -26,7 +26,7 @@ type options struct {
 	memoryLimit    string
 	logFormat      string
 	verbosity      int
-	sidecar        injector.Config
+	sidecar        webhook.Config
 }
 
 func newOptions() *options {
@@ -38,7 +38,7 @@ func newOptions() *options {
 		memoryRequest:  "32Mi",
 		memoryLimit:    "256Mi",
 		logFormat:      "text",
-		sidecar:        injector.DefaultConfig(),
+		sidecar:        webhook.DefaultConfig(),
 	}
 }
 

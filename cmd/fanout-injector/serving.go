@@ -8,7 +8,7 @@ import (
 	"go.uber.org/fx"
 
 	"github.com/fanout-dev/fanout/certs"
-	"github.com/fanout-dev/fanout/components/injector"
+	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
 )
 
 // servingCertificate loads the webhook's key pair and keeps it current:
@@ -19,7 +19,7 @@ import (
 // start. Its expiry and reloads are exported as
 // fanout_certificate_expiration_timestamp_seconds{kind="serving"} and
 // fanout_credential_reloads_total{kind="serving"}.
-func servingCertificate(lc fx.Lifecycle, o *options, log *slog.Logger, reg prometheus.Registerer) (injector.CertificateSource, error) {
+func servingCertificate(lc fx.Lifecycle, o *options, log *slog.Logger, reg prometheus.Registerer) (webhook.CertificateSource, error) {
 	m := certs.NewMetrics()
 	if err := reg.Register(m); err != nil {
 		return nil, err

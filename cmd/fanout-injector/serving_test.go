@@ -12,7 +12,7 @@ import (
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxtest"
 
-	"github.com/fanout-dev/fanout/components/injector"
+	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
@@ -32,7 +32,7 @@ func TestServingCertificateReloads(t *testing.T) {
 	if err := o.complete(); err != nil {
 		t.Fatal(err)
 	}
-	var srv *injector.Server
+	var srv *webhook.Server
 	app := fxtest.New(t, app(o, slog.New(slog.DiscardHandler)), fx.Populate(&srv))
 	app.RequireStart()
 	defer app.RequireStop()

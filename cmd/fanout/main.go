@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/fx"
 
-	"github.com/fanout-dev/fanout/components"
+	"github.com/fanout-dev/fanout/components/sidecar"
 	"github.com/fanout-dev/fanout/internal/gctune"
 	"github.com/fanout-dev/fanout/internal/memlimit"
 	"github.com/fanout-dev/fanout/internal/proctune"
@@ -29,7 +29,7 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	o := components.NewOptions()
+	o := sidecar.NewOptions()
 	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: fanout --kubeconfig PATH [flags]\n       fanout status [--admin-address ADDR] [--watch]   (see fanout status --help)\n\n"+
@@ -108,7 +108,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "fanout: %v\n", err)
 		os.Exit(2)
 	}
-	log := components.NewLogger(o, os.Stderr)
+	log := sidecar.NewLogger(o, os.Stderr)
 	// Libraries that log through slog's default (the reverse proxy's error
 	// log among them) get the same format and level.
 	slog.SetDefault(log)
@@ -133,7 +133,7 @@ func main() {
 	if t := gctune.Start(headroom); t != nil {
 		log.Info("garbage collector headroom set", "bytes", headroom, "gogc", t.Percent())
 	}
-	app := fx.New(components.Sidecar(*o, log), fx.Invoke(func(reg prometheus.Registerer) {
+	app := fx.New(sidecar.Sidecar(*o, log), fx.Invoke(func(reg prometheus.Registerer) {
 		reg.MustRegister(procTuner.Collector(), sysmonGauge(steady))
 	}))
 	if err := app.Err(); err != nil {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout-dev/fanout/components"
+	"github.com/fanout-dev/fanout/components/sidecar"
 	"github.com/fanout-dev/fanout/internal/testpki"
 )
 
@@ -165,9 +165,9 @@ func TestSharedLoopbackRefused(t *testing.T) {
 	}
 	base := []string{bin, "--kubeconfig", "/nonexistent/kubeconfig", "--admin-address", "127.0.0.1:0"}
 
-	reason, err := components.SharedNetworkNamespace(components.SysClassNet)
+	reason, err := sidecar.SharedNetworkNamespace(sidecar.SysClassNet)
 	if err != nil {
-		t.Skipf("cannot read %s: %v", components.SysClassNet, err)
+		t.Skipf("cannot read %s: %v", sidecar.SysClassNet, err)
 	}
 	if reason != "" {
 		if code, out := run(base...); code != 2 || !strings.Contains(out, "--allow-shared-loopback") || !strings.Contains(out, "--listen-tls") {

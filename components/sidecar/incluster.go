@@ -1,0 +1,28 @@
+package sidecar
+
+import (
+	"fmt"
+
+	"github.com/fanout-dev/fanout/certs"
+)
+
+// inClusterPaths is where --in-cluster looks; tests point it at files of
+// their own.
+var inClusterPaths certs.InCluster
+
+// loadUpstream reads the client's identity: its kubeconfig, or with
+// --in-cluster the pod's service account.
+func loadUpstream(o Options) (*certs.Upstream, error) {
+	if o.InCluster {
+		up, err := certs.LoadInCluster(inClusterPaths)
+		if err != nil {
+			return nil, fmt.Errorf("--in-cluster: %w", err)
+		}
+		return up, nil
+	}
+	up, err := certs.LoadKubeconfig(o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", o.Kubeconfig, err)
+	}
+	return up, nil
+}

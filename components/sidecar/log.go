@@ -1,0 +1,13 @@
+package sidecar
+
+import (
+	"io"
+	"log/slog"
+
+	"github.com/fanout-dev/fanout/internal/logging"
+)
+
+// NewLogger builds the process logger from --log-format and -v.
+func NewLogger(o *Options, w io.Writer) *slog.Logger {
+	return logging.New(o.LogFormat, o.Verbosity, w)
+}

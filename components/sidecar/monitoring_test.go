@@ -1,0 +1,146 @@
+package sidecar
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/fx"
+)
+
+// describedNames records the name of every metric a collector registered
+// through the Registerer declares, whether or not it has a sample yet: a
+// counter vector shows in a scrape only after its first increment.
+type describedNames struct {
+	prometheus.Registerer
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (d *describedNames) Register(c prometheus.Collector) error {
+	ch := make(chan *prometheus.Desc)
+	go func() { c.Describe(ch); close(ch) }()
+	d.mu.Lock()
+	for desc := range ch {
+		if m := fqName.FindStringSubmatch(desc.String()); m != nil {
+			d.names[m[1]] = true
+		}
+	}
+	d.mu.Unlock()
+	return d.Registerer.Register(c)
+}
+
+func (d *describedNames) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := d.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// runSidecarWithTraffic starts the whole sidecar, sends it successful and
+// failing requests, and returns its registry and every declared metric name.
+func runSidecarWithTraffic(t *testing.T) (*prometheus.Registry, map[string]bool) {
+	t.Helper()
+	rec := &describedNames{names: map[string]bool{}}
+	var reg *prometheus.Registry
+	f := startSidecar(t, "", "least-request",
+		fx.Decorate(func(r prometheus.Registerer) prometheus.Registerer { rec.Registerer = r; return rec }),
+		fx.Populate(&reg))
+	for _, path := range []string{"/api/v1/namespaces/default/configmaps/x", "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=1", "/missing"} {
+		for range 5 {
+			resp, err := http.Get("http://" + f.proxy.Addr().String() + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, mf := range fams {
+		rec.names[mf.GetName()] = true
+	}
+	return reg, rec.names
+}
+
+// TestMetricsLint runs client_golang's linter (naming, units, help
+// strings, counters ending in _total) over everything /metrics serves.
+func TestMetricsLint(t *testing.T) {
+	reg, names := runSidecarWithTraffic(t)
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+	for n := range names {
+		if !strings.HasPrefix(n, "fanout_") && !strings.HasPrefix(n, "go_") && !strings.HasPrefix(n, "process_") {
+			t.Errorf("metric %s lacks the fanout_ prefix", n)
+		}
+	}
+	if !names["fanout_build_info"] {
+		t.Error("fanout_build_info is missing")
+	}
+}
+
+// metricRef finds metric names in PromQL expressions: fanout's own and the
+// process collector's.
+var metricRef = regexp.MustCompile(`\b(?:fanout|process)_[a-z0-9_]+\b`)
+
+// TestMonitoringReferencesExistingMetrics checks that the dashboard and
+// the alerting rules in manifests/monitoring query only metrics fanout
+// declares, so a renamed metric cannot leave an empty panel or an alert
+// that never fires.
+func TestMonitoringReferencesExistingMetrics(t *testing.T) {
+	_, names := runSidecarWithTraffic(t)
+	files, err := filepath.Glob("../manifests/monitoring/*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no monitoring manifests found: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ref := range metricRef.FindAllString(string(b), -1) {
+			seen[ref] = true
+			if names[ref] {
+				continue
+			}
+			base := ref
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				base = strings.TrimSuffix(base, suffix)
+			}
+			if base == ref || !names[base] {
+				t.Errorf("%s references %s, which fanout does not export", filepath.Base(file), ref)
+			}
+		}
+	}
+	var refs []string
+	for r := range seen {
+		refs = append(refs, r)
+	}
+	sort.Strings(refs)
+	t.Logf("%d metrics referenced: %s", len(refs), strings.Join(refs, " "))
+	if len(refs) < 10 {
+		t.Errorf("only %d metric references found; did the manifests move?", len(refs))
+	}
+}
