@@ -96,12 +96,6 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	if err != nil {
 		return engine.Config{}, err
 	}
-	if err := (balancer.Config{Policy: o.policy}).Validate(); err != nil {
-		return engine.Config{}, fmt.Errorf("fanout client: %w", err)
-	}
-	if o.probeInterval < 0 {
-		return engine.Config{}, fmt.Errorf("fanout client: WithProbeInterval must not be negative, got %s; use 0 to disable probing", o.probeInterval)
-	}
 	discovery := o.discovery
 	if discovery == nil {
 		discovery = cfg
@@ -117,6 +111,10 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	c.Registerer = o.registerer
 	if o.tune != nil {
 		o.tune(&c)
+	}
+	// The one check of the settings, as the sidecar's after its flags.
+	if err := c.Validate(); err != nil {
+		return engine.Config{}, fmt.Errorf("fanout client: %w", err)
 	}
 	return c, nil
 }

@@ -71,9 +71,9 @@ current-context: ctx
 
 // sidecarConfig is the engine Config the sidecar builds from its real
 // flag set, parsed from args.
-func sidecarConfig(t *testing.T, kubeconfig string, args []string) (sidecar.Options, engine.Config) {
+func sidecarConfig(t *testing.T, kubeconfig string, args []string) (sidecar.Config, engine.Config) {
 	t.Helper()
-	o := sidecar.NewOptions()
+	o := sidecar.NewConfig()
 	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	args = append([]string{"--kubeconfig", kubeconfig, "--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"}, args...)
@@ -148,7 +148,7 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 			// Built and started, both run the same parts with the same
 			// configuration.
 			var se *engine.Engine
-			app := fxtest.New(t, sidecar.Sidecar(o, quiet()), fx.Populate(&se))
+			app := fxtest.New(t, sidecar.App(o, quiet()), fx.Populate(&se))
 			app.RequireStart()
 			defer app.RequireStop()
 			b := newBalancer(t, libCfg, append(tc.opts, WithLogger(quiet()))...)

@@ -29,7 +29,7 @@ func main() {
 		stop()
 		os.Exit(code)
 	}
-	o := sidecar.NewOptions()
+	o := sidecar.NewConfig()
 	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: fanout --kubeconfig PATH [flags]\n       fanout status [--admin-address ADDR] [--watch]   (see fanout status --help)\n\n"+
@@ -133,7 +133,7 @@ func main() {
 	if t := gctune.Start(headroom); t != nil {
 		log.Info("garbage collector headroom set", "bytes", headroom, "gogc", t.Percent())
 	}
-	app := fx.New(sidecar.Sidecar(*o, log), fx.Invoke(func(reg prometheus.Registerer) {
+	app := fx.New(sidecar.App(*o, log), fx.Invoke(func(reg prometheus.Registerer) {
 		reg.MustRegister(procTuner.Collector(), sysmonGauge(steady))
 	}))
 	if err := app.Err(); err != nil {

@@ -98,12 +98,14 @@ func Defaults() Config {
 	}
 }
 
-// Validate reports every field that cannot work.
+// Validate reports every setting that cannot work. It is the one check of
+// the engine's settings: the sidecar calls it (through its Config) once the
+// flags are parsed, the library once its options are applied; New and the
+// parts' constructors trust a Config that passed it. Upstream and
+// Discovery are not settings but the identity read from files, which New
+// requires.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Upstream == nil || c.Upstream.Server == nil {
-		errs = append(errs, errors.New("engine: Config.Upstream (the apiserver and the client's credentials) is required"))
-	}
 	if err := c.Balancer.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -111,13 +113,13 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if c.Probe.Interval < 0 {
-		errs = append(errs, fmt.Errorf("the probe interval must not be negative, got %s; use 0 to turn probing off", c.Probe.Interval))
+		errs = append(errs, fmt.Errorf("--probe-interval must not be negative, got %s; use 0 to turn probing off", c.Probe.Interval))
 	} else if err := c.Probe.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.WatchRebalance {
 		if c.Rebalance.Rate <= 0 {
-			errs = append(errs, fmt.Errorf("the watch rebalance rate must be above 0, got %v; to turn rebalancing off, set WatchRebalance to false", c.Rebalance.Rate))
+			errs = append(errs, fmt.Errorf("--watch-rebalance-rate must be above 0, got %v; to turn rebalancing off, use --watch-rebalance=false (Config.WatchRebalance)", c.Rebalance.Rate))
 		} else if err := c.Rebalance.Validate(); err != nil {
 			errs = append(errs, err)
 		}
@@ -182,11 +184,12 @@ type Engine struct {
 	stop    sync.Once
 }
 
-// New builds every part from cfg and registers their metrics; it starts
-// nothing and dials nothing. On error nothing stays registered.
+// New builds every part from cfg, which passed Validate, and registers
+// their metrics; it starts nothing and dials nothing. On error nothing
+// stays registered.
 func New(cfg Config) (*Engine, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
+	if cfg.Upstream == nil || cfg.Upstream.Server == nil {
+		return nil, errors.New("engine: Config.Upstream (the apiserver and the client's credentials) is required")
 	}
 	cfg = cfg.withDefaults()
 	e := &Engine{

@@ -219,23 +219,36 @@ func TestNewFailsCleanly(t *testing.T) {
 	if n, _ := testutil.GatherAndCount(reg); n != 0 {
 		t.Errorf("%d series left registered after a failed New, want 0", n)
 	}
+	c, _ := testConfig(t)
+	c.Upstream = nil
+	if _, err := New(c); err == nil || !strings.Contains(err.Error(), "Upstream") {
+		t.Errorf("New without an upstream: %v, want an error mentioning Upstream", err)
+	}
+}
+
+// TestValidate: Validate is the one check of the settings (New trusts a
+// Config that passed it), and names the flag that sets each value.
+func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		edit func(*Config)
 		want string
 	}{
-		{"no upstream", func(c *Config) { c.Upstream = nil }, "Upstream"},
 		{"negative probe interval", func(c *Config) { c.Probe.Interval = -time.Second }, "use 0 to turn probing off"},
-		{"rebalancing at rate 0", func(c *Config) { c.Rebalance.Rate = 0 }, "WatchRebalance to false"},
+		{"rebalancing at rate 0", func(c *Config) { c.Rebalance.Rate = 0 }, "--watch-rebalance=false"},
 		{"unknown policy", func(c *Config) { c.Balancer.Policy = "random" }, "random"},
+		{"retry budget above 1", func(c *Config) { c.Proxy.RetryBudget = &proxy.RetryBudget{Ratio: 2, Min: 1, Window: time.Second} }, "--retry-budget"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := testConfig(t)
 			tc.edit(&c)
-			if _, err := New(c); err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("New: %v, want an error mentioning %q", err, tc.want)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate: %v, want an error mentioning %q", err, tc.want)
 			}
 		})
+	}
+	if c, _ := testConfig(t); c.Validate() != nil {
+		t.Errorf("Validate of the defaults: %v", c.Validate())
 	}
 }
 

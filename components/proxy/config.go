@@ -159,7 +159,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.ShutdownGrace < 0 {
-		return fmt.Errorf("shutdown grace must not be negative, got %v", c.ShutdownGrace)
+		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
 	}
 	if c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
 		return fmt.Errorf("proxy timeouts must not be negative, got read-header %v and idle %v", c.ReadHeaderTimeout, c.IdleTimeout)
@@ -183,7 +183,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("proxy HTTP/2 stream receive buffer must not be negative, got %d", c.MaxReceiveBufferPerStream)
 	}
 	if b := c.RetryBudget; b != nil && (b.Ratio < 0 || b.Ratio > 1 || b.Min < 0 || b.Window < time.Second) {
-		return fmt.Errorf("retry budget must have a ratio within [0, 1], a minimum of at least 0 and a window of at least 1s, got %v, %d and %v; leave it nil for the defaults", b.Ratio, b.Min, b.Window)
+		return fmt.Errorf("--retry-budget must be within [0, 1] and --retry-budget-min at least 0, with a window of at least 1s; got %v, %d and %v (RetryBudget; nil means the defaults)", b.Ratio, b.Min, b.Window)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
-// Package sidecar is the sidecar's composition root: it turns the
-// command-line Options into an engine.Config and an fx application that
-// runs the engine (components/engine: credentials, resolver, balancer,
+// Package sidecar is the sidecar's composition root: the command-line
+// flags write into one Config, and App turns it into an fx application
+// that runs the engine (components/engine: credentials, resolver, balancer,
 // prober, transports, proxy handler, watch rebalancer, state log) between
 // the sidecar's own parts: the loopback listener in front of the engine's
 // handler, the admin server, and the kubeconfig written for the client once
@@ -25,55 +25,50 @@ import (
 	"github.com/fanout-dev/fanout/resolver"
 )
 
-// Sidecar returns the fx options of the sidecar for validated options.
-// Configuration errors come back as fx.Error so the app fails before it
-// starts anything.
-func Sidecar(o Options, log *slog.Logger) fx.Option {
-	cfg, err := EngineConfig(o, log)
+// App returns the fx options of the sidecar for a validated Config.
+// Configuration errors (an unreadable kubeconfig) come back as fx.Error so
+// the app fails before it starts anything. The start order follows the
+// dependencies: the engine first (everything needs it), then the admin
+// server, then the listener (it takes the admin server as a dependency so
+// that /readyz and /metrics answer while it drains), then the hook that
+// writes the client's kubeconfig; fx stops them in the reverse order.
+func App(c Config, log *slog.Logger) fx.Option {
+	ecfg, err := c.engineConfig(log)
 	if err != nil {
 		return fx.Error(err)
 	}
 	// startup turns /startupz green once the hook below has run.
 	startup := admin.NewStartup()
-	listener, localCA, err := listenerConfig(o)
+	listener, localCA, err := listenerConfig(&c)
 	if err != nil {
 		return fx.Error(err)
 	}
 	return fx.Options(
 		fx.WithLogger(func() fxevent.Logger {
-			if o.Verbosity >= 2 {
+			if c.Verbosity >= 2 {
 				return &fxevent.SlogLogger{Logger: log}
 			}
 			return fxevent.NopLogger
 		}),
 		// Watches end at once on stop; the grace period is for short
 		// requests, plus a little for the rest of the teardown.
-		fx.StopTimeout(o.ShutdownGrace+5*time.Second),
-		fx.Supply(
-			log,
-			admin.Config{ListenAddress: o.AdminAddress, EnablePprof: o.EnablePprof},
-		),
+		fx.StopTimeout(c.Listener.ShutdownGrace+5*time.Second),
+		fx.Supply(log, c.Admin, startup),
 		Metrics,
-		// Built first (the admin server below needs it), so its hooks are
-		// appended first: fx stops in reverse order, and the engine stops
-		// after the listener drained and the admin server stopped.
-		fx.Provide(func(lc fx.Lifecycle, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
-			return newEngine(lc, cfg, reg, log)
-		}),
 		fx.Provide(
+			func(lc fx.Lifecycle, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
+				return newEngine(lc, ecfg, reg, log)
+			},
 			func(e *engine.Engine) admin.State { return e },
 			func(e *engine.Engine) admin.ResolverStatus { return e.ResolverStatus() },
+			func(lc fx.Lifecycle, e *engine.Engine, _ *admin.Server) *proxy.Server {
+				s := e.NewServer(listener)
+				lc.Append(fx.StartStopHook(s.Start, s.Stop))
+				return s
+			},
 		),
-		// admin before the listener: /readyz and /metrics keep answering
-		// while the listener drains.
 		admin.Module,
-		fx.Provide(func(lc fx.Lifecycle, e *engine.Engine) *proxy.Server {
-			s := e.NewServer(listener)
-			lc.Append(fx.StartStopHook(s.Start, s.Stop))
-			return s
-		}),
-		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(o, log, reg) }),
-		fx.Supply(startup),
+		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(&c, log, reg) }),
 		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {
 			lc.Append(fx.StartHook(func() error {
 				// The listener's start hook has run: it is bound.
@@ -83,14 +78,14 @@ func Sidecar(o Options, log *slog.Logger) fx.Option {
 				} else {
 					log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c")
 				}
-				if o.WriteKubeconfig == "" {
+				if c.WriteKubeconfig == "" {
 					startup.Done()
 					return nil
 				}
-				if err := writeClientKubeconfig(o.WriteKubeconfig, addr, localCA); err != nil {
+				if err := writeClientKubeconfig(c.WriteKubeconfig, addr, localCA); err != nil {
 					return fmt.Errorf("--write-kubeconfig: %w", err)
 				}
-				log.Info("wrote client kubeconfig", "path", o.WriteKubeconfig, "server", clientURL(addr, localCA))
+				log.Info("wrote client kubeconfig", "path", c.WriteKubeconfig, "server", clientURL(addr, localCA))
 				startup.Done()
 				return nil
 			}))
@@ -110,42 +105,32 @@ func newEngine(lc fx.Lifecycle, cfg engine.Config, reg prometheus.Registerer, lo
 	return e, nil
 }
 
-// EngineConfig is the engine's Config for validated options: the client's
-// identity (--kubeconfig or --in-cluster), --endpoints and its discovery
-// credentials, --tls-server-name and the resilience, probe and rebalancing
-// flags. The listener's flags are not in it (listenerConfig), nor the
-// registry, which the app supplies.
-func EngineConfig(o Options, log *slog.Logger) (engine.Config, error) {
-	up, err := loadUpstream(o)
+// engineConfig is c.Engine with the client's identity (--kubeconfig or
+// --in-cluster) read in, and how the endpointslice resolver gets its
+// credentials (--discovery-kubeconfig). The values were validated with c.
+func (c *Config) engineConfig(log *slog.Logger) (engine.Config, error) {
+	up, err := loadUpstream(c)
 	if err != nil {
 		return engine.Config{}, err
 	}
-	cfg := engine.Config{
-		Upstream:       up,
-		Endpoints:      o.Endpoints,
-		Discovery:      func() (resolver.APIServer, error) { return discoveryAPIServer(o, log) },
-		Balancer:       balancerConfig(o),
-		Proxy:          proxyConfig(o),
-		Probe:          proberConfig(o),
-		WatchRebalance: o.Rebalance.Enabled,
-		Rebalance:      o.Rebalance.config(),
-		Log:            log,
-	}
-	// The kubeconfig's tls-server-name otherwise (engine.Config.Transport).
-	cfg.Transport.ServerName = o.TLSServerName
-	if err := cfg.Validate(); err != nil {
-		return engine.Config{}, err
-	}
+	cfg := c.Engine
+	cfg.Upstream = up
+	cfg.Discovery = func() (resolver.APIServer, error) { return discoveryAPIServer(c, log) }
+	cfg.Log = log
 	return cfg, nil
 }
+
+// EngineConfig is the engine's Config the sidecar runs for c, for tests
+// that compare it with the library's.
+func EngineConfig(c Config, log *slog.Logger) (engine.Config, error) { return c.engineConfig(log) }
 
 // discoveryAPIServer returns where and as whom the endpointslice
 // resolver reads EndpointSlices (--discovery-kubeconfig): by default the
 // client's own kubeconfig, which talks to its server directly rather than
 // through fanout. The credentials' files are watched while the resolver
 // runs, as the client's are.
-func discoveryAPIServer(o Options, log *slog.Logger) (resolver.APIServer, error) {
-	up, err := discoveryUpstream(o)
+func discoveryAPIServer(c *Config, log *slog.Logger) (resolver.APIServer, error) {
+	up, err := discoveryUpstream(c)
 	if err != nil {
 		return resolver.APIServer{}, err
 	}
@@ -167,8 +152,8 @@ func discoveryAPIServer(o Options, log *slog.Logger) (resolver.APIServer, error)
 // discoveryUpstream loads the discovery credentials: the same kinds of
 // kubeconfig fanout takes for the client (LoadKubeconfig), or the pod's
 // service account.
-func discoveryUpstream(o Options) (*certs.Upstream, error) {
-	switch o.DiscoveryKubeconfig {
+func discoveryUpstream(c *Config) (*certs.Upstream, error) {
+	switch c.DiscoveryKubeconfig {
 	case DiscoveryInCluster:
 		up, err := certs.LoadInCluster(inClusterPaths)
 		if err != nil {
@@ -176,22 +161,22 @@ func discoveryUpstream(o Options) (*certs.Upstream, error) {
 		}
 		return up, nil
 	case "":
-		if o.InCluster {
+		if c.InCluster {
 			up, err := certs.LoadInCluster(inClusterPaths)
 			if err != nil {
 				return nil, fmt.Errorf("--in-cluster for discovery: %w", err)
 			}
 			return up, nil
 		}
-		up, err := certs.LoadKubeconfig(o.Kubeconfig)
+		up, err := certs.LoadKubeconfig(c.Kubeconfig)
 		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig %s for discovery: %w; pass --discovery-kubeconfig", o.Kubeconfig, err)
+			return nil, fmt.Errorf("--kubeconfig %s for discovery: %w; pass --discovery-kubeconfig", c.Kubeconfig, err)
 		}
 		return up, nil
 	}
-	up, err := certs.LoadKubeconfig(o.DiscoveryKubeconfig)
+	up, err := certs.LoadKubeconfig(c.DiscoveryKubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("--discovery-kubeconfig %s: %w", o.DiscoveryKubeconfig, err)
+		return nil, fmt.Errorf("--discovery-kubeconfig %s: %w", c.DiscoveryKubeconfig, err)
 	}
 	return up, nil
 }

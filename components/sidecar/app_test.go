@@ -108,7 +108,7 @@ func startSidecar(t *testing.T, token string, policy string, extra ...fx.Option)
 }
 
 // startSidecarWith is startSidecar with flags changed by mutate.
-func startSidecarWith(t *testing.T, token string, policy string, mutate func(*Options), extra ...fx.Option) *fixture {
+func startSidecarWith(t *testing.T, token string, policy string, mutate func(*Config), extra ...fx.Option) *fixture {
 	t.Helper()
 	ca := testpki.NewCA(t)
 	serving := ca.Serving("kubernetes")
@@ -143,13 +143,13 @@ users:
   context: {cluster: c, user: u}
 current-context: ctx
 `, eps[0], testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM), user)
-	o := NewOptions()
+	o := NewConfig()
 	o.Kubeconfig = testpki.WriteFile(t, dir, "upstream.kubeconfig", []byte(kc))
-	o.Endpoints = strings.Join(eps, ",")
-	o.ListenAddress = "127.0.0.1:0"
-	o.AdminAddress = "127.0.0.1:0"
+	o.Engine.Endpoints = strings.Join(eps, ",")
+	o.Listener.ListenAddress = "127.0.0.1:0"
+	o.Admin.ListenAddress = "127.0.0.1:0"
 	o.WriteKubeconfig = filepath.Join(dir, "client.kubeconfig")
-	o.Balancer = policy
+	o.Engine.Balancer.Policy = policy
 	if mutate != nil {
 		mutate(o)
 	}
@@ -157,7 +157,7 @@ current-context: ctx
 		t.Fatal(err)
 	}
 	f.kubeconfig = o.WriteKubeconfig
-	f.app = fxtest.New(t, Sidecar(*o, slog.New(slog.DiscardHandler)), fx.Populate(&f.proxy), fx.Options(extra...))
+	f.app = fxtest.New(t, App(*o, slog.New(slog.DiscardHandler)), fx.Populate(&f.proxy), fx.Options(extra...))
 	f.app.RequireStart()
 	t.Cleanup(f.app.RequireStop)
 	return f

@@ -81,19 +81,19 @@ func checkDiscovery(t *testing.T) {
 		s.requests.Store(0)
 	}
 
-	o := NewOptions()
+	o := NewConfig()
 	o.Kubeconfig = filepath.Join(filepath.Dir(f.kubeconfig), "upstream.kubeconfig")
-	o.Endpoints = "endpointslice:///default/kubernetes:https"
-	o.ListenAddress = "127.0.0.1:0"
-	o.AdminAddress = "127.0.0.1:0"
-	o.Balancer = "round-robin"
+	o.Engine.Endpoints = "endpointslice:///default/kubernetes:https"
+	o.Listener.ListenAddress = "127.0.0.1:0"
+	o.Admin.ListenAddress = "127.0.0.1:0"
+	o.Engine.Balancer.Policy = "round-robin"
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	var p *proxy.Server
 	var b *engine.Engine
 	var reg prometheus.Gatherer
-	app := fxtest.New(t, Sidecar(*o, slog.New(slog.DiscardHandler)), fx.Populate(&p, &b, &reg))
+	app := fxtest.New(t, App(*o, slog.New(slog.DiscardHandler)), fx.Populate(&p, &b, &reg))
 	app.RequireStart()
 	defer app.RequireStop()
 
@@ -176,7 +176,7 @@ func TestDiscoveryConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := discoveryAPIServer(Options{Kubeconfig: own, DiscoveryKubeconfig: tt.flag}, nil)
+			c, err := discoveryAPIServer(&Config{Kubeconfig: own, DiscoveryKubeconfig: tt.flag}, nil)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tt.wantErr)

@@ -8,17 +8,17 @@ import "testing"
 func TestHostCheckFollowsAllowRemote(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
-		set           func(*Options)
+		set           func(*Config)
 		wantAllowsAny bool
 	}{
-		{"loopback listener", func(*Options) {}, false},
-		{"--listen-tls", func(o *Options) { o.ListenTLS, o.WriteKubeconfig = true, "/x" }, false},
-		{"--allow-remote", func(o *Options) { o.ListenAddress, o.AllowRemote = "0.0.0.0:7080", true }, true},
+		{"loopback listener", func(*Config) {}, false},
+		{"--listen-tls", func(o *Config) { o.ListenTLS, o.WriteKubeconfig = true, "/x" }, false},
+		{"--allow-remote", func(o *Config) { o.Listener.ListenAddress, o.Listener.AllowAnyHost = "0.0.0.0:7080", true }, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := NewOptions()
+			o := NewConfig()
 			tc.set(o)
-			cfg, _, err := listenerConfig(*o)
+			cfg, _, err := listenerConfig(o)
 			if err != nil {
 				t.Fatal(err)
 			}

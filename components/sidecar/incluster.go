@@ -12,17 +12,17 @@ var inClusterPaths certs.InCluster
 
 // loadUpstream reads the client's identity: its kubeconfig, or with
 // --in-cluster the pod's service account.
-func loadUpstream(o Options) (*certs.Upstream, error) {
-	if o.InCluster {
+func loadUpstream(c *Config) (*certs.Upstream, error) {
+	if c.InCluster {
 		up, err := certs.LoadInCluster(inClusterPaths)
 		if err != nil {
 			return nil, fmt.Errorf("--in-cluster: %w", err)
 		}
 		return up, nil
 	}
-	up, err := certs.LoadKubeconfig(o.Kubeconfig)
+	up, err := certs.LoadKubeconfig(c.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig %s: %w", o.Kubeconfig, err)
+		return nil, fmt.Errorf("--kubeconfig %s: %w", c.Kubeconfig, err)
 	}
 	return up, nil
 }

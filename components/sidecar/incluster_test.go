@@ -33,7 +33,7 @@ func TestInClusterFlagValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := NewOptions()
+			o := NewConfig()
 			o.Kubeconfig, o.InCluster = tt.kubeconfig, tt.inCluster
 			err := o.Validate()
 			if tt.wantErr == "" && err != nil {
@@ -50,9 +50,9 @@ func TestInClusterFlagValidation(t *testing.T) {
 // with a hint, rather than at the first request.
 func TestInClusterOutsidePod(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	o := NewOptions()
+	o := NewConfig()
 	o.InCluster = true
-	if _, err := loadUpstream(*o); err == nil || !strings.Contains(err.Error(), "--in-cluster") {
+	if _, err := loadUpstream(o); err == nil || !strings.Contains(err.Error(), "--in-cluster") {
 		t.Fatalf("loadUpstream = %v, want an --in-cluster error", err)
 	}
 }
@@ -79,17 +79,17 @@ func TestInClusterSidecar(t *testing.T) {
 	inClusterPaths = certs.InCluster{TokenFile: token, CAFile: testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM), Host: "127.0.0.1", Port: port}
 	t.Cleanup(func() { inClusterPaths = old })
 
-	o := NewOptions()
+	o := NewConfig()
 	o.InCluster = true
-	o.Endpoints = strings.Join(eps, ",")
-	o.ListenAddress = "127.0.0.1:0"
-	o.AdminAddress = "127.0.0.1:0"
+	o.Engine.Endpoints = strings.Join(eps, ",")
+	o.Listener.ListenAddress = "127.0.0.1:0"
+	o.Admin.ListenAddress = "127.0.0.1:0"
 	o.WriteKubeconfig = filepath.Join(dir, "client.kubeconfig")
-	o.ProbeInterval = 0
+	o.Engine.Probe.Interval = 0
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	app := fxtest.New(t, Sidecar(*o, slog.New(slog.DiscardHandler)))
+	app := fxtest.New(t, App(*o, slog.New(slog.DiscardHandler)))
 	app.RequireStart()
 	defer app.RequireStop()
 

@@ -28,11 +28,11 @@ func TestReportInsecure(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := NewOptions()
-			o.ListenAddress, o.AllowRemote, o.AllowSharedLoopback, o.ListenTLS = tt.listen, tt.allowRemote, tt.allowShared, tt.listenTLS
+			o := NewConfig()
+			o.Listener.ListenAddress, o.Listener.AllowAnyHost, o.AllowSharedLoopback, o.ListenTLS = tt.listen, tt.allowRemote, tt.allowShared, tt.listenTLS
 			var logs bytes.Buffer
 			reg := prometheus.NewRegistry()
-			if err := reportInsecure(*o, slog.New(slog.NewTextHandler(&logs, nil)), reg); err != nil {
+			if err := reportInsecure(o, slog.New(slog.NewTextHandler(&logs, nil)), reg); err != nil {
 				t.Fatal(err)
 			}
 			if tt.want != "" {

@@ -13,16 +13,14 @@ import (
 // (engine.NewServer; the handler's part is EngineConfig's). With
 // --listen-tls it also makes the per-pod CA whose client certificate the
 // listener requires; nil otherwise.
-func listenerConfig(o Options) (proxy.Config, *certs.LocalCA, error) {
-	cfg := o.Limits.apply(proxy.Config{ListenAddress: o.ListenAddress, ShutdownGrace: o.ShutdownGrace})
-	// A non-loopback listener is reached by names fanout cannot know.
-	cfg.AllowAnyHost = o.AllowRemote
-	if !o.ListenTLS {
+func listenerConfig(c *Config) (proxy.Config, *certs.LocalCA, error) {
+	cfg := c.Listener
+	if !c.ListenTLS {
 		return cfg, nil, nil
 	}
-	host, _, err := net.SplitHostPort(o.ListenAddress)
+	host, _, err := net.SplitHostPort(cfg.ListenAddress)
 	if err != nil {
-		return cfg, nil, fmt.Errorf("--listen-address %q: %w", o.ListenAddress, err)
+		return cfg, nil, fmt.Errorf("--listen-address %q: %w", cfg.ListenAddress, err)
 	}
 	ca, err := certs.NewLocalCA(host, time.Now())
 	if err != nil {

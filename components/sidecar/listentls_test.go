@@ -32,7 +32,7 @@ func TestListenTLS(t *testing.T) {
 	const sidecarToken = "sidecar-token-5ecret-tls-1"
 	logs := &lockedBuffer{}
 	debug := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	f := startSidecarWith(t, sidecarToken, "round-robin", func(o *Options) { o.ListenTLS = true },
+	f := startSidecarWith(t, sidecarToken, "round-robin", func(o *Config) { o.ListenTLS = true },
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return debug }))
 
 	raw, err := os.ReadFile(f.kubeconfig)
@@ -173,7 +173,7 @@ func requestsSeen(f *fixture) int64 {
 func TestPprof(t *testing.T) {
 	for _, enabled := range []bool{false, true} {
 		var adminSrv *admin.Server
-		f := startSidecarWith(t, "", "round-robin", func(o *Options) { o.EnablePprof = enabled }, fx.Populate(&adminSrv))
+		f := startSidecarWith(t, "", "round-robin", func(o *Config) { o.Admin.EnablePprof = enabled }, fx.Populate(&adminSrv))
 		get := func(url string) (int, string) {
 			t.Helper()
 			resp, err := http.Get(url)

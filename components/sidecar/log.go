@@ -8,6 +8,6 @@ import (
 )
 
 // NewLogger builds the process logger from --log-format and -v.
-func NewLogger(o *Options, w io.Writer) *slog.Logger {
-	return logging.New(o.LogFormat, o.Verbosity, w)
+func NewLogger(c *Config, w io.Writer) *slog.Logger {
+	return logging.New(c.LogFormat, c.Verbosity, w)
 }

@@ -56,8 +56,8 @@ func SharedNetworkNamespace(sysClassNet string) (reason string, err error) {
 // namespace shared with the node unless --allow-shared-loopback says the
 // operator means it. detect is SharedNetworkNamespace over the real sysfs;
 // when it cannot tell (no /sys), fanout starts.
-func checkSharedLoopback(o Options, detect func() (string, error)) error {
-	if o.ListenTLS || o.AllowSharedLoopback || !isLoopbackAddress(o.ListenAddress) {
+func checkSharedLoopback(c *Config, detect func() (string, error)) error {
+	if c.ListenTLS || c.AllowSharedLoopback || !isLoopbackAddress(c.Listener.ListenAddress) {
 		return nil
 	}
 	reason, err := detect()
@@ -67,14 +67,14 @@ func checkSharedLoopback(o Options, detect func() (string, error)) error {
 	return fmt.Errorf("refusing plaintext --listen-address %s: fanout runs in a network namespace shared with the node (%s), "+
 		"so every process on the node can reach that loopback address and act as the client. "+
 		"Use --listen-tls (the client certificate goes only into --write-kubeconfig), "+
-		"or pass --allow-shared-loopback if every process there may act as the client", o.ListenAddress, reason)
+		"or pass --allow-shared-loopback if every process there may act as the client", c.Listener.ListenAddress, reason)
 }
 
 // CheckNetworkNamespace applies checkSharedLoopback to the network
 // namespace fanout runs in. cmd/fanout calls it after Validate, so that
 // tests of the options do not depend on the machine they run on.
-func (o *Options) CheckNetworkNamespace() error {
-	return checkSharedLoopback(*o, func() (string, error) { return SharedNetworkNamespace(SysClassNet) })
+func (c *Config) CheckNetworkNamespace() error {
+	return checkSharedLoopback(c, func() (string, error) { return SharedNetworkNamespace(SysClassNet) })
 }
 
 func isLoopbackAddress(addr string) bool {

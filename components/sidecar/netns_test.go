@@ -68,22 +68,22 @@ func TestCheckSharedLoopback(t *testing.T) {
 	unknown := func() (string, error) { return "", errors.New("no sysfs") }
 	tests := []struct {
 		name    string
-		mutate  func(*Options)
+		mutate  func(*Config)
 		detect  func() (string, error)
 		refused bool
 	}{
-		{"plaintext on the node's loopback", func(*Options) {}, shared, true},
-		{"plaintext in a pod", func(*Options) {}, pod, false},
-		{"cannot tell", func(*Options) {}, unknown, false},
-		{"TLS on the node's loopback", func(o *Options) { o.ListenTLS = true }, shared, false},
-		{"operator allows it", func(o *Options) { o.AllowSharedLoopback = true }, shared, false},
-		{"remote listener is --allow-remote's business", func(o *Options) { o.ListenAddress, o.AllowRemote = "0.0.0.0:7080", true }, shared, false},
+		{"plaintext on the node's loopback", func(*Config) {}, shared, true},
+		{"plaintext in a pod", func(*Config) {}, pod, false},
+		{"cannot tell", func(*Config) {}, unknown, false},
+		{"TLS on the node's loopback", func(o *Config) { o.ListenTLS = true }, shared, false},
+		{"operator allows it", func(o *Config) { o.AllowSharedLoopback = true }, shared, false},
+		{"remote listener is --allow-remote's business", func(o *Config) { o.Listener.ListenAddress, o.Listener.AllowAnyHost = "0.0.0.0:7080", true }, shared, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := NewOptions()
+			o := NewConfig()
 			tt.mutate(o)
-			err := checkSharedLoopback(*o, tt.detect)
+			err := checkSharedLoopback(o, tt.detect)
 			if (err != nil) != tt.refused {
 				t.Fatalf("error %v, refused want %v", err, tt.refused)
 			}

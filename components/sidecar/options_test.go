@@ -9,46 +9,45 @@ import (
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name    string
-		mutate  func(*Options)
+		mutate  func(*Config)
 		wantErr string // substring; "" means valid
 	}{
-		{"defaults with kubeconfig", func(o *Options) {}, ""},
-		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "" }, "--kubeconfig is required"},
-		{"ipv6 loopback", func(o *Options) { o.ListenAddress = "[::1]:7080" }, ""},
-		{"other 127/8 address", func(o *Options) { o.ListenAddress = "127.0.0.5:7080" }, ""},
-		{"all interfaces refused", func(o *Options) { o.ListenAddress = ":7080" }, "refusing --listen-address"},
-		{"0.0.0.0 refused", func(o *Options) { o.ListenAddress = "0.0.0.0:7080" }, "refusing --listen-address"},
-		{"pod IP refused", func(o *Options) { o.ListenAddress = "10.1.2.3:7080" }, "--allow-remote"},
-		{"name refused", func(o *Options) { o.ListenAddress = "localhost:7080" }, "refusing --listen-address"},
-		{"ipv4-mapped loopback", func(o *Options) { o.ListenAddress = "[::ffff:127.0.0.1]:7080" }, ""},
-		{"remote allowed explicitly", func(o *Options) { o.ListenAddress = "0.0.0.0:7080"; o.AllowRemote = true }, ""},
-		{"no port", func(o *Options) { o.ListenAddress = "127.0.0.1" }, "expected host:port"},
-		{"bad admin address", func(o *Options) { o.AdminAddress = "7081" }, "--admin-address"},
-		{"unknown balancer", func(o *Options) { o.Balancer = "random" }, "--balancer"},
-		{"negative grace", func(o *Options) { o.ShutdownGrace = -time.Second }, "--shutdown-grace"},
-		{"bad log format", func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
-		{"probing off", func(o *Options) { o.ProbeInterval = 0 }, ""},
-		{"discovery kubeconfig with endpointslice", func(o *Options) {
-			o.Endpoints, o.DiscoveryKubeconfig = "endpointslice:///default/kubernetes", DiscoveryInCluster
+		{"defaults with kubeconfig", func(o *Config) {}, ""},
+		{"missing kubeconfig", func(o *Config) { o.Kubeconfig = "" }, "--kubeconfig is required"},
+		{"ipv6 loopback", func(o *Config) { o.Listener.ListenAddress = "[::1]:7080" }, ""},
+		{"other 127/8 address", func(o *Config) { o.Listener.ListenAddress = "127.0.0.5:7080" }, ""},
+		{"all interfaces refused", func(o *Config) { o.Listener.ListenAddress = ":7080" }, "refusing --listen-address"},
+		{"0.0.0.0 refused", func(o *Config) { o.Listener.ListenAddress = "0.0.0.0:7080" }, "refusing --listen-address"},
+		{"pod IP refused", func(o *Config) { o.Listener.ListenAddress = "10.1.2.3:7080" }, "--allow-remote"},
+		{"name refused", func(o *Config) { o.Listener.ListenAddress = "localhost:7080" }, "refusing --listen-address"},
+		{"ipv4-mapped loopback", func(o *Config) { o.Listener.ListenAddress = "[::ffff:127.0.0.1]:7080" }, ""},
+		{"remote allowed explicitly", func(o *Config) { o.Listener.ListenAddress = "0.0.0.0:7080"; o.Listener.AllowAnyHost = true }, ""},
+		{"no port", func(o *Config) { o.Listener.ListenAddress = "127.0.0.1" }, "expected host:port"},
+		{"bad admin address", func(o *Config) { o.Admin.ListenAddress = "7081" }, "--admin-address"},
+		{"unknown balancer", func(o *Config) { o.Engine.Balancer.Policy = "random" }, "--balancer"},
+		{"negative grace", func(o *Config) { o.Listener.ShutdownGrace = -time.Second }, "--shutdown-grace"},
+		{"bad log format", func(o *Config) { o.LogFormat = "xml" }, "--log-format"},
+		{"probing off", func(o *Config) { o.Engine.Probe.Interval = 0 }, ""},
+		{"discovery kubeconfig with endpointslice", func(o *Config) {
+			o.Engine.Endpoints, o.DiscoveryKubeconfig = "endpointslice:///default/kubernetes", DiscoveryInCluster
 		}, ""},
-		{"discovery kubeconfig without endpointslice", func(o *Options) { o.DiscoveryKubeconfig = DiscoveryInCluster }, "only used by --endpoints endpointslice"},
-		{"retry budget above 1", func(o *Options) { o.Resilience.RetryBudget = 2 }, "--retry-budget must be within"},
-		{"ejected fraction above 1", func(o *Options) { o.Resilience.MaxEjectedFraction = 1.5 }, "--max-ejected-fraction"},
-		{"probe rise 0", func(o *Options) { o.Resilience.ProbeRise = 0 }, "--probe-rise"},
-		{"outlier failures 0", func(o *Options) { o.Resilience.ConsecutiveFailures = 0 }, "--outlier-consecutive-failures"},
-		{"listen-tls without write-kubeconfig", func(o *Options) { o.ListenTLS = true }, "--listen-tls needs --write-kubeconfig"},
-		{"listen-tls", func(o *Options) { o.ListenTLS, o.WriteKubeconfig = true, "/shared/kubeconfig" }, ""},
-		{"zero max-connections", func(o *Options) { o.Limits.MaxConnections = 0 }, "--max-connections must be positive"},
-		{"negative max-inflight", func(o *Options) { o.Limits.MaxInflight = -1 }, "--max-inflight must be positive"},
-		{"zero max-long-running", func(o *Options) { o.Limits.MaxLongRunning = 0 }, "--max-long-running must be positive"},
-		{"zero body timeout", func(o *Options) { o.Limits.RequestBodyTimeout = 0 }, "--request-body-timeout must be positive"},
-		{"zero idle timeout", func(o *Options) { o.Limits.IdleTimeout = 0 }, "--idle-timeout must be positive"},
-		{"unknown HTTP/1.1 server", func(o *Options) { o.Limits.HTTP1Server = "nginx" }, "--http1-server must be fanout or net/http"},
-		{"negative probe interval", func(o *Options) { o.ProbeInterval = -time.Second }, "--probe-interval must not be negative"},
+		{"discovery kubeconfig without endpointslice", func(o *Config) { o.DiscoveryKubeconfig = DiscoveryInCluster }, "only used by --endpoints endpointslice"},
+		{"retry budget above 1", func(o *Config) { o.Engine.Proxy.RetryBudget.Ratio = 2 }, "--retry-budget must be within"},
+		{"ejected fraction above 1", func(o *Config) { o.Engine.Balancer.MaxEjectedFraction = 1.5 }, "--max-ejected-fraction"},
+		{"probe rise 0", func(o *Config) { o.Engine.Probe.Rise = 0 }, "--probe-rise"},
+		{"outlier failures 0", func(o *Config) { o.Engine.Balancer.ConsecutiveFailures = 0 }, "--outlier-consecutive-failures"},
+		{"listen-tls without write-kubeconfig", func(o *Config) { o.ListenTLS = true }, "--listen-tls needs --write-kubeconfig"},
+		{"listen-tls", func(o *Config) { o.ListenTLS, o.WriteKubeconfig = true, "/shared/kubeconfig" }, ""},
+		{"zero max-connections", func(o *Config) { o.Listener.MaxConnections = 0 }, "--max-connections must be positive"},
+		{"negative max-inflight", func(o *Config) { o.Listener.MaxInflight = -1 }, "--max-inflight must be positive"},
+		{"zero max-long-running", func(o *Config) { o.Listener.MaxLongRunning = 0 }, "--max-long-running must be positive"},
+		{"zero body timeout", func(o *Config) { o.Listener.RequestBodyTimeout = 0 }, "--request-body-timeout must be positive"},
+		{"zero idle timeout", func(o *Config) { o.Listener.IdleTimeout = 0 }, "--idle-timeout must be positive"},
+		{"negative probe interval", func(o *Config) { o.Engine.Probe.Interval = -time.Second }, "--probe-interval must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := NewOptions()
+			o := NewConfig()
 			o.Kubeconfig = "/etc/kubernetes/controller-manager.conf"
 			tt.mutate(o)
 			err := o.Validate()

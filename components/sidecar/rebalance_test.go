@@ -21,7 +21,7 @@ func TestRebalanceOptions(t *testing.T) {
 		{"negative tolerance", []string{"--watch-rebalance-tolerance=-0.5"}, "--watch-rebalance-tolerance"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			o := NewOptions()
+			o := NewConfig()
 			o.Kubeconfig = "/etc/kubernetes/controller-manager.conf"
 			fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
 			o.AddFlags(fs)
@@ -37,7 +37,7 @@ func TestRebalanceOptions(t *testing.T) {
 			}
 		})
 	}
-	if !NewOptions().Rebalance.Enabled {
+	if !NewConfig().Engine.WatchRebalance {
 		t.Error("--watch-rebalance is off by default, want on")
 	}
 }

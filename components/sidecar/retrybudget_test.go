@@ -47,13 +47,13 @@ func TestRetryBudgetFlag(t *testing.T) {
 		{nil, proxy.DefaultRetryBudgetMin + proxy.DefaultRetryBudgetRatio*requests},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			o := NewOptions()
+			o := NewConfig()
 			fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
 			o.AddFlags(fs)
 			if err := fs.Parse(append([]string{"--kubeconfig", "/dev/null"}, tc.args...)); err != nil {
 				t.Fatal(err)
 			}
-			if err := o.Resilience.validate(); err != nil {
+			if err := o.Validate(); err != nil {
 				t.Fatal(err)
 			}
 			b, err := balancer.New(balancer.Recommended(""))
@@ -66,7 +66,7 @@ func TestRetryBudgetFlag(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := proxyConfig(*o)
+			cfg := o.Engine.Proxy
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,278 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fanout-dev/fanout/components/admin"
+	"github.com/fanout-dev/fanout/components/engine"
+	"github.com/fanout-dev/fanout/components/proxy"
+)
+
+// Config is the sidecar's one configuration. The command-line flags write
+// straight into it (AddFlags), so a flag's default is the value the
+// engine, the listener and the admin server are built with:
+// engine.Defaults(), which the library (package client) starts from too,
+// DefaultListener() and the admin server's defaults. Validate checks it
+// once, after the flags are parsed; nothing downstream checks a value
+// again. The flag names are fanout's public interface: keep them.
+type Config struct {
+	// Kubeconfig is the client's original kubeconfig (--kubeconfig); its
+	// identity becomes Engine.Upstream when the app is built.
+	Kubeconfig string
+	// InCluster uses the pod's ServiceAccount token and CA instead of
+	// Kubeconfig (--in-cluster).
+	InCluster bool
+	// DiscoveryKubeconfig is "", a path, or DiscoveryInCluster: whom the
+	// endpointslice resolver reads EndpointSlices as.
+	DiscoveryKubeconfig string
+	// AllowSharedLoopback permits plaintext on loopback in a network
+	// namespace shared with the node (netns.go).
+	AllowSharedLoopback bool
+	// WriteKubeconfig is where the client's kubeconfig is written once the
+	// listener is bound.
+	WriteKubeconfig string
+	// ListenTLS serves TLS with a per-pod CA and requires its client
+	// certificate, both written into WriteKubeconfig.
+	ListenTLS bool
+	LogFormat string
+	Verbosity int
+
+	// Engine is the runtime's configuration: --endpoints,
+	// --tls-server-name, --balancer, outlier detection, slow start, the
+	// retry budget, probes and watch rebalancing. Upstream, Discovery,
+	// Log and Registerer are filled in by App.
+	Engine engine.Config
+	// Listener is the loopback server's: --listen-address,
+	// --allow-remote (AllowAnyHost), the limits, the timeouts and
+	// --shutdown-grace. TLS is filled in by App for --listen-tls.
+	Listener proxy.Config
+	// Admin is the admin server's: --admin-address, --enable-pprof.
+	Admin admin.Config
+}
+
+// DiscoveryInCluster is the --discovery-kubeconfig value that selects the
+// pod's service account.
+const DiscoveryInCluster = "in-cluster"
+
+// NewConfig returns the defaults, which are the flags' defaults.
+func NewConfig() *Config {
+	return &Config{
+		LogFormat: "text",
+		Engine:    engine.Defaults(),
+		Listener:  DefaultListener(),
+		Admin:     admin.Config{ListenAddress: ":7081"},
+	}
+}
+
+// DefaultListener is the loopback server's configuration with every
+// default spelled out, so that --help shows them.
+func DefaultListener() proxy.Config {
+	return proxy.Config{
+		ListenAddress:        proxy.DefaultListenAddress,
+		ShutdownGrace:        30 * time.Second,
+		MaxConnections:       proxy.DefaultMaxConnections,
+		MaxInflight:          proxy.DefaultMaxInflight,
+		MaxLongRunning:       proxy.DefaultMaxLongRunning,
+		MaxConcurrentStreams: proxy.DefaultMaxConcurrentStreams,
+		MaxHeaderBytes:       proxy.DefaultMaxHeaderBytes,
+		ReadHeaderTimeout:    proxy.DefaultReadHeaderTimeout,
+		RequestBodyTimeout:   proxy.DefaultRequestBodyTimeout,
+		IdleTimeout:          proxy.DefaultIdleTimeout,
+	}
+}
+
+// AddFlags registers the flags on fs, each writing into its field of c.
+func (c *Config) AddFlags(fs *pflag.FlagSet) {
+	if c.Engine.Proxy.RetryBudget == nil {
+		b := proxy.DefaultRetryBudget()
+		c.Engine.Proxy.RetryBudget = &b
+	}
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig,
+		"The client's original kubeconfig (required). fanout uses its current context's server, CA, client certificate/key and token or tokenFile. Exec and auth-provider plugins are not supported.")
+	fs.BoolVar(&c.InCluster, "in-cluster", c.InCluster,
+		"Instead of --kubeconfig, use the pod's service account, as in-cluster clients do: the token and ca.crt under /var/run/secrets/kubernetes.io/serviceaccount (the token is re-read when the kubelet rotates it) and https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.")
+	fs.StringVar(&c.Engine.Endpoints, "endpoints", c.Engine.Endpoints,
+		"kube-apiserver endpoints: a comma-separated list of https://host:port; dns:///name:port (A/AAAA records, looked up every 5s); "+
+			"or endpointslice:///namespace/service[:port-name] (the Service's EndpointSlices, watched; e.g. endpointslice:///default/kubernetes; "+
+			"terminating endpoints get no new requests). Discovery failures keep the last known endpoints, and until discovery first succeeds fanout uses the kubeconfig's server. "+
+			"Default: the kubeconfig's server alone.")
+	fs.StringVar(&c.DiscoveryKubeconfig, "discovery-kubeconfig", c.DiscoveryKubeconfig,
+		"Credentials for --endpoints endpointslice:///...: empty uses --kubeconfig (its server, directly); a path uses that kubeconfig, read as --kubeconfig is (no exec or auth-provider plugins); "+
+			"\"in-cluster\" uses the pod's service account. They need get, list and watch on discovery.k8s.io endpointslices in the namespace (see manifests/rbac).")
+	fs.StringVar(&c.Engine.Transport.ServerName, "tls-server-name", c.Engine.Transport.ServerName,
+		"Server name verified on every endpoint's certificate. Default: the kubeconfig's tls-server-name, else the host of its server URL.")
+	fs.StringVar(&c.Listener.ListenAddress, "listen-address", c.Listener.ListenAddress,
+		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client (TLS with --listen-tls). Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request. "+
+			"Requests must be addressed to it by loopback name or address (Host localhost, 127.0.0.0/8 or ::1, any port), against DNS rebinding; others get 403.")
+	fs.BoolVar(&c.Listener.AllowAnyHost, "allow-remote", c.Listener.AllowAnyHost,
+		"Allow a non-loopback --listen-address, and requests addressed to any Host. Anyone who reaches it acts with the client's identity.")
+	fs.BoolVar(&c.AllowSharedLoopback, "allow-shared-loopback", c.AllowSharedLoopback,
+		"Allow a plaintext listener when fanout runs in a network namespace shared with the node (hostNetwork, static pods, a process on a host), "+
+			"which fanout recognises by a hardware network device or a bridge in /sys/class/net. Every process there can then act as the client: prefer --listen-tls.")
+	fs.StringVar(&c.Admin.ListenAddress, "admin-address", c.Admin.ListenAddress,
+		"Admin listener for /metrics, /healthz, /startupz, /readyz (with the resolver's error detail for loopback clients only) and /debug/endpoints (loopback clients only), holding at most "+strconv.Itoa(admin.DefaultMaxConnections)+" connections at once. Carries no credentials and proxies nothing.")
+	fs.StringVar(&c.WriteKubeconfig, "write-kubeconfig", c.WriteKubeconfig,
+		"Once the listener is ready, atomically write a kubeconfig that points at http://<listen-address>, for the client container: without credentials (mode 0644), or with --listen-tls at https:// with the loopback CA and client certificate and key (mode 0600).")
+	fs.StringVar(&c.Engine.Balancer.Policy, "balancer", c.Engine.Balancer.Policy,
+		"Balancing policy: least-request (power of two choices over in-flight requests weighted by peak-EWMA latency) or round-robin.")
+	fs.DurationVar(&c.Listener.ShutdownGrace, "shutdown-grace", c.Listener.ShutdownGrace,
+		"On SIGTERM: how long short requests and upgraded connections (exec, attach, port-forward) may take to finish; upgraded connections still open then are closed. Watches are ended cleanly at once so clients re-watch.")
+	fs.DurationVar(&c.Engine.Probe.Interval, "probe-interval", c.Engine.Probe.Interval,
+		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials, over connections of its own. An endpoint failing --probe-fall probes in a row gets no requests until --probe-rise probes pass; 0 disables probing.")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "Log format: text or json.")
+	fs.IntVarP(&c.Verbosity, "v", "v", c.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
+	fs.BoolVar(&c.ListenTLS, "listen-tls", c.ListenTLS,
+		"Serve TLS on --listen-address (HTTP/2 and HTTP/1.1) with a CA generated in memory at start, and require a client certificate from that CA. "+
+			"The CA and the client certificate and key are written into --write-kubeconfig (mode 0600, so the client must run as the same user), which is then the only way in: for pods that share loopback with other processes (hostNetwork). Requires --write-kubeconfig.")
+	fs.BoolVar(&c.Admin.EnablePprof, "enable-pprof", c.Admin.EnablePprof,
+		"Serve Go's /debug/pprof/ profiles on --admin-address, to loopback clients only (use kubectl port-forward). CPU profiles and traces: ?seconds=20 at most.")
+	fs.Float64Var(&c.Engine.Balancer.MaxEjectedFraction, "max-ejected-fraction", c.Engine.Balancer.MaxEjectedFraction,
+		"Largest share of endpoints (rounded up) that passive outlier detection may eject at once; beyond it ejections are ignored. Endpoints failing /readyz or shutting down are always left out unless none is left.")
+	fs.IntVar(&c.Engine.Balancer.ConsecutiveFailures, "outlier-consecutive-failures", c.Engine.Balancer.ConsecutiveFailures,
+		"Consecutive 5xx answers, timeouts or broken connections that eject an endpoint (a refused connection ejects at once). Ejections last 1s, doubling up to 30s while the endpoint keeps failing.")
+	fs.DurationVar(&c.Engine.Balancer.SlowStart, "slow-start", c.Engine.Balancer.SlowStart,
+		"Window over which an endpoint that just became usable (added, ready again, back from an ejection) ramps from 10% to its full share of requests and new watches; 0 disables.")
+	fs.Float64Var(&c.Engine.Proxy.RetryBudget.Ratio, "retry-budget", c.Engine.Proxy.RetryBudget.Ratio,
+		"Retries to another endpoint (after a shutdown answer, a 429 or an unprocessed request) may add at most this fraction of the requests of the last 10s, plus --retry-budget-min.")
+	fs.IntVar(&c.Engine.Proxy.RetryBudget.Min, "retry-budget-min", c.Engine.Proxy.RetryBudget.Min,
+		"Retries allowed per 10s whatever the request rate.")
+	fs.IntVar(&c.Engine.Probe.Rise, "probe-rise", c.Engine.Probe.Rise,
+		"Passing /readyz probes in a row that bring a not-ready endpoint back.")
+	fs.IntVar(&c.Engine.Probe.Fall, "probe-fall", c.Engine.Probe.Fall,
+		"Failing /readyz probes in a row that take a ready endpoint out.")
+	fs.BoolVar(&c.Engine.WatchRebalance, "watch-rebalance", c.Engine.WatchRebalance,
+		"End watches on an apiserver that holds more than its share, between two events, so that clients re-watch (without re-listing) on the least loaded one; "+
+			"only watches past their initial events, at least 10s old, that have passed on an event newer than the other apiservers' readiness. Never exec, attach, port-forward or logs.")
+	fs.Float64Var(&c.Engine.Rebalance.Rate, "watch-rebalance-rate", c.Engine.Rebalance.Rate,
+		"Most watches --watch-rebalance ends per second, on average.")
+	fs.Float64Var(&c.Engine.Rebalance.Tolerance, "watch-rebalance-tolerance", c.Engine.Rebalance.Tolerance,
+		"Watches are moved while the most and least loaded apiservers differ by more than this fraction of the fair share (and by more than 1).")
+	fs.IntVar(&c.Listener.MaxConnections, "max-connections", c.Listener.MaxConnections,
+		"Most client connections open at once on the listener, exec and port-forward connections included; more are closed at accept (fanout_rejected_total{reason=\"connections\"}). Over HTTP/1.1 client-go opens one connection per watch.")
+	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,
+		"Most short requests (everything but watch, logs, exec, attach, port-forward, proxy) served at once; more are answered 429 with Retry-After: 1, which client-go retries (fanout_rejected_total{reason=\"short_inflight\"}).")
+	fs.IntVar(&c.Listener.MaxLongRunning, "max-long-running", c.Listener.MaxLongRunning,
+		"Most long-running requests (watch, logs, exec, attach, port-forward, proxy) open at once, a budget apart from --max-inflight so that many watches never starve short requests; more are answered 429 (fanout_rejected_total{reason=\"long_inflight\"}).")
+	fs.IntVar(&c.Listener.MaxConcurrentStreams, "max-concurrent-streams", c.Listener.MaxConcurrentStreams,
+		"Most HTTP/2 streams per client connection (h2c, or HTTP/2 with --listen-tls).")
+	fs.IntVar(&c.Listener.MaxHeaderBytes, "max-header-bytes", c.Listener.MaxHeaderBytes,
+		"Largest request header block; larger ones get 431.")
+	fs.DurationVar(&c.Listener.ReadHeaderTimeout, "read-header-timeout", c.Listener.ReadHeaderTimeout,
+		"How long a client may take to send its request headers before the connection is closed (slowloris).")
+	fs.DurationVar(&c.Listener.RequestBodyTimeout, "request-body-timeout", c.Listener.RequestBodyTimeout,
+		"How long a request may take to send its body, watches, logs and proxy requests included; a late one is reset (fanout_rejected_total{reason=\"body_timeout\"}). Upgrades (exec, attach, port-forward) are exempt: they stream their input for as long as they run.")
+	fs.DurationVar(&c.Listener.IdleTimeout, "idle-timeout", c.Listener.IdleTimeout,
+		"How long a keep-alive connection without requests stays open.")
+}
+
+// Validate checks every value once and says what to change: the
+// sidecar's own flags here, the engine's and the listener's by their own
+// Validate (whose messages name the flags).
+func (c *Config) Validate() error {
+	var errs []error
+	switch {
+	case c.Kubeconfig == "" && !c.InCluster:
+		errs = append(errs, errors.New("--kubeconfig is required: the client's original kubeconfig, whose credentials fanout uses (or --in-cluster for the pod's service account)"))
+	case c.Kubeconfig != "" && c.InCluster:
+		errs = append(errs, errors.New("--kubeconfig and --in-cluster exclude each other: pass the one the client uses"))
+	}
+	if err := validateListenAddress(c.Listener.ListenAddress, c.Listener.AllowAnyHost); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := net.SplitHostPort(c.Admin.ListenAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--admin-address %q: %v; expected host:port such as :7081", c.Admin.ListenAddress, err))
+	}
+	if c.DiscoveryKubeconfig != "" && !strings.HasPrefix(strings.TrimSpace(c.Engine.Endpoints), "endpointslice://") {
+		errs = append(errs, fmt.Errorf("--discovery-kubeconfig %q is only used by --endpoints endpointslice:///namespace/service; drop it or use that resolver", c.DiscoveryKubeconfig))
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format must be text or json, got %q", c.LogFormat))
+	}
+	if c.Verbosity < 0 {
+		errs = append(errs, fmt.Errorf("-v must not be negative, got %d", c.Verbosity))
+	}
+	if c.ListenTLS && c.WriteKubeconfig == "" {
+		errs = append(errs, errors.New("--listen-tls needs --write-kubeconfig: the client certificate it requires exists only in the kubeconfig fanout writes"))
+	}
+	errs = append(errs, explicitZeros(c)...)
+	if err := c.Engine.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Listener.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// explicitZeros refuses a 0 given to a flag whose package reads 0 as "the
+// default": on the command line a limit of 0 reads like "no limit", a
+// threshold of 0 like "never", and neither is what would happen. The
+// ranges themselves are the packages' to check.
+func explicitZeros(c *Config) []error {
+	var errs []error
+	for _, f := range []struct {
+		flag string
+		v    int
+	}{
+		{"--max-connections", c.Listener.MaxConnections},
+		{"--max-inflight", c.Listener.MaxInflight},
+		{"--max-long-running", c.Listener.MaxLongRunning},
+		{"--max-concurrent-streams", c.Listener.MaxConcurrentStreams},
+		{"--max-header-bytes", c.Listener.MaxHeaderBytes},
+		{"--probe-rise", c.Engine.Probe.Rise},
+		{"--probe-fall", c.Engine.Probe.Fall},
+		{"--outlier-consecutive-failures", c.Engine.Balancer.ConsecutiveFailures},
+	} {
+		if f.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %d", f.flag, f.v))
+		}
+	}
+	for _, f := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--read-header-timeout", c.Listener.ReadHeaderTimeout},
+		{"--request-body-timeout", c.Listener.RequestBodyTimeout},
+		{"--idle-timeout", c.Listener.IdleTimeout},
+	} {
+		if f.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", f.flag, f.v))
+		}
+	}
+	return errs
+}
+
+// validateListenAddress refuses non-loopback addresses: fanout injects the
+// client's credentials, so the listener is as sensitive as the key itself.
+func validateListenAddress(addr string, allowRemote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen-address %q: %v; expected host:port such as 127.0.0.1:7080", addr, err)
+	}
+	if port == "" {
+		return fmt.Errorf("--listen-address %q has no port; expected host:port such as 127.0.0.1:7080", addr)
+	}
+	if allowRemote || isLoopbackHost(host) {
+		return nil
+	}
+	return fmt.Errorf("refusing --listen-address %q: fanout adds the client's credentials to every request it forwards, "+
+		"so anyone who can reach a non-loopback address would act as the client. "+
+		"Use 127.0.0.1:PORT or [::1]:PORT, or pass --allow-remote if that network is trusted", addr)
+}
+
+// isLoopbackHost accepts IP literals only: a name such as "localhost" is
+// resolved at listen time and could point anywhere.
+func isLoopbackHost(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
