@@ -84,8 +84,8 @@ type Config struct {
 
 	// Upgrades dials the connections of upgrade requests (exec, attach,
 	// port-forward); *transport.Transports is one. nil answers upgrade
-	// requests with 501. Module sets it to the app's UpgradeDialer, if it
-	// provides one.
+	// requests with 501. The engine sets it to its transports unless the
+	// Config names a dialer of its own.
 	Upgrades UpgradeDialer
 
 	// RetryBudget caps the retries to another endpoint. nil means
@@ -95,7 +95,7 @@ type Config struct {
 
 	// Log takes the lines net/http and the reverse proxy write themselves
 	// (a broken stream mid-body, a failed TLS handshake, an accept error);
-	// nil discards them. Module sets it to the app's *slog.Logger.
+	// nil discards them. The engine sets it to its Config.Log.
 	Log *slog.Logger
 
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.

@@ -467,8 +467,8 @@ func (b *outBody) request(out *http.Request, addr string, apart bool) *http.Requ
 	case b.buf != nil:
 		buf := b.buf
 		req.Body = io.NopCloser(bytes.NewReader(buf))
-		// GetBody lets the HTTP/2 transport itself resend on a fresh
-		// connection after a GOAWAY, before we ever see an error.
+		// GetBody marks the buffered body as one that can be sent again;
+		// the HTTP/2 client itself never resends.
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 	case b.stream != nil:
 		req.Body = io.NopCloser(b.stream)

@@ -21,7 +21,7 @@ var ErrStopped = errors.New("fanout: the balancing transport is closed; build a 
 // that link fanout instead of running the sidecar (package client).
 //
 // A request takes the sidecar's path minus the loopback hop and the
-// reverse proxy: it is classified (ClassifyRequest, AuthModeFor), handed
+// reverse proxy: it is classified once (reqinfo.New), handed
 // to the same forwarder (pick, send, retry elsewhere when unprocessed),
 // and its response body reports Done to the balancer when it ends;
 // StopLongRunning ends open watches cleanly. Failures come back as the

@@ -75,11 +75,11 @@ func upgradeProtocol(r *http.Request) string {
 // the client's, is never retried.
 //
 // Contract with shutdown and rebalancing: the upgraded connection is owned
-// by this request alone. It is not registered with stopCtx, so
-// StopLongRunning (which ends watches at the start of a shutdown, and
-// whatever later rebalances watches) never ends it; it never rides the
-// HTTP/2 pools, so it takes no stream there. Only its two peers end it, or
-// CloseUpgrades when the shutdown grace has run out.
+// by this request alone. It is not among the long-running bodies that
+// StopLongRunning ends at the start of a shutdown, and the watch
+// rebalancer never sees it (it tracks watch bodies only); it never rides
+// the HTTP/2 pools, so it takes no stream there. Only its two peers end
+// it, or CloseUpgrades when the shutdown grace has run out.
 func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqState) {
 	proto := upgradeProtocol(r)
 	if h.upgrader == nil {
