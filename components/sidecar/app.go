@@ -53,12 +53,10 @@ func App(c Config, log *slog.Logger) fx.Option {
 		// Watches end at once on stop; the grace period is for short
 		// requests, plus a little for the rest of the teardown.
 		fx.StopTimeout(c.Listener.ShutdownGrace+5*time.Second),
-		fx.Supply(log, c.Admin, startup),
+		fx.Supply(log, ecfg, c.Admin, startup),
 		Metrics,
+		engine.Module,
 		fx.Provide(
-			func(lc fx.Lifecycle, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
-				return newEngine(lc, ecfg, reg, log)
-			},
 			func(e *engine.Engine) admin.State { return e },
 			func(e *engine.Engine) admin.ResolverStatus { return e.ResolverStatus() },
 			func(lc fx.Lifecycle, e *engine.Engine, _ *admin.Server) *proxy.Server {
@@ -91,18 +89,6 @@ func App(c Config, log *slog.Logger) fx.Option {
 			}))
 		}),
 	)
-}
-
-// newEngine builds the engine with the app's registry and logger and runs
-// it for the app's lifetime.
-func newEngine(lc fx.Lifecycle, cfg engine.Config, reg prometheus.Registerer, log *slog.Logger) (*engine.Engine, error) {
-	cfg.Registerer, cfg.Log = reg, log
-	e, err := engine.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	lc.Append(fx.Hook{OnStart: e.Start, OnStop: e.Stop})
-	return e, nil
 }
 
 // engineConfig is c.Engine with the client's identity (--kubeconfig or
