@@ -4,7 +4,7 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 	"log/slog"
 	"os"
 
@@ -30,10 +30,8 @@ func main() {
 	} else if err != nil {
 		exit(2, "%v\nRun 'fanout --help' for the flags.", err)
 	}
-	for _, validate := range []func() error{o.Validate, rt.Validate} {
-		if err := validate(); err != nil {
-			exit(2, "invalid flags:\n%v", err)
-		}
+	if err := errors.Join(o.Validate(), rt.Validate()); err != nil {
+		exit(2, "invalid flags:\n%v", err)
 	}
 	if err := o.CheckNetworkNamespace(); err != nil {
 		exit(2, "%v", err)
@@ -50,10 +48,4 @@ func main() {
 		os.Exit(1)
 	}
 	app.Run()
-}
-
-// exit prints a message for a command-line error and ends the process.
-func exit(code int, format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "fanout: "+format+"\n", args...)
-	os.Exit(code)
 }

@@ -15,3 +15,9 @@ func usage(fs *pflag.FlagSet) {
 		"kube-apiserver endpoint, with the client's own certificate or token.\n\nFlags:\n")
 	fs.PrintDefaults()
 }
+
+// exit prints a message for a command-line error and ends the process.
+func exit(code int, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fanout: "+format+"\n", args...)
+	os.Exit(code)
+}
