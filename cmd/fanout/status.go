@@ -8,12 +8,22 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/fanout-dev/fanout/components/admin"
 )
+
+// statusMain runs `fanout status` with args (those after "status") until
+// it is done or interrupted, and returns the exit code.
+func statusMain(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return runStatus(ctx, args, os.Stdout, os.Stderr, stdoutIsTerminal())
+}
 
 // runStatus is `fanout status`: a table of the endpoints of a running
 // sidecar, read from its admin server's /debug/endpoints. It returns the

@@ -1,7 +1,6 @@
-package main
+package runtimetune
 
 import (
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -10,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// steadySchedtrace keeps Go's monitor thread (sysmon) from its deep sleep.
+// SteadySchedtrace keeps Go's monitor thread (sysmon) from its deep sleep.
 //
 // sysmon polls the scheduler, sleeping 20 µs between polls and doubling the
 // sleep, up to 10 ms, once 50 polls in a row found nothing to do. While
@@ -27,23 +26,19 @@ import (
 // value GODEBUG takes: a trace every 24.8 days. sysmon counts from the
 // system's boot, so on a node up longer than that one trace line is
 // printed at start.
-const steadySchedtrace = "schedtrace=2147483647"
+const SteadySchedtrace = "schedtrace=2147483647"
 
-// sysmonExecEnv reads --sysmon and the process's environment, and returns
-// the environment to re-execute fanout with, or nil when the process can
-// go on as it is:
-//   - steady (the default): GODEBUG with steadySchedtrace added, unless
-//     GODEBUG sets schedtrace already (the operator's choice wins);
-//   - go: nil, Go's own behaviour.
+// sysmonExecEnv returns the environment to re-execute fanout with, given
+// the process's, or nil when the process can go on as it is:
+//   - steady (--sysmon steady, the default): GODEBUG with SteadySchedtrace
+//     added, unless GODEBUG sets schedtrace already (the operator's choice
+//     wins);
+//   - not steady (--sysmon go): nil, Go's own behaviour.
 //
 // The runtime reads schedtrace only at start, hence the re-execution.
-func sysmonExecEnv(spec string, environ []string) ([]string, error) {
-	switch strings.TrimSpace(spec) {
-	case "go":
-		return nil, nil
-	case "steady":
-	default:
-		return nil, fmt.Errorf("--sysmon %q: want steady or go", spec)
+func sysmonExecEnv(steady bool, environ []string) []string {
+	if !steady {
+		return nil
 	}
 	godebug, found := "", false
 	env := make([]string, 0, len(environ)+1)
@@ -57,12 +52,12 @@ func sysmonExecEnv(spec string, environ []string) ([]string, error) {
 		env = append(env, kv)
 	}
 	if _, set := schedtrace(godebug); set {
-		return nil, nil
+		return nil
 	}
 	if godebug != "" {
 		godebug += ","
 	}
-	return append(env, "GODEBUG="+godebug+steadySchedtrace), nil
+	return append(env, "GODEBUG="+godebug+SteadySchedtrace)
 }
 
 // schedtrace returns the schedtrace that a GODEBUG value sets, and whether

@@ -1,4 +1,4 @@
-package memlimit
+package runtimetune
 
 import (
 	"errors"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// errTooLarge is ParseSize's error for a size above math.MaxInt64 bytes,
+// errTooLarge is parseSize's error for a size above math.MaxInt64 bytes,
 // which resource.Quantity.Value does not report (it wraps or saturates).
 var errTooLarge = errors.New("more bytes than fit in 63 bits")
 
@@ -31,14 +31,14 @@ var sizeSuffixes = map[string]int64{
 	"Ei": 1 << 60,
 }
 
-// ParseSize parses a size as a Kubernetes resource quantity is written
+// parseSize parses a size as a Kubernetes resource quantity is written
 // for memory: a decimal number, optionally with a fraction, and one of the
 // suffixes Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024) or k, M, G, T, P, E
 // (powers of 1000), e.g. 96Mi, 100M, 1.5Gi or 100000000. A fraction of a
 // byte rounds up, as resource.Quantity.Value does. It accepts what
 // resource.ParseQuantity accepts in these forms and gives the same number
 // of bytes (see the differential test), without linking apimachinery.
-func ParseSize(s string) (int64, error) {
+func parseSize(s string) (int64, error) {
 	const want = "want a size such as 96Mi, 100M, 1.5Gi or 100000000 (suffixes Ki Mi Gi Ti Pi Ei, k M G T P E)"
 	num := strings.TrimLeft(s, "+0123456789.")
 	num, suffix := s[:len(s)-len(num)], num

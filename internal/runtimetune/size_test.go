@@ -1,4 +1,4 @@
-package memlimit
+package runtimetune
 
 import (
 	"errors"
@@ -11,9 +11,9 @@ import (
 )
 
 // TestParseSizeMatchesParseQuantity parses the forms operators write for
-// memory, and random ones of the same shape, with ParseSize and with
+// memory, and random ones of the same shape, with parseSize and with
 // apimachinery's resource.ParseQuantity: where both accept, the bytes
-// must be equal, and ParseSize must accept every one of these forms that
+// must be equal, and parseSize must accept every one of these forms that
 // ParseQuantity accepts, up to 8 EiB.
 func TestParseSizeMatchesParseQuantity(t *testing.T) {
 	inputs := []string{
@@ -32,33 +32,33 @@ func TestParseSizeMatchesParseQuantity(t *testing.T) {
 	}
 	for _, s := range inputs {
 		q, qerr := resource.ParseQuantity(s)
-		got, err := ParseSize(s)
+		got, err := parseSize(s)
 		switch {
 		case errors.Is(err, errTooLarge):
 			// Above 8 EiB ParseQuantity's Value wraps or saturates
 			// (e.g. 0 for 15879P); refusing is the better answer.
 		case qerr != nil && err != nil:
 		case qerr != nil:
-			t.Errorf("ParseSize(%q) = %d, but ParseQuantity refuses it: %v", s, got, qerr)
+			t.Errorf("parseSize(%q) = %d, but ParseQuantity refuses it: %v", s, got, qerr)
 		case err != nil:
-			t.Errorf("ParseSize(%q): %v, but ParseQuantity gives %d", s, err, q.Value())
+			t.Errorf("parseSize(%q): %v, but ParseQuantity gives %d", s, err, q.Value())
 		case got != q.Value():
-			t.Errorf("ParseSize(%q) = %d, ParseQuantity gives %d", s, got, q.Value())
+			t.Errorf("parseSize(%q) = %d, ParseQuantity gives %d", s, got, q.Value())
 		}
 	}
 }
 
-// TestParseSizeErrors checks what ParseSize refuses, and that each error
+// TestParseSizeErrors checks what parseSize refuses, and that each error
 // says what a size looks like.
 func TestParseSizeErrors(t *testing.T) {
 	for _, s := range []string{"", "lots", "-1Mi", "1.2.3", "Mi", "+", ".", "1MB", "1mi", "1K", "100m", "1e9", "1Yi", "10Ei", "99999999999999999999"} {
-		got, err := ParseSize(s)
+		got, err := parseSize(s)
 		if err == nil {
-			t.Errorf("ParseSize(%q) = %d, want an error", s, got)
+			t.Errorf("parseSize(%q) = %d, want an error", s, got)
 			continue
 		}
 		if !strings.Contains(err.Error(), "want a size such as 96Mi") {
-			t.Errorf("ParseSize(%q) error %q does not say what a size looks like", s, err)
+			t.Errorf("parseSize(%q) error %q does not say what a size looks like", s, err)
 		}
 	}
 }
