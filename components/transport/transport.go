@@ -171,7 +171,7 @@ func (t *Transports) Close() {
 }
 
 // pool is the round tripper of one (endpoint, mode): fanout's HTTP/2
-// client (h2client.go), whose connections always reach the endpoint. In
+// client (internal/h2conn, through conns.go), whose connections always reach the endpoint. In
 // AuthSidecar mode the client is replaced by a new generation when the
 // client certificate rotates (see rotate.go).
 type pool struct {
