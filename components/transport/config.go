@@ -51,8 +51,8 @@ type Config struct {
 	// behind the exhausted window). kube-apiserver allows 100 streams per
 	// connection unless --http2-max-streams-per-connection says otherwise;
 	// 1,000 stream windows cover that. TestUnreadStreamsDoNotStarveTheConnection
-	// reproduces the starvation with 16 MiB (this package's earlier
-	// default) and 24 unread streams.
+	// (internal/h2conn) reproduces the starvation with 16 MiB (this
+	// package's earlier default) and 24 unread streams.
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -120,40 +118,12 @@ func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	return tr
 }
 
-func newRequest(t *testing.T, ctx context.Context, addr, path string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
-}
-
-// roundTrip sends req and reads the whole body.
-func roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
-	res, err := rt.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	if _, err := io.Copy(io.Discard, res.Body); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// waitFor polls cond; the bound is generous because only its failure, not
-// its duration, is asserted.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// Requests as every test here sends them (see testserver).
+var (
+	newRequest = testserver.NewRequest
+	roundTrip  = testserver.RoundTrip
+	waitFor    = testserver.WaitFor
+)
 
 // metricValue returns the value of the series name{labels} gathered from
 // tr's collectors, and whether it exists.

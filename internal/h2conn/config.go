@@ -38,9 +38,14 @@ type Config struct {
 
 	// OnGoAway is called when a GOAWAY came: the connection takes no new
 	// stream, while the streams the server accepted go on. OnClose is
-	// called once, after the connection closed. A pool drops the
-	// connection from its set in either. Both run on the connection's
-	// goroutines and must not call RoundTrip on it.
+	// called once, after the connection closed, whatever closed it (an
+	// error, a PING unanswered, IdleConnTimeout, CloseWhenIdle, Close). A
+	// pool drops the connection from its set in either. They run on
+	// whichever goroutine noticed (the reading one, the timer's, or a
+	// caller's in RoundTrip, a body's Read or Close, CloseWhenIdle or
+	// Close), with none of the connection's locks held; they must not
+	// block, and the caller must not hold a lock they take while calling
+	// those methods.
 	OnGoAway func(*Conn)
 	OnClose  func(*Conn)
 }
@@ -53,8 +58,9 @@ const (
 	DefaultPrefaceTimeout            = 5 * time.Second
 	DefaultMaxReceiveBufferPerStream = 1 << 20
 	// StreamsPerConnectionWindow is how many full stream windows the
-	// default connection window holds: kube-apiserver allows 100 streams
-	// per connection by default, so unread streams cannot use it up.
+	// default connection window holds: ten times the 100 streams per
+	// connection servers such as kube-apiserver allow by default, so
+	// unread streams cannot use it up.
 	StreamsPerConnectionWindow           = 1000
 	DefaultMaxReceiveBufferPerConnection = StreamsPerConnectionWindow * DefaultMaxReceiveBufferPerStream
 )

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -192,39 +191,11 @@ func (p *testPool) remove(cc *Conn) {
 	}
 }
 
-func newRequest(t *testing.T, ctx context.Context, addr, path string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
-}
-
-// roundTrip sends req and reads the whole body.
-func roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
-	res, err := rt.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	if _, err := io.Copy(io.Discard, res.Body); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// waitFor polls cond; the bound is generous because only its failure, not
-// its duration, is asserted.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// Requests as every test here sends them (see testserver).
+var (
+	newRequest = testserver.NewRequest
+	roundTrip  = testserver.RoundTrip
+	waitFor    = testserver.WaitFor
+)
 
 var errTest = errors.New("test failure")

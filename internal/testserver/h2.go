@@ -1,7 +1,8 @@
-// Package testserver holds the servers that the tests of fanout's HTTP/2
-// client (internal/h2conn) and of its pools (components/transport) both
-// run against: net/http's HTTP/2 server counting its connections, and a
-// TCP proxy that can freeze its connections. It is for tests only.
+// Package testserver holds what the tests of fanout's HTTP/2 client
+// (internal/h2conn) and of its pools (components/transport) share: the
+// servers they run against (net/http's HTTP/2 server counting its
+// connections, its handlers, a TCP proxy that can freeze its
+// connections) and the way they send requests. It is for tests only.
 package testserver
 
 import (
