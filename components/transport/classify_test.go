@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http2"
+
+	"github.com/fanout-dev/fanout/internal/h2conn"
 )
 
 func TestClassify(t *testing.T) {
@@ -24,6 +26,7 @@ func TestClassify(t *testing.T) {
 		{"nil", nil, false},
 		{"refused stream", http2.StreamError{StreamID: 3, Code: http2.ErrCodeRefusedStream}, true},
 		{"wrapped refused stream", fmt.Errorf("round trip: %w", http2.StreamError{Code: http2.ErrCodeRefusedStream}), true},
+		{"stream above a GOAWAY's last stream ID", fmt.Errorf("%w (GOAWAY NO_ERROR, last stream 1)", h2conn.ErrStreamGoneAway), true},
 		{"stream reset after processing", http2.StreamError{StreamID: 3, Code: http2.ErrCodeInternal}, false},
 		{"stream cancelled", http2.StreamError{StreamID: 3, Code: http2.ErrCodeCancel}, false},
 		{"GOAWAY naming our stream as received", http2.GoAwayError{LastStreamID: 7, ErrCode: http2.ErrCodeNo}, false},

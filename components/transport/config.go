@@ -2,8 +2,10 @@ package transport
 
 import (
 	"errors"
-	"math"
+	"fmt"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/h2conn"
 )
 
 // Config configures the upstream connections. The zero value of every field
@@ -41,7 +43,7 @@ type Config struct {
 	// connection holds at most its unread streams times the stream window.
 	//
 	// The connection window must not be smaller than that: the client
-	// (h2client.go, as x/net's before it) gives connection window back
+	// (internal/h2conn, as x/net's before it) gives connection window back
 	// only when a body is read or closed, so unread streams
 	// that together hold the whole connection window stop every other
 	// stream on the connection, healthy watches included (the apiserver
@@ -49,8 +51,8 @@ type Config struct {
 	// behind the exhausted window). kube-apiserver allows 100 streams per
 	// connection unless --http2-max-streams-per-connection says otherwise;
 	// 1,000 stream windows cover that. TestUnreadStreamsDoNotStarveTheConnection
-	// reproduces the starvation with 16 MiB (this package's earlier
-	// default) and 24 unread streams.
+	// (internal/h2conn) reproduces the starvation with 16 MiB (this
+	// package's earlier default) and 24 unread streams.
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 
@@ -62,29 +64,16 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Defaults of Config.
+// Defaults of Config. The connection's own are those of fanout's HTTP/2
+// client (internal/h2conn).
 const (
 	DefaultDialTimeout                   = 5 * time.Second
-	DefaultReadIdleTimeout               = 5 * time.Second
-	DefaultPingTimeout                   = 3 * time.Second
-	DefaultMaxReceiveBufferPerStream     = 1 << 20
-	DefaultMaxReceiveBufferPerConnection = streamsPerConnectionWindow * DefaultMaxReceiveBufferPerStream
-	DefaultIdleConnTimeout               = 90 * time.Second
+	DefaultReadIdleTimeout               = h2conn.DefaultReadIdleTimeout
+	DefaultPingTimeout                   = h2conn.DefaultPingTimeout
+	DefaultMaxReceiveBufferPerStream     = h2conn.DefaultMaxReceiveBufferPerStream
+	DefaultMaxReceiveBufferPerConnection = h2conn.DefaultMaxReceiveBufferPerConnection
+	DefaultIdleConnTimeout               = h2conn.DefaultIdleConnTimeout
 )
-
-// streamsPerConnectionWindow is how many full stream windows the default
-// connection window holds (see Config.MaxReceiveBufferPerConnection).
-const streamsPerConnectionWindow = 1000
-
-// maxConnectionWindow is the largest MaxReceiveBufferPerConnection: the
-// client grants it on top of the initial 65,535 bytes, and HTTP/2 windows
-// end at 2^31-1.
-const maxConnectionWindow = math.MaxInt32 - minReceiveBuffer
-
-// minReceiveBuffer is the initial HTTP/2 window (RFC 9113 6.9.2); a
-// connection window below it cannot be announced (windows only grow), so
-// it is refused.
-const minReceiveBuffer = 65535
 
 // withDefaults returns c with zero (or negative) fields set to defaults,
 // or an error naming the field that cannot work.
@@ -92,32 +81,31 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ServerName == "" {
 		return c, errors.New("transport: Config.ServerName is empty; set it to the kubeconfig server's host or pass --tls-server-name")
 	}
-	setDur := func(d *time.Duration, def time.Duration) {
-		if *d <= 0 {
-			*d = def
-		}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
 	}
-	setDur(&c.DialTimeout, DefaultDialTimeout)
-	setDur(&c.ReadIdleTimeout, DefaultReadIdleTimeout)
-	setDur(&c.PingTimeout, DefaultPingTimeout)
-	setDur(&c.IdleConnTimeout, DefaultIdleConnTimeout)
-	if c.MaxReceiveBufferPerStream <= 0 {
-		c.MaxReceiveBufferPerStream = DefaultMaxReceiveBufferPerStream
+	h, err := c.conn().WithDefaults()
+	if err != nil {
+		return c, fmt.Errorf("transport: Config.%w", err)
 	}
-	if c.MaxReceiveBufferPerConnection <= 0 {
-		c.MaxReceiveBufferPerConnection = int(min(int64(streamsPerConnectionWindow)*int64(c.MaxReceiveBufferPerStream), maxConnectionWindow))
-	}
-	if c.MaxReceiveBufferPerConnection < minReceiveBuffer {
-		return c, errors.New("transport: Config.MaxReceiveBufferPerConnection must be at least 65535 bytes (the HTTP/2 initial window)")
-	}
-	if c.MaxReceiveBufferPerConnection > maxConnectionWindow {
-		return c, errors.New("transport: Config.MaxReceiveBufferPerConnection exceeds 2^31-1 minus the 65,535-byte initial window, the largest HTTP/2 connection window")
-	}
-	if c.MaxReceiveBufferPerStream > c.MaxReceiveBufferPerConnection {
-		return c, errors.New("transport: Config.MaxReceiveBufferPerStream exceeds MaxReceiveBufferPerConnection; one stream could never use its whole window")
-	}
+	c.ReadIdleTimeout, c.PingTimeout, c.IdleConnTimeout = h.ReadIdleTimeout, h.PingTimeout, h.IdleConnTimeout
+	c.MaxReceiveBufferPerStream, c.MaxReceiveBufferPerConnection = h.MaxReceiveBufferPerStream, h.MaxReceiveBufferPerConnection
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	return c, nil
+}
+
+// conn is the configuration of every connection of the pools; each set
+// of connections adds its callbacks. The preface is bounded as the dial
+// was.
+func (c Config) conn() h2conn.Config {
+	return h2conn.Config{
+		MaxReceiveBufferPerStream:     c.MaxReceiveBufferPerStream,
+		MaxReceiveBufferPerConnection: c.MaxReceiveBufferPerConnection,
+		ReadIdleTimeout:               c.ReadIdleTimeout,
+		PingTimeout:                   c.PingTimeout,
+		IdleConnTimeout:               c.IdleConnTimeout,
+		PrefaceTimeout:                c.DialTimeout,
+	}
 }

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -23,6 +21,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
@@ -75,12 +74,11 @@ func (c *fakeCreds) ClientCertificate() (*tls.Certificate, error) {
 	return c.cert.Load(), nil
 }
 
-// h2Server is a TLS HTTP/2 test server that counts its connections.
+// h2Server is testserver.H2, named as the tests here use it.
 type h2Server struct {
-	*httptest.Server
-	addr   string
-	opened atomic.Int32
-	closed atomic.Int32
+	*testserver.H2
+	addr           string
+	opened, closed *atomic.Int32
 }
 
 // newH2Server starts an HTTP/2 server serving p.serving and checking
@@ -88,25 +86,8 @@ type h2Server struct {
 // SETTINGS_MAX_CONCURRENT_STREAMS.
 func newH2Server(t testing.TB, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
 	t.Helper()
-	s := &h2Server{Server: httptest.NewUnstartedServer(h)}
-	s.EnableHTTP2 = true
-	s.TLS = p.ca.ServerTLSConfig(p.serving, auth)
-	if maxStreams > 0 {
-		s.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: maxStreams}
-	}
-	s.Config.ErrorLog = log.New(io.Discard, "", 0)
-	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		switch st {
-		case http.StateNew:
-			s.opened.Add(1)
-		case http.StateClosed, http.StateHijacked:
-			s.closed.Add(1)
-		}
-	}
-	s.StartTLS()
-	s.addr = s.Listener.Addr().String()
-	t.Cleanup(s.Close)
-	return s
+	s := testserver.NewH2(t, p.ca.ServerTLSConfig(p.serving, auth), maxStreams, h)
+	return &h2Server{H2: s, addr: s.Addr, opened: &s.Opened, closed: &s.Closed}
 }
 
 // newHTTP1Server starts a TLS server that offers only ALPN http/1.1 and
@@ -122,18 +103,7 @@ func newHTTP1Server(t *testing.T, p *pki) string {
 }
 
 // echoHandler reports what the server saw of the client.
-func echoHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		cn := ""
-		if len(r.TLS.PeerCertificates) > 0 {
-			cn = r.TLS.PeerCertificates[0].Subject.CommonName
-		}
-		w.Header().Set("X-Client-CN", cn)
-		w.Header().Set("X-Authorization", r.Header.Get("Authorization"))
-		w.Header().Set("X-Proto", r.Proto)
-		io.WriteString(w, "ok")
-	})
-}
+var echoHandler = testserver.Echo
 
 func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	t.Helper()
@@ -148,40 +118,12 @@ func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	return tr
 }
 
-func newRequest(t *testing.T, ctx context.Context, addr, path string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return req
-}
-
-// roundTrip sends req and reads the whole body.
-func roundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) {
-	res, err := rt.RoundTrip(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	if _, err := io.Copy(io.Discard, res.Body); err != nil {
-		return nil, err
-	}
-	return res, nil
-}
-
-// waitFor polls cond; the bound is generous because only its failure, not
-// its duration, is asserted.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// Requests as every test here sends them (see testserver).
+var (
+	newRequest = testserver.NewRequest
+	roundTrip  = testserver.RoundTrip
+	waitFor    = testserver.WaitFor
+)
 
 // metricValue returns the value of the series name{labels} gathered from
 // tr's collectors, and whether it exists.
@@ -361,95 +303,15 @@ func respond200(fr *http2.Framer, id uint32) bool {
 	return false
 }
 
-// freezeProxy forwards TCP to a target until Freeze, after which it
-// silently drops everything on the connections it had: the peer looks
-// alive to TCP but answers nothing, like a host that vanished behind a
-// stateful firewall. Connections made after Freeze work.
+// freezeProxy is testserver.FreezeProxy, named as the tests here use it.
 type freezeProxy struct {
-	ln     net.Listener
-	addr   string
-	target string
-
-	mu    sync.Mutex
-	pairs []*proxyPair
-	wg    sync.WaitGroup
-}
-
-type proxyPair struct {
-	client, upstream net.Conn
-	frozen           atomic.Bool
+	*testserver.FreezeProxy
+	addr string
 }
 
 func newFreezeProxy(t *testing.T, target string) *freezeProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &freezeProxy{ln: ln, addr: ln.Addr().String(), target: target}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *freezeProxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		pair := &proxyPair{client: c, upstream: up}
-		p.mu.Lock()
-		p.pairs = append(p.pairs, pair)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(pair, c, up)
-		go p.pipe(pair, up, c)
-	}
-}
-
-func (p *freezeProxy) pipe(pair *proxyPair, src, dst net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !pair.frozen.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				err = werr
-			}
-		}
-		if err != nil {
-			pair.client.Close()
-			pair.upstream.Close()
-			return
-		}
-	}
-}
-
-func (p *freezeProxy) Freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, pair := range p.pairs {
-		pair.frozen.Store(true)
-	}
-}
-
-func (p *freezeProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, pair := range p.pairs {
-		pair.client.Close()
-		pair.upstream.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
+	p := testserver.NewFreezeProxy(t, target)
+	return &freezeProxy{FreezeProxy: p, addr: p.Addr}
 }
 
 // onlyReader hides a body's type so net/http cannot set GetBody: x/net

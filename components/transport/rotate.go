@@ -34,7 +34,7 @@ const (
 // as soon as they are idle.
 type generation struct {
 	p *pool
-	// h2 is the generation's HTTP/2 client (h2client.go).
+	// h2 is the generation's set of HTTP/2 connections (conns.go).
 	h2 *h2Conns
 	// cert is the client certificate that was current when the
 	// generation was made; the pool compares it with the current one.

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/testserver"
 )
 
 // reloadingCreds are fakeCreds whose Reload runs onReload.
@@ -31,32 +33,8 @@ func (c *reloadingCreds) Reload() {
 }
 
 // streamingHandler serves /watch as a stream that writes a line each
-// time something arrives on lines and ends when lines closes; anything
-// else is echoHandler.
-func streamingHandler(lines <-chan string) http.Handler {
-	echo := echoHandler()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/watch" {
-			echo.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("X-Client-CN", r.TLS.PeerCertificates[0].Subject.CommonName)
-		w.WriteHeader(http.StatusOK)
-		w.(http.Flusher).Flush()
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					return
-				}
-				io.WriteString(w, l+"\n")
-				w.(http.Flusher).Flush()
-			case <-r.Context().Done():
-				return
-			}
-		}
-	})
-}
+// time something arrives on lines; anything else is echoHandler.
+var streamingHandler = testserver.Streaming
 
 // TestRotatedCertificateDrainsOldConnections: after a client certificate
 // rotation, new requests go to a new connection with the new certificate,

@@ -170,10 +170,10 @@ func (t *Transports) Close() {
 	t.drainers.Wait()
 }
 
-// pool is the round tripper of one (endpoint, mode): fanout's HTTP/2
-// client (h2client.go), whose connections always reach the endpoint. In
-// AuthSidecar mode the client is replaced by a new generation when the
-// client certificate rotates (see rotate.go).
+// pool is the round tripper of one (endpoint, mode): a set of fanout's
+// HTTP/2 client connections (conns.go, internal/h2conn), which always
+// reach the endpoint. In AuthSidecar mode the set is replaced by a new
+// generation when the client certificate rotates (see rotate.go).
 type pool struct {
 	t   *Transports
 	key poolKey

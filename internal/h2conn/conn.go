@@ -1,16 +1,16 @@
-//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; fanout uses only its Framer, hpack and error types here, which net/http does not export.
+//lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; this client uses only its Framer, hpack and error types, which net/http does not export.
 
-package transport
+package h2conn
 
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -23,170 +23,40 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// fanout's own HTTP/2 client: every request a pool sends to its
-// apiserver goes through it (upgrades excepted: upgrade.go dials
-// HTTP/1.1).
-//
-// Why: Go's HTTP/2 client runs a goroutine per request to write it and
-// hands each answer over through several channels; measured in fanout at
-// saturation that is most of the CPU per request fanout spends above
-// HAProxy (docs/footprint.md, "fanout's own HTTP/2 client"). Here the
-// caller's goroutine writes the request's HEADERS itself, under the
-// connection's write lock, and the connection's one reading goroutine
-// hands the answer over through one channel. A stream holds no goroutine
-// while its body is read, so an open watch costs a stream struct and the
-// data not yet read. A request body is written by a goroutine of its own
-// (writes are the rarer requests), within the server's windows.
-//
-// What it keeps of x/net's behaviour: flow control with the windows of
-// Config, PINGs after ReadIdleTimeout of silence, IdleConnTimeout, a new
-// connection when the server's MAX_CONCURRENT_STREAMS is reached,
-// transparent gzip when the request did not ask for an encoding, trailers,
-// and errors that say whether the apiserver can have seen the request
-// (UnprocessedError): a stream above a GOAWAY's last stream ID, a
-// REFUSED_STREAM, or a connection that failed before the request was
-// written. It never retries a request itself: the proxy's attempt policy
-// does.
-
 // maxHeaderListSize bounds a response's header block, as x/net's default.
 const maxHeaderListSize = 10 << 20
 
-// errConnClosing is the error of a stream that found its connection
-// closing before the request was written; it is wrapped in
-// UnprocessedError.
-var errConnClosing = errors.New("fanout HTTP/2 client: connection closing before the request was sent")
+// ErrConnClosing is the error of a RoundTrip that found its connection
+// closing (or gone away, or at its stream limit) before the request was
+// written: nothing was sent, so another connection may take it.
+var ErrConnClosing = errors.New("fanout HTTP/2 client: connection closing before the request was sent")
 
-// errStreamGoneAway is the error of a stream above a GOAWAY's last
-// stream ID: the apiserver did not process it.
-var errStreamGoneAway = errors.New("fanout HTTP/2 client: the apiserver's GOAWAY left this stream unprocessed")
+// ErrStreamGoneAway is wrapped in the error of a stream above a GOAWAY's
+// last stream ID: the server did not process it.
+var ErrStreamGoneAway = errors.New("fanout HTTP/2 client: the server's GOAWAY left this stream unprocessed")
 
-// h2Conns is the set of connections of one generation (one endpoint, one
-// client certificate).
-type h2Conns struct {
-	g *generation
-
-	mu      sync.Mutex
-	conns   []*h2Conn
-	dialing *h2Dial // a dial in progress that requests wait on
+// Unprocessed reports whether err, from RoundTrip, proves that the
+// server did not process the request, so that it may be sent again
+// elsewhere: a stream above a GOAWAY's last stream ID (ErrStreamGoneAway)
+// or one the server reset with REFUSED_STREAM before answering. Any other
+// error may follow processing (a reset stream, a connection lost
+// mid-response, an http2.GoAwayError naming the stream as received). A
+// RoundTrip that returns ErrConnClosing wrote nothing either; the caller
+// tries another connection for it before giving up.
+func Unprocessed(err error) bool {
+	if errors.Is(err, ErrStreamGoneAway) {
+		return true
+	}
+	var se http2.StreamError
+	return errors.As(err, &se) && se.Code == http2.ErrCodeRefusedStream
 }
 
-type h2Dial struct {
-	done chan struct{}
-	cc   *h2Conn
-	err  error
-}
-
-// roundTrip sends req on a connection that can take a stream, dialing
-// one if none can.
-func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
-	for {
-		cc, err := cs.get(ctx)
-		if err != nil {
-			closeReqBody(req)
-			return nil, err
-		}
-		res, err := cc.roundTrip(req)
-		if errors.Is(err, errConnClosing) {
-			if ctx.Err() == nil {
-				// Nothing was written: another connection may take it.
-				continue
-			}
-			closeReqBody(req)
-		}
-		return res, err
-	}
-}
-
-func (cs *h2Conns) get(ctx context.Context) (*h2Conn, error) {
-	cs.mu.Lock()
-	for _, cc := range cs.conns {
-		if cc.canTakeStream() {
-			cs.mu.Unlock()
-			return cc, nil
-		}
-	}
-	d := cs.dialing
-	if d == nil {
-		d = &h2Dial{done: make(chan struct{})}
-		cs.dialing = d
-		go cs.dial(d)
-	}
-	cs.mu.Unlock()
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-		// The caller gave up, not the endpoint: the dial goes on for
-		// the others.
-		return nil, ctx.Err()
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	return d.cc, nil
-}
-
-// dial opens a connection for every request that waits on d. It runs on
-// its own goroutine, so that one request giving up does not fail the
-// others.
-func (cs *h2Conns) dial(d *h2Dial) {
-	g := cs.g
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-g.p.t.done:
-			cancel()
-		case <-d.done:
-		}
-	}()
-	nc, err := g.dialTLS(ctx)
-	cancel()
-	var cc *h2Conn
-	if err == nil {
-		cc, err = newH2Conn(cs, nc)
-		if err != nil {
-			nc.Close()
-			err = &UnprocessedError{Endpoint: g.p.key.address, Err: err}
-		}
-	}
-	cs.mu.Lock()
-	cs.dialing = nil
-	if cc != nil {
-		cs.conns = append(cs.conns, cc)
-	}
-	cs.mu.Unlock()
-	d.cc, d.err = cc, err
-	close(d.done)
-}
-
-func (cs *h2Conns) remove(cc *h2Conn) {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	for i, c := range cs.conns {
-		if c == cc {
-			cs.conns = append(cs.conns[:i], cs.conns[i+1:]...)
-			return
-		}
-	}
-}
-
-// closeIdle closes the connections that carry no stream, and makes the
-// others close when their last stream ends.
-func (cs *h2Conns) closeIdle() {
-	cs.mu.Lock()
-	conns := append([]*h2Conn(nil), cs.conns...)
-	cs.mu.Unlock()
-	for _, cc := range conns {
-		cc.closeWhenIdle()
-	}
-}
-
-// h2Conn is one HTTP/2 connection to an apiserver.
-type h2Conn struct {
-	set  *h2Conns
-	conn *trackedConn
-	cfg  *Config
-	tls  tls.ConnectionState // for Response.TLS
+// Conn is one HTTP/2 client connection. Its methods are safe for
+// concurrent use.
+type Conn struct {
+	conn net.Conn
+	cfg  Config
+	tls  *tls.ConnectionState // for Response.TLS; nil if conn is not TLS
 
 	// wmu guards the writing side: the framer's writes, the HPACK
 	// encoder, and stream IDs (which must go out in order).
@@ -199,7 +69,7 @@ type h2Conn struct {
 
 	// mu guards the fields below and every stream's state.
 	mu          sync.Mutex
-	streams     map[uint32]*h2Stream
+	streams     map[uint32]*stream
 	maxStreams  uint32
 	maxFrame    uint32
 	peerWindow  int       // the server's SETTINGS_INITIAL_WINDOW_SIZE
@@ -225,10 +95,10 @@ type h2Conn struct {
 	pinged     atomic.Bool // a PING is out; the read loop clears it on the ACK
 }
 
-// h2Stream is one request's stream. Its fields are guarded by its
+// stream is one request's stream. Its fields are guarded by its
 // connection's mu.
-type h2Stream struct {
-	cc  *h2Conn
+type stream struct {
+	cc  *Conn
 	id  uint32
 	req *http.Request
 
@@ -252,29 +122,30 @@ type h2Stream struct {
 	body    *onceCloser // the request body while writeBody sends it
 }
 
-type onceCloser struct {
-	io.ReadCloser
-	once sync.Once
-}
-
-func (c *onceCloser) Close() error {
-	c.once.Do(func() { c.ReadCloser.Close() })
-	return nil
-}
-
-func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
-	cfg := &set.g.p.t.cfg
-	cc := &h2Conn{
-		set: set, conn: nc, cfg: cfg,
+// New starts an HTTP/2 client connection over nc, which is dialled and,
+// for TLS, handshaken with ALPN "h2" already: it writes the client
+// preface and SETTINGS, and starts the connection's reading goroutine
+// and its health timer. nc belongs to the Conn from then on; if New
+// fails, closing nc is the caller's.
+func New(nc net.Conn, cfg Config) (*Conn, error) {
+	cfg, err := cfg.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("h2conn: Config.%w", err)
+	}
+	cc := &Conn{
+		conn: nc, cfg: cfg,
 		nextID:     1,
-		streams:    map[uint32]*h2Stream{},
+		streams:    map[uint32]*stream{},
 		maxStreams: 100, // until the server's SETTINGS say
 		maxFrame:   16 << 10,
-		peerWindow: minReceiveBuffer,
-		sendWindow: minReceiveBuffer,
+		peerWindow: InitialWindow,
+		sendWindow: InitialWindow,
 	}
 	cc.sendCond.L = &cc.mu
-	cc.tls = nc.ConnectionState()
+	if tc, ok := nc.(interface{ ConnectionState() tls.ConnectionState }); ok {
+		st := tc.ConnectionState()
+		cc.tls = &st
+	}
 	cc.bw = bufio.NewWriterSize(nc, 4<<10)
 	cc.fr = http2.NewFramer(cc.bw, bufio.NewReaderSize(nc, 4<<10))
 	cc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -283,7 +154,7 @@ func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
 	cc.henc = hpack.NewEncoder(&cc.hbuf)
 	cc.idleSince = time.Now()
 
-	nc.SetWriteDeadline(time.Now().Add(cfg.DialTimeout))
+	nc.SetWriteDeadline(time.Now().Add(cfg.PrefaceTimeout))
 	cc.bw.WriteString(http2.ClientPreface)
 	cc.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
@@ -294,7 +165,7 @@ func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
 	// size, on top of the initial 65,535 bytes (Config caps it so the sum
 	// fits).
 	cc.fr.WriteWindowUpdate(0, uint32(cfg.MaxReceiveBufferPerConnection))
-	err := cc.bw.Flush()
+	err = cc.bw.Flush()
 	nc.SetWriteDeadline(time.Time{})
 	if err != nil {
 		return nil, fmt.Errorf("writing the HTTP/2 preface: %w", err)
@@ -304,30 +175,45 @@ func newH2Conn(set *h2Conns, nc *trackedConn) (*h2Conn, error) {
 	return cc, nil
 }
 
-func (cc *h2Conn) checkEvery() time.Duration {
+func (cc *Conn) checkEvery() time.Duration {
 	return min(cc.cfg.ReadIdleTimeout, cc.cfg.IdleConnTimeout)
 }
 
-func (cc *h2Conn) canTakeStream() bool {
+// CanTakeStream reports whether a RoundTrip now would get a stream: the
+// connection is open, neither going away nor closing, and below the
+// server's SETTINGS_MAX_CONCURRENT_STREAMS. A pool picks a connection
+// with it; RoundTrip may still return ErrConnClosing if another request
+// took the last stream meanwhile.
+func (cc *Conn) CanTakeStream() bool {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	return cc.err == nil && !cc.goAway && !cc.closing && uint32(len(cc.streams)) < cc.maxStreams
 }
 
-func (cc *h2Conn) closeWhenIdle() {
+// CloseWhenIdle makes the connection take no new stream and close once
+// its last stream ends; an idle one closes now.
+func (cc *Conn) CloseWhenIdle() {
 	cc.mu.Lock()
 	cc.closing = true
 	idle := len(cc.streams) == 0
 	cc.mu.Unlock()
 	if idle {
-		cc.fail(errConnClosing)
+		cc.fail(ErrConnClosing)
 	}
 }
 
-// roundTrip writes req's HEADERS and waits for the answer's.
-func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
+// Close closes the connection now; streams still open fail.
+func (cc *Conn) Close() { cc.fail(ErrConnClosing) }
+
+// RoundTrip writes req's HEADERS (and starts writing its body) on a new
+// stream, and waits for the answer's HEADERS. It does not retry: an
+// error wrapping ErrConnClosing means nothing was written and the caller
+// may try another connection; see Unprocessed for what else proves the
+// server did not process req. The answer's body holds no goroutine while
+// it is read. The request URL's scheme is sent as "https".
+func (cc *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	s := &h2Stream{cc: cc, req: req, headers: make(chan struct{}), window: cc.cfg.MaxReceiveBufferPerStream}
+	s := &stream{cc: cc, req: req, headers: make(chan struct{}), window: cc.cfg.MaxReceiveBufferPerStream}
 	s.cond.L = &cc.mu
 	gz := addGzip(req)
 	if err := ctx.Err(); err != nil {
@@ -353,7 +239,7 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 	if cc.err != nil || cc.goAway || cc.closing || uint32(len(cc.streams)) >= cc.maxStreams {
 		cc.mu.Unlock()
 		cc.wmu.Unlock()
-		return nil, errConnClosing
+		return nil, ErrConnClosing
 	}
 	s.id = cc.nextID
 	cc.nextID += 2
@@ -364,7 +250,7 @@ func (cc *h2Conn) roundTrip(req *http.Request) (*http.Response, error) {
 	err := cc.writeHeaders(s.id, req, gz, maxFrame, bodyLen)
 	cc.wmu.Unlock()
 	if err != nil {
-		var he headerError
+		var he HeaderError
 		if errors.As(err, &he) {
 			// Nothing was written.
 			cc.forget(s)
@@ -433,31 +319,31 @@ func addGzip(req *http.Request) bool {
 	return req.Header.Get("Accept-Encoding") == "" && req.Header.Get("Range") == "" && req.Method != http.MethodHead
 }
 
-// headerError is a request header that cannot be sent; nothing was
-// written.
-type headerError struct{ msg string }
+// HeaderError is a request header (or Host) that cannot be sent; nothing
+// was written and the connection stays usable.
+type HeaderError struct{ msg string }
 
-func (e headerError) Error() string { return "fanout HTTP/2 client: " + e.msg }
+func (e HeaderError) Error() string { return "fanout HTTP/2 client: " + e.msg }
 
 // writeHeaders encodes and writes req's header block. Called with wmu
 // held.
-func (cc *h2Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uint32, bodyLen int64) error {
+func (cc *Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uint32, bodyLen int64) error {
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
 	}
 	if !httpguts.ValidHostHeader(host) {
-		return headerError{"invalid Host " + strconv.Quote(host)}
+		return HeaderError{"invalid Host " + strconv.Quote(host)}
 	}
 	// Everything is checked before anything is encoded: the HPACK
 	// encoder's table must not change for a request that is not sent.
 	for k, vv := range req.Header {
 		if !httpguts.ValidHeaderFieldName(k) {
-			return headerError{"invalid header field name " + strconv.Quote(k)}
+			return HeaderError{"invalid header field name " + strconv.Quote(k)}
 		}
 		for _, v := range vv {
 			if !httpguts.ValidHeaderFieldValue(v) {
-				return headerError{"invalid value for header " + strconv.Quote(k)}
+				return HeaderError{"invalid value for header " + strconv.Quote(k)}
 			}
 		}
 	}
@@ -558,7 +444,7 @@ var commonLower = func() map[string]string {
 }()
 
 // forget drops a stream that was never written.
-func (cc *h2Conn) forget(s *h2Stream) {
+func (cc *Conn) forget(s *stream) {
 	cc.mu.Lock()
 	delete(cc.streams, s.id)
 	cc.becameIdleLocked()
@@ -566,7 +452,7 @@ func (cc *h2Conn) forget(s *h2Stream) {
 }
 
 // reset ends s from fanout's side with an RST_STREAM, unless it ended.
-func (cc *h2Conn) reset(s *h2Stream, code http2.ErrCode, err error) {
+func (cc *Conn) reset(s *stream, code http2.ErrCode, err error) {
 	cc.mu.Lock()
 	if cc.streams[s.id] != s {
 		cc.mu.Unlock()
@@ -579,7 +465,7 @@ func (cc *h2Conn) reset(s *h2Stream, code http2.ErrCode, err error) {
 
 // endStreamLocked removes s with err (nil: ended normally, after its
 // data).
-func (cc *h2Conn) endStreamLocked(s *h2Stream, err error) {
+func (cc *Conn) endStreamLocked(s *stream, err error) {
 	if cc.streams[s.id] == s {
 		delete(cc.streams, s.id)
 	}
@@ -606,18 +492,19 @@ func (cc *h2Conn) endStreamLocked(s *h2Stream, err error) {
 	cc.becameIdleLocked()
 }
 
-func (cc *h2Conn) becameIdleLocked() {
+func (cc *Conn) becameIdleLocked() {
 	if len(cc.streams) == 0 {
 		cc.idleSince = time.Now()
 		if cc.closing || cc.goAway {
-			go cc.fail(errConnClosing)
+			go cc.fail(ErrConnClosing)
 		}
 	}
 }
 
 // fail closes the connection with err; streams still open get err, or,
-// if the server cannot have seen them, an UnprocessedError.
-func (cc *h2Conn) fail(err error) {
+// if the server cannot have seen them, an error wrapping
+// ErrStreamGoneAway.
+func (cc *Conn) fail(err error) {
 	cc.mu.Lock()
 	if cc.err != nil {
 		cc.mu.Unlock()
@@ -628,7 +515,7 @@ func (cc *h2Conn) fail(err error) {
 		serr := err
 		if cc.goAway && s.id > cc.lastStream {
 			serr = cc.goneAwayLocked()
-		} else if errors.Is(err, errConnClosing) {
+		} else if errors.Is(err, ErrConnClosing) {
 			serr = errors.New("fanout HTTP/2 client: connection closed")
 		}
 		cc.endStreamLocked(s, serr)
@@ -636,17 +523,18 @@ func (cc *h2Conn) fail(err error) {
 	cc.mu.Unlock()
 	cc.timer.Stop()
 	cc.conn.Close()
-	cc.set.remove(cc)
+	if cc.cfg.OnClose != nil {
+		cc.cfg.OnClose(cc)
+	}
 }
 
 // goneAwayLocked is the error of a stream above the GOAWAY's last stream
 // ID.
-func (cc *h2Conn) goneAwayLocked() error {
-	return &UnprocessedError{Endpoint: cc.set.g.p.key.address, Refused: true,
-		Err: fmt.Errorf("%w (GOAWAY %v, last stream %d)", errStreamGoneAway, cc.goAwayCode, cc.lastStream)}
+func (cc *Conn) goneAwayLocked() error {
+	return fmt.Errorf("%w (GOAWAY %v, last stream %d)", ErrStreamGoneAway, cc.goAwayCode, cc.lastStream)
 }
 
-func (cc *h2Conn) readLoop() {
+func (cc *Conn) readLoop() {
 	for {
 		f, err := cc.fr.ReadFrame()
 		if err != nil {
@@ -667,7 +555,7 @@ func (cc *h2Conn) readLoop() {
 				cc.writeRST(se.StreamID, se.Code)
 				continue
 			}
-			cc.fail(fmt.Errorf("fanout HTTP/2 client: reading from kube-apiserver %s: %w", cc.set.g.p.key.address, err))
+			cc.fail(fmt.Errorf("fanout HTTP/2 client: reading from the server: %w", err))
 			return
 		}
 		cc.reads.Add(1)
@@ -678,7 +566,7 @@ func (cc *h2Conn) readLoop() {
 	}
 }
 
-func (cc *h2Conn) handle(f http2.Frame) error {
+func (cc *Conn) handle(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.MetaHeadersFrame:
 		return cc.onHeaders(f)
@@ -687,11 +575,9 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		cc.mu.Lock()
 		if s := cc.streams[f.StreamID]; s != nil {
-			var err error = http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode}
-			if f.ErrCode == http2.ErrCodeRefusedStream && s.res == nil {
-				err = &UnprocessedError{Endpoint: cc.set.g.p.key.address, Err: err, Refused: true}
-			}
-			cc.endStreamLocked(s, err)
+			// A REFUSED_STREAM before the answer is what Unprocessed
+			// recognises: the server did not process the request.
+			cc.endStreamLocked(s, http2.StreamError{StreamID: f.StreamID, Code: f.ErrCode})
 		}
 		cc.mu.Unlock()
 	case *http2.SettingsFrame:
@@ -746,9 +632,11 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 		}
 		idle := len(cc.streams) == 0
 		cc.mu.Unlock()
-		cc.set.remove(cc)
+		if cc.cfg.OnGoAway != nil {
+			cc.cfg.OnGoAway(cc)
+		}
 		if idle {
-			return errConnClosing
+			return ErrConnClosing
 		}
 	case *http2.WindowUpdateFrame:
 		cc.mu.Lock()
@@ -766,7 +654,7 @@ func (cc *h2Conn) handle(f http2.Frame) error {
 }
 
 // onHeaders takes a response's HEADERS, or its trailers.
-func (cc *h2Conn) onHeaders(f *http2.MetaHeadersFrame) error {
+func (cc *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	cc.mu.Lock()
 	s := cc.streams[f.StreamID]
 	if s == nil {
@@ -830,7 +718,7 @@ func (cc *h2Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	res := &http.Response{
 		Status: statusLine(status, code), StatusCode: code,
 		Proto: "HTTP/2.0", ProtoMajor: 2,
-		Header: header, Trailer: trailer, Request: s.req, ContentLength: -1, TLS: &cc.tls,
+		Header: header, Trailer: trailer, Request: s.req, ContentLength: -1, TLS: cc.tls,
 	}
 	if cl := header["Content-Length"]; len(cl) == 1 {
 		if n, err := strconv.ParseUint(cl[0], 10, 63); err == nil {
@@ -843,7 +731,7 @@ func (cc *h2Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 		res.Body = http.NoBody
 	} else {
-		res.Body = &h2Body{s: s}
+		res.Body = &responseBody{s: s}
 	}
 	s.res = res
 	close(s.headers)
@@ -856,14 +744,14 @@ func (cc *h2Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 }
 
 // streamError ends s with a PROTOCOL_ERROR of the server's making.
-func (cc *h2Conn) streamError(s *h2Stream, msg string) error {
-	cc.reset(s, http2.ErrCodeProtocol, fmt.Errorf("fanout HTTP/2 client: kube-apiserver %s: %s", cc.set.g.p.key.address, msg))
+func (cc *Conn) streamError(s *stream, msg string) error {
+	cc.reset(s, http2.ErrCodeProtocol, errors.New("fanout HTTP/2 client: protocol error from the server: "+msg))
 	return nil
 }
 
 // onData takes a DATA frame: its bytes wait in the stream until its body
 // is read, within the window fanout granted.
-func (cc *h2Conn) onData(f *http2.DataFrame) error {
+func (cc *Conn) onData(f *http2.DataFrame) error {
 	n := int(f.Length)
 	data := f.Data()
 	cc.mu.Lock()
@@ -925,7 +813,7 @@ func (cc *h2Conn) onData(f *http2.DataFrame) error {
 
 // takeConnUpdateLocked returns the connection window to give back, once
 // half of it has been read.
-func (cc *h2Conn) takeConnUpdateLocked() uint32 {
+func (cc *Conn) takeConnUpdateLocked() uint32 {
 	if cc.connUnacked < cc.cfg.MaxReceiveBufferPerConnection/2 {
 		return 0
 	}
@@ -936,7 +824,7 @@ func (cc *h2Conn) takeConnUpdateLocked() uint32 {
 
 // writeWindowUpdates gives back sInc bytes of stream id's window and
 // cInc of the connection's; a failed write fails the connection.
-func (cc *h2Conn) writeWindowUpdates(id, sInc, cInc uint32) error {
+func (cc *Conn) writeWindowUpdates(id, sInc, cInc uint32) error {
 	if sInc == 0 && cInc == 0 {
 		return nil
 	}
@@ -956,24 +844,24 @@ func (cc *h2Conn) writeWindowUpdates(id, sInc, cInc uint32) error {
 // check runs on the connection's timer: a PING after ReadIdleTimeout of
 // silence, the connection closed if the PING is not answered within
 // PingTimeout, or once it carried no stream for IdleConnTimeout.
-func (cc *h2Conn) check() {
+func (cc *Conn) check() {
 	now := time.Now()
 	next := cc.checkEvery()
 	switch reads := cc.reads.Load(); {
 	case cc.pinged.Load() && reads == cc.seen && now.Sub(cc.pingSent) >= cc.cfg.PingTimeout:
-		cc.fail(fmt.Errorf("fanout HTTP/2 client: kube-apiserver %s did not answer a PING within %v", cc.set.g.p.key.address, cc.cfg.PingTimeout))
+		cc.fail(fmt.Errorf("fanout HTTP/2 client: the server did not answer a PING within %v", cc.cfg.PingTimeout))
 		return
 	case cc.pinged.Load() && reads == cc.seen:
 		next = cc.cfg.PingTimeout - now.Sub(cc.pingSent)
 	case reads == cc.seen:
 		if !cc.wmu.TryLock() {
 			// A write is under way. One stuck for PingTimeout (the
-			// apiserver reads nothing) ends the connection, which
+			// server reads nothing) ends the connection, which
 			// unblocks it.
 			if cc.writeStuck.IsZero() {
 				cc.writeStuck = now
 			} else if now.Sub(cc.writeStuck) >= cc.cfg.PingTimeout {
-				cc.fail(fmt.Errorf("fanout HTTP/2 client: a write to kube-apiserver %s made no progress for %v", cc.set.g.p.key.address, cc.cfg.PingTimeout))
+				cc.fail(fmt.Errorf("fanout HTTP/2 client: a write to the server made no progress for %v", cc.cfg.PingTimeout))
 				return
 			}
 			cc.timer.Reset(cc.cfg.PingTimeout / 10)
@@ -1004,138 +892,11 @@ func (cc *h2Conn) check() {
 		return
 	}
 	if idle {
-		cc.fail(errConnClosing)
+		cc.fail(ErrConnClosing)
 		return
 	}
 	cc.timer.Reset(next)
 }
-
-// errBodyClosed is what a Read after Close returns.
-var errBodyClosed = errors.New("fanout HTTP/2 client: response body closed")
-
-// h2Body is a response body: it reads the data the stream holds and
-// gives the window back as it goes.
-type h2Body struct {
-	s      *h2Stream
-	closed bool // guarded by the connection's mu
-}
-
-func (b *h2Body) Read(p []byte) (int, error) {
-	s := b.s
-	cc := s.cc
-	cc.mu.Lock()
-	for s.off == len(s.buf) && !s.ended && s.err == nil && !b.closed {
-		s.cond.Wait()
-	}
-	if b.closed {
-		cc.mu.Unlock()
-		return 0, errBodyClosed
-	}
-	if s.off == len(s.buf) {
-		err := s.err
-		if err == nil {
-			err = io.EOF
-			if s.trailer != nil {
-				if s.res.Trailer == nil {
-					s.res.Trailer = make(http.Header, len(s.trailer))
-				}
-				for k, vv := range s.trailer {
-					s.res.Trailer[k] = vv
-				}
-				s.trailer = nil
-			}
-		}
-		cc.mu.Unlock()
-		return 0, err
-	}
-	n := copy(p, s.buf[s.off:])
-	s.off += n
-	if s.off == len(s.buf) {
-		s.off = 0
-		if cap(s.buf) > 64<<10 {
-			s.buf = nil // a burst is over; do not keep its buffer
-		} else {
-			s.buf = s.buf[:0]
-		}
-	}
-	var sInc uint32
-	if !s.ended && s.err == nil {
-		s.unacked += n
-		if s.unacked >= cc.cfg.MaxReceiveBufferPerStream/2 {
-			sInc = uint32(s.unacked)
-			s.window += s.unacked
-			s.unacked = 0
-		}
-	}
-	cc.connUnacked += n
-	cInc := cc.takeConnUpdateLocked()
-	cc.mu.Unlock()
-	cc.writeWindowUpdates(s.id, sInc, cInc)
-	return n, nil
-}
-
-func (b *h2Body) Close() error {
-	s := b.s
-	cc := s.cc
-	cc.mu.Lock()
-	if b.closed {
-		cc.mu.Unlock()
-		return nil
-	}
-	b.closed = true
-	open := cc.streams[s.id] == s
-	if !open {
-		// Ended: what was not read goes back to the connection window.
-		cc.connUnacked += len(s.buf) - s.off
-		s.buf, s.off = nil, 0
-		inc := cc.takeConnUpdateLocked()
-		s.cond.Broadcast()
-		cc.mu.Unlock()
-		cc.writeWindowUpdates(0, 0, inc)
-		return nil
-	}
-	cc.mu.Unlock()
-	cc.reset(s, http2.ErrCodeCancel, errBodyClosed)
-	// The stream is gone from the connection, so data arriving from now
-	// on goes back to the connection window as it comes; what it holds
-	// goes back now.
-	cc.mu.Lock()
-	cc.connUnacked += len(s.buf) - s.off
-	s.buf, s.off = nil, 0
-	inc := cc.takeConnUpdateLocked()
-	cc.mu.Unlock()
-	cc.writeWindowUpdates(0, 0, inc)
-	return nil
-}
-
-// gzipBody decompresses a body fanout asked gzip for on the client's
-// behalf.
-type gzipBody struct {
-	body io.ReadCloser
-	zr   *gzip.Reader
-	err  error
-}
-
-func (g *gzipBody) Read(p []byte) (int, error) {
-	if g.err != nil {
-		return 0, g.err
-	}
-	if g.zr == nil {
-		zr, err := gzip.NewReader(g.body)
-		if err != nil {
-			g.err = err
-			return 0, err
-		}
-		g.zr = zr
-	}
-	n, err := g.zr.Read(p)
-	if err != nil && err != io.EOF {
-		g.err = err
-	}
-	return n, err
-}
-
-func (g *gzipBody) Close() error { return g.body.Close() }
 
 // statusLines are Response.Status for the codes net/http names.
 var statusLines = func() (m [600]string) {
@@ -1154,78 +915,14 @@ func statusLine(status string, code int) string {
 	return status + " " + http.StatusText(code)
 }
 
-// bodyBufs are the chunks request bodies are read into.
-var bodyBufs = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
-
-// writeBody sends a request body in DATA frames as the server's windows
-// allow, and ends the stream after it. It stops when the stream ends
-// first (an answer, a reset, the connection lost) and resets the stream
-// if the body cannot be read.
-func (cc *h2Conn) writeBody(s *h2Stream, body *onceCloser) {
-	defer func() {
-		// Done with it: the stream's end need not close it for us.
-		cc.mu.Lock()
-		if s.body == body {
-			s.body = nil
-		}
-		cc.mu.Unlock()
-		body.Close()
-	}()
-	bp := bodyBufs.Get().(*[]byte)
-	defer bodyBufs.Put(bp)
-	buf := *bp
-	for {
-		n, rerr := body.Read(buf)
-		data := buf[:n]
-		eof := rerr == io.EOF
-		if rerr != nil && !eof {
-			cc.reset(s, http2.ErrCodeCancel, fmt.Errorf("reading the request body: %w", rerr))
-			return
-		}
-		for first := true; len(data) > 0 || (eof && first); first = false {
-			cc.mu.Lock()
-			for len(data) > 0 && (s.sendWindow <= 0 || cc.sendWindow <= 0) && cc.streams[s.id] == s && cc.err == nil {
-				cc.sendCond.Wait()
-			}
-			if cc.streams[s.id] != s || cc.err != nil {
-				// The stream ended from the server's side (or was reset):
-				// nothing more is wanted.
-				answered := s.res != nil && s.ended && s.err == nil
-				cc.mu.Unlock()
-				if answered {
-					// The server answered in full before the body
-					// ended: tell it that the rest will not come.
-					cc.writeRST(s.id, http2.ErrCodeCancel)
-				}
-				return
-			}
-			k := 0
-			if len(data) > 0 {
-				k = min(len(data), s.sendWindow, cc.sendWindow, int(cc.maxFrame))
-			}
-			s.sendWindow -= k
-			cc.sendWindow -= k
-			cc.mu.Unlock()
-			end := eof && k == len(data)
-			if err := cc.write(func(fr *http2.Framer) error { return fr.WriteData(s.id, end, data[:k]) }); err != nil {
-				return
-			}
-			data = data[k:]
-			if end {
-				return
-			}
-		}
-	}
-}
-
 // writeRST resets stream id.
-func (cc *h2Conn) writeRST(id uint32, code http2.ErrCode) {
+func (cc *Conn) writeRST(id uint32, code http2.ErrCode) {
 	cc.write(func(fr *http2.Framer) error { return fr.WriteRSTStream(id, code) })
 }
 
 // write runs w's frame writes under the write lock and flushes them; if
 // either fails, the connection fails with the error.
-func (cc *h2Conn) write(w func(*http2.Framer) error) error {
+func (cc *Conn) write(w func(*http2.Framer) error) error {
 	cc.wmu.Lock()
 	err := w(cc.fr)
 	if err == nil {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package transport
+package h2conn
 
 import (
 	"bytes"
@@ -20,7 +20,8 @@ import (
 // BenchmarkUpstreamRoundTrip prices a short GET from fanout to an
 // apiserver over HTTP/2 and TLS, the server's side included (it runs in
 // the same process). "pool" is fanout's path (its own HTTP/2 client,
-// h2client.go; x/net's Transport when this was written). "floor" is not a client:
+// this package, behind the tests' pool; x/net's Transport when this was
+// written). "floor" is not a client:
 // it is the least an HTTP/2 client must do for such a request, on one
 // connection with a lock around the writes and one goroutine reading
 // (HPACK both ways, the frames, a channel to hand the answer over, the
@@ -37,8 +38,8 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 	path := "/api/v1/namespaces/default/configmaps/x"
 
 	b.Run("pool", func(b *testing.B) {
-		tr := newTransports(b, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-		rt := tr.For(srv.addr, AuthSidecar)
+		tr := newClients(b, p, Config{})
+		rt := tr.For(srv.addr)
 		b.ReportAllocs()
 		b.SetParallelism(4)
 		defer reportCPU(b)()

@@ -1,4 +1,4 @@
-package transport
+package h2conn
 
 import (
 	"context"
@@ -80,8 +80,8 @@ func TestUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPKI(t)
 			srv := newFloodServer(t, p, 100)
-			tr := newTransports(t, tc.cfg, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-			rt := tr.For(srv.addr, AuthSidecar)
+			tr := newClients(t, p, tc.cfg)
+			rt := tr.For(srv.addr)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 

@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package; these tests use its Framer to script a server.
 
-package transport
+package h2conn
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 )
 
 // Tests of the request bodies fanout's HTTP/2 client sends (writeBody in
-// h2client.go): flow control within the server's windows, END_STREAM
+// body.go): flow control within the server's windows, END_STREAM
 // after the body, a reset when the body cannot be read, and the writer
 // stopping when the server answers before the body is sent.
 
@@ -194,8 +194,8 @@ func TestH2ClientBodyLarge(t *testing.T) {
 	const size = 3 << 20
 	p := newPKI(t)
 	srv := newBodyServer(t, p)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 
 	t.Run("known length", func(t *testing.T) {
 		b := pattern(1, size)
@@ -228,8 +228,8 @@ func TestH2ClientBodyConcurrent(t *testing.T) {
 	const size, n = 3 << 20, 4
 	p := newPKI(t)
 	srv := newBodyServer(t, p)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
@@ -251,8 +251,8 @@ func TestH2ClientBodyConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if d := dials(t, tr, srv.addr, AuthSidecar, "ok"); d != 1 {
-		t.Errorf("dials_total{result=ok} = %v, want 1: the bodies must share one connection", d)
+	if d := tr.dialed(srv.addr); d != 1 {
+		t.Errorf("connections dialled = %v, want 1: the bodies must share one connection", d)
 	}
 	if c := srv.opened.Load(); c != 1 {
 		t.Errorf("the server saw %d connections, want 1", c)
@@ -269,8 +269,8 @@ func TestH2ClientBodyConcurrent(t *testing.T) {
 func TestH2ClientBodyReadError(t *testing.T) {
 	p := newPKI(t)
 	srv := newBodyServer(t, p)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
@@ -293,8 +293,8 @@ func TestH2ClientBodyReadError(t *testing.T) {
 	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatalf("request after the failed body: %v", err)
 	}
-	if d := dials(t, tr, srv.addr, AuthSidecar, "ok"); d != 1 {
-		t.Errorf("dials_total{result=ok} = %v, want 1: a failed body must not cost the connection", d)
+	if d := tr.dialed(srv.addr); d != 1 {
+		t.Errorf("connections dialled = %v, want 1: a failed body must not cost the connection", d)
 	}
 	if c := srv.opened.Load(); c != 1 {
 		t.Errorf("the server saw %d connections, want 1", c)
@@ -314,8 +314,8 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 
 	t.Run("net/http server", func(t *testing.T) {
 		srv := newBodyServer(t, p)
-		tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-		rt := tr.For(srv.addr, AuthSidecar)
+		tr := newClients(t, p, Config{})
+		rt := tr.For(srv.addr)
 		for i := range 2 {
 			body := newProbeBody(bytes.NewReader(make([]byte, size)))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -374,9 +374,9 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 				}
 			}
 		})
-		tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+		tr := newClients(t, p, Config{})
 		body := newProbeBody(bytes.NewReader(make([]byte, size)))
-		res, err := roundTrip(tr.For(srv.addr, AuthSidecar), bodyRequest(t, context.Background(), http.MethodPost, srv.addr, "/", body, size))
+		res, err := roundTrip(tr.For(srv.addr), bodyRequest(t, context.Background(), http.MethodPost, srv.addr, "/", body, size))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,8 +401,8 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 func TestH2ClientBodyEmpty(t *testing.T) {
 	p := newPKI(t)
 	srv := newBodyServer(t, p)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	for _, tc := range []struct {
 		name string
 		body io.ReadCloser
@@ -530,10 +530,10 @@ func (w *windowScript) serve(c *scriptConn, id uint32, path string) {
 func TestH2ClientBodySmallWindows(t *testing.T) {
 	const size = 100000
 	p := newPKI(t)
-	ws := &windowScript{initial: 1000, streamGrant: 777, connGrant: 3000, results: make(chan windowResult, 1), connWindow: minReceiveBuffer}
+	ws := &windowScript{initial: 1000, streamGrant: 777, connGrant: 3000, results: make(chan windowResult, 1), connWindow: InitialWindow}
 	srv := newScriptH2(t, p, ws.serve)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	// The answer follows the SETTINGS on the wire: once it is here, the
 	// client applied them.
 	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
@@ -593,8 +593,8 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 func TestH2ClientBodyBlockedReadEndsWithStream(t *testing.T) {
 	p := newPKI(t)
 	srv := newBodyServer(t, p)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 
 	// blockedBody gives 10,000 bytes, then blocks until it is closed (or
 	// the test ends).
@@ -646,7 +646,7 @@ func TestH2ClientBodyBlockedReadEndsWithStream(t *testing.T) {
 func TestH2ClientBodyClosedOnError(t *testing.T) {
 	p := newPKI(t)
 	srv := newBodyServer(t, p)
-	tr := newTransports(t, Config{DialTimeout: 2 * time.Second}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newClients(t, p, Config{})
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -671,7 +671,7 @@ func TestH2ClientBodyClosedOnError(t *testing.T) {
 			body := newProbeBody(bytes.NewReader(pattern(5, 1000)))
 			req := bodyRequest(t, tc.ctx, http.MethodPost, tc.addr, "/sum", body, 1000)
 			tc.prep(req)
-			res, err := tr.For(tc.addr, AuthSidecar).RoundTrip(req)
+			res, err := tr.For(tc.addr).RoundTrip(req)
 			if err == nil {
 				res.Body.Close()
 				t.Fatalf("RoundTrip succeeded with status %d, want an error", res.StatusCode)
@@ -732,8 +732,8 @@ func TestH2ClientBodyWindowBelowZero(t *testing.T) {
 			}
 		}
 	})
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
 		t.Fatal(err)
 	}

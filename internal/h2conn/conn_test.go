@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package; these tests use its Framer, hpack and Transport as a reference client.
 
-package transport
+package h2conn
 
 import (
 	"bufio"
@@ -29,11 +29,10 @@ import (
 	"golang.org/x/net/http2/hpack"
 )
 
-// Tests of fanout's own HTTP/2 client (h2client.go). pool.send gives it
-// every request without a body, so a GET through Transports.For reaches
-// it; each test drives it against net/http's HTTP/2 server or against
-// scriptH2, a hand-driven server for frame sequences net/http never
-// sends.
+// Tests of the connection. Each drives it, through the test pool of
+// harness_test.go (clients.For), against net/http's HTTP/2 server or
+// against scriptH2, a hand-driven server for frame sequences net/http
+// never sends.
 
 // --- helpers ---------------------------------------------------------
 
@@ -272,9 +271,8 @@ func TestH2ClientFlowControlSlowReader(t *testing.T) {
 			}
 		}
 	}))
-	tr := newTransports(t, Config{MaxReceiveBufferPerStream: window, MaxReceiveBufferPerConnection: 128 << 10},
-		newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{MaxReceiveBufferPerStream: window, MaxReceiveBufferPerConnection: 128 << 10})
+	rt := tr.For(srv.addr)
 
 	// get reads path in small pieces and checks the bytes and how far the
 	// server got ahead of the reader.
@@ -366,9 +364,8 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 		flushed <- struct{}{}
 		<-r.Context().Done()
 	}))
-	tr := newTransports(t, Config{MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 128 << 10},
-		newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 128 << 10})
+	rt := tr.For(srv.addr)
 	for i := range 6 {
 		res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/big"))
 		if err != nil {
@@ -399,8 +396,8 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 func TestH2ClientCancelWhileStreaming(t *testing.T) {
 	p := newPKI(t)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 
 	t.Run("body streaming", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -460,8 +457,8 @@ func TestH2ClientCancelWhileStreaming(t *testing.T) {
 func TestH2ClientCloseResetsStream(t *testing.T) {
 	p := newPKI(t)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 
 	res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
@@ -486,7 +483,8 @@ func TestH2ClientCloseResetsStream(t *testing.T) {
 // --- 4. GOAWAY -------------------------------------------------------
 
 // TestH2ClientGoAway: a stream above a GOAWAY's last stream ID fails with
-// an UnprocessedError (the apiserver did not see it: safe to retry); a
+// an error Unprocessed recognises (the server did not see it: safe to
+// retry; components/transport wraps it in its UnprocessedError); a
 // stream the GOAWAY names as received gets its answer. Either way the
 // connection takes no new stream: the next request dials.
 func TestH2ClientGoAway(t *testing.T) {
@@ -507,14 +505,14 @@ func TestH2ClientGoAway(t *testing.T) {
 
 	for _, tc := range []struct {
 		path     string
-		wantBody string // "" wants an UnprocessedError
+		wantBody string // "" wants an error Unprocessed recognises
 	}{
 		{"/below", ""},
 		{"/received", "answered"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
-			tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-			rt := tr.For(srv.addr, AuthSidecar)
+			tr := newClients(t, p, Config{})
+			rt := tr.For(srv.addr)
 			before := srv.conns.Load()
 			// Stream 1 is answered normally; the GOAWAY comes on stream 3.
 			if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
@@ -526,12 +524,8 @@ func TestH2ClientGoAway(t *testing.T) {
 					res.Body.Close()
 					t.Fatal("RoundTrip succeeded on a stream the GOAWAY left unprocessed")
 				}
-				var u *UnprocessedError
-				if !errors.As(err, &u) || !IsUnprocessed(err) {
-					t.Fatalf("error %q (%T) is not an *UnprocessedError: the proxy would not retry a request the apiserver never saw", err, err)
-				}
-				if !u.Refused {
-					t.Errorf("UnprocessedError.Refused = false, want true: the endpoint was reached")
+				if !Unprocessed(err) || !errors.Is(err, ErrStreamGoneAway) {
+					t.Fatalf("error %q (%T) is not ErrStreamGoneAway: the proxy would not retry a request the server never saw", err, err)
 				}
 			} else {
 				if err != nil {
@@ -543,12 +537,12 @@ func TestH2ClientGoAway(t *testing.T) {
 					t.Fatalf("body %q, %v; want %q", b, err, tc.wantBody)
 				}
 			}
-			waitFor(t, "the gone-away connection to close", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 0 })
+			waitFor(t, "the gone-away connection to close", func() bool { return tr.open(srv.addr) == 0 })
 			if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatalf("request after the GOAWAY: %v", err)
 			}
-			if n := dials(t, tr, srv.addr, AuthSidecar, "ok"); n != 2 {
-				t.Errorf("dials_total{result=ok} = %v, want 2: the request after the GOAWAY must use a new connection", n)
+			if n := tr.dialed(srv.addr); n != 2 {
+				t.Errorf("connections dialled = %v, want 2: the request after the GOAWAY must use a new connection", n)
 			}
 			if n := srv.conns.Load() - before; n != 2 {
 				t.Errorf("the server saw %d connections, want 2", n)
@@ -565,8 +559,8 @@ func TestH2ClientGoAway(t *testing.T) {
 func TestH2ClientMaxConcurrentStreamsOpensConnections(t *testing.T) {
 	p := newPKI(t)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 1)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -594,8 +588,8 @@ func TestH2ClientMaxConcurrentStreamsOpensConnections(t *testing.T) {
 	if n := srv.opened.Load(); n != 2 {
 		t.Errorf("the server saw %d connections, want 2 (one stream each)", n)
 	}
-	if n := dials(t, tr, srv.addr, AuthSidecar, "ok"); n != 2 {
-		t.Errorf("dials_total{result=ok} = %v, want 2", n)
+	if n := tr.dialed(srv.addr); n != 2 {
+		t.Errorf("connections dialled = %v, want 2", n)
 	}
 }
 
@@ -613,8 +607,8 @@ func TestH2ClientTrailers(t *testing.T) {
 		w.Header().Set("X-Checksum", "abc123")
 		w.Header().Set(http.TrailerPrefix+"X-Late", "late")
 	}))
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+	tr := newClients(t, p, Config{})
+	res, err := tr.For(srv.addr).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -661,8 +655,8 @@ func TestH2ClientTrailersFilledOnlyAtEOF(t *testing.T) {
 		c.headers(id, false, ":status", "200")
 		c.data(id, true, "ok")
 	})
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/trailers"))
 	if err != nil {
 		t.Fatal(err)
@@ -709,8 +703,8 @@ func TestH2ClientTransparentGzip(t *testing.T) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(plain)))
 		w.Write(plain)
 	}))
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 
 	get := func(t *testing.T, hdr map[string]string) (*http.Response, []byte) {
 		req := newRequest(t, context.Background(), srv.addr, "/")
@@ -789,8 +783,8 @@ func TestH2ClientSkipsInformationalAnswers(t *testing.T) {
 		c.headers(id, false, ":status", "200", "content-type", "text/plain")
 		c.data(id, true, "final")
 	})
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+	tr := newClients(t, p, Config{})
+	res, err := tr.For(srv.addr).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -820,8 +814,8 @@ func TestH2ClientHealthCheck(t *testing.T) {
 	t.Run("frozen with a watch", func(t *testing.T) {
 		srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
 		proxy := newFreezeProxy(t, srv.addr)
-		tr := newTransports(t, cfg, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-		rt := tr.For(proxy.addr, AuthSidecar)
+		tr := newClients(t, p, cfg)
+		rt := tr.For(proxy.addr)
 		res, err := rt.RoundTrip(newRequest(t, context.Background(), proxy.addr, "/watch"))
 		if err != nil {
 			t.Fatal(err)
@@ -835,24 +829,24 @@ func TestH2ClientHealthCheck(t *testing.T) {
 			t.Fatal("the watch ended cleanly on a dead connection, want an error")
 		}
 		t.Logf("the watch failed %v after the freeze", time.Since(frozen).Round(time.Millisecond))
-		waitFor(t, "the frozen connection to be closed", func() bool { return connGauge(t, tr, proxy.addr, AuthSidecar) == 0 })
+		waitFor(t, "the frozen connection to be closed", func() bool { return tr.open(proxy.addr) == 0 })
 		if _, err := roundTrip(rt, newRequest(t, context.Background(), proxy.addr, "/")); err != nil {
 			t.Fatalf("request after the dead connection: %v", err)
 		}
-		if n := dials(t, tr, proxy.addr, AuthSidecar, "ok"); n != 2 {
-			t.Errorf("dials_total{result=ok} = %v, want 2", n)
+		if n := tr.dialed(proxy.addr); n != 2 {
+			t.Errorf("connections dialled = %v, want 2", n)
 		}
 	})
 
 	t.Run("frozen idle", func(t *testing.T) {
 		srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
 		proxy := newFreezeProxy(t, srv.addr)
-		tr := newTransports(t, cfg, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-		if _, err := roundTrip(tr.For(proxy.addr, AuthSidecar), newRequest(t, context.Background(), proxy.addr, "/")); err != nil {
+		tr := newClients(t, p, cfg)
+		if _, err := roundTrip(tr.For(proxy.addr), newRequest(t, context.Background(), proxy.addr, "/")); err != nil {
 			t.Fatal(err)
 		}
 		proxy.Freeze()
-		waitFor(t, "the frozen idle connection to be closed", func() bool { return connGauge(t, tr, proxy.addr, AuthSidecar) == 0 })
+		waitFor(t, "the frozen idle connection to be closed", func() bool { return tr.open(proxy.addr) == 0 })
 	})
 
 	t.Run("silent but answering PINGs", func(t *testing.T) {
@@ -863,8 +857,8 @@ func TestH2ClientHealthCheck(t *testing.T) {
 		// connection 2 s after it went out (long enough that a loaded
 		// machine's late answer still counts).
 		cfg := Config{ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 2 * time.Second}
-		tr := newTransports(t, cfg, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-		res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+		tr := newClients(t, p, cfg)
+		res, err := tr.For(srv.addr).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -879,8 +873,8 @@ func TestH2ClientHealthCheck(t *testing.T) {
 			t.Fatalf("the watch on a connection that answers PINGs ended: %v", err)
 		default:
 		}
-		if g := connGauge(t, tr, srv.addr, AuthSidecar); g != 1 {
-			t.Errorf("connections gauge = %v, want 1", g)
+		if g := tr.open(srv.addr); g != 1 {
+			t.Errorf("open connections = %v, want 1", g)
 		}
 	})
 }
@@ -891,9 +885,10 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 	p := newPKI(t)
 	lines := make(chan string)
 	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, streamingHandler(lines))
-	tr := newTransports(t, Config{IdleConnTimeout: 150 * time.Millisecond}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	busy := tr.For(srv.addr, AuthSidecar)     // holds a watch
-	idle := tr.For(srv.addr, AuthPassthrough) // its own pool, so its own connection
+	tr := newClients(t, p, Config{IdleConnTimeout: 150 * time.Millisecond})
+	busy := tr.For(srv.addr) // holds a watch
+	idleTr := newClients(t, p, Config{IdleConnTimeout: 150 * time.Millisecond})
+	idle := idleTr.For(srv.addr) // its own pool, so its own connection
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -910,13 +905,13 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 		if _, err := roundTrip(idle, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
 			t.Fatal(err)
 		}
-		if g := connGauge(t, tr, srv.addr, AuthPassthrough); g != 1 {
-			t.Fatalf("round %d: connections gauge = %v, want 1", i, g)
+		if g := idleTr.open(srv.addr); g != 1 {
+			t.Fatalf("round %d: open connections = %v, want 1", i, g)
 		}
-		waitFor(t, "the idle connection to be closed", func() bool { return connGauge(t, tr, srv.addr, AuthPassthrough) == 0 })
+		waitFor(t, "the idle connection to be closed", func() bool { return idleTr.open(srv.addr) == 0 })
 	}
-	if g := connGauge(t, tr, srv.addr, AuthSidecar); g != 1 {
-		t.Fatalf("the watch's connections gauge = %v, want 1: a connection carrying a stream is not idle", g)
+	if g := tr.open(srv.addr); g != 1 {
+		t.Fatalf("the watch's open connections = %v, want 1: a connection carrying a stream is not idle", g)
 	}
 	select {
 	case lines <- "event":
@@ -926,7 +921,7 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 	if l, err := watch.ReadString('\n'); err != nil || l != "event\n" {
 		t.Errorf("the watch after the idle timeouts: %q, %v", l, err)
 	}
-	if n := dials(t, tr, srv.addr, AuthSidecar, "ok"); n != 1 {
+	if n := tr.dialed(srv.addr); n != 1 {
 		t.Errorf("dials for the watch = %v, want 1", n)
 	}
 }
@@ -958,8 +953,8 @@ func TestH2ClientLargeHeaderBlock(t *testing.T) {
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	addr := srv.Listener.Addr().String()
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(addr)
 	// 40 KiB of random hex: about 27 KiB even Huffman-coded.
 	big := hex.EncodeToString(pattern(7, 20<<10))
 	sum := sha256.Sum256([]byte(big))
@@ -992,8 +987,8 @@ func TestH2ClientNoGoroutinePerStream(t *testing.T) {
 	const n = 50
 	p := newPKI(t)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	fanout := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	fanout := tr.For(srv.addr)
 	xnet := &http2.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: p.ca.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.alice.TLS},
 	}}
@@ -1052,8 +1047,8 @@ func TestH2ClientNoGoroutinePerStream(t *testing.T) {
 func TestH2ClientInvalidHeaderKeepsConnectionUsable(t *testing.T) {
 	p := newPKI(t)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/warm")); err != nil {
 		t.Fatal(err)
 	}
@@ -1093,8 +1088,8 @@ func TestH2ClientBodyLengthMismatch(t *testing.T) {
 			c.data(id, true, "hello")
 		}
 	})
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	tr := newClients(t, p, Config{})
+	rt := tr.For(srv.addr)
 	for _, path := range []string{"/short", "/long"} {
 		t.Run(path, func(t *testing.T) {
 			req := newRequest(t, context.Background(), srv.addr, path)

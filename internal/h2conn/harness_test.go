@@ -1,0 +1,201 @@
+package h2conn
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/net/http2"
+
+	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testserver"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// serverName is the SAN of every test serving certificate.
+const serverName = "kubernetes"
+
+// pki is a CA with a serving certificate and a client certificate.
+type pki struct {
+	ca      *testpki.CA
+	serving testpki.KeyPair
+	alice   testpki.KeyPair
+}
+
+func newPKI(t testing.TB) *pki {
+	ca := testpki.NewCA(t)
+	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
+}
+
+// h2Server is testserver.H2, named as the tests here use it.
+type h2Server struct {
+	*testserver.H2
+	addr   string
+	opened *atomic.Int32
+}
+
+// newH2Server starts an HTTP/2 server serving p.serving and checking
+// client certificates against p.ca with policy auth. maxStreams > 0 sets
+// SETTINGS_MAX_CONCURRENT_STREAMS.
+func newH2Server(t testing.TB, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
+	t.Helper()
+	s := testserver.NewH2(t, p.ca.ServerTLSConfig(p.serving, auth), maxStreams, h)
+	return &h2Server{H2: s, addr: s.Addr, opened: &s.Opened}
+}
+
+// freezeProxy is testserver.FreezeProxy, named as the tests here use it.
+type freezeProxy struct {
+	*testserver.FreezeProxy
+	addr string
+}
+
+func newFreezeProxy(t *testing.T, target string) *freezeProxy {
+	p := testserver.NewFreezeProxy(t, target)
+	return &freezeProxy{FreezeProxy: p, addr: p.Addr}
+}
+
+var (
+	echoHandler      = testserver.Echo
+	streamingHandler = testserver.Streaming
+)
+
+// clients stands in for components/transport's pools: per address, a
+// set of connections dialled with alice's certificate; a request goes to
+// the first connection that can take a stream, else to a new one. Unlike
+// the transport's, it dials under its lock, which is all the tests need.
+type clients struct {
+	tls *tls.Config
+	cfg Config
+
+	mu    sync.Mutex
+	pools map[string]*testPool
+	all   []*Conn // every connection made, closed when the test ends
+}
+
+func newClients(t testing.TB, p *pki, cfg Config) *clients {
+	c := &clients{
+		tls: &tls.Config{
+			RootCAs: p.ca.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.alice.TLS},
+			NextProtos: []string{http2.NextProtoTLS},
+		},
+		cfg:   cfg,
+		pools: map[string]*testPool{},
+	}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		all := c.all
+		c.mu.Unlock()
+		for _, cc := range all {
+			cc.Close()
+		}
+	})
+	return c
+}
+
+// For returns the pool of connections to addr.
+func (c *clients) For(addr string) *testPool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pools[addr]
+	if p == nil {
+		p = &testPool{c: c, addr: addr}
+		c.pools[addr] = p
+	}
+	return p
+}
+
+// dialed is how many connections to addr were made, open how many of
+// them are open.
+func (c *clients) dialed(addr string) int32 { return c.For(addr).dialed.Load() }
+func (c *clients) open(addr string) int32   { return c.For(addr).open.Load() }
+
+type testPool struct {
+	c    *clients
+	addr string
+
+	mu     sync.Mutex
+	conns  []*Conn
+	dialed atomic.Int32
+	open   atomic.Int32
+}
+
+func (p *testPool) RoundTrip(req *http.Request) (*http.Response, error) {
+	for {
+		cc, err := p.get(req.Context())
+		if err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+		res, err := cc.RoundTrip(req)
+		if errors.Is(err, ErrConnClosing) && req.Context().Err() == nil {
+			continue // nothing was written
+		}
+		return res, err
+	}
+}
+
+func (p *testPool) get(ctx context.Context) (*Conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cc := range p.conns {
+		if cc.CanTakeStream() {
+			return cc, nil
+		}
+	}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: p.c.tls}
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.c.cfg
+	cfg.OnGoAway = p.remove
+	cfg.OnClose = func(cc *Conn) {
+		p.remove(cc)
+		p.open.Add(-1)
+	}
+	p.open.Add(1)
+	cc, err := New(nc, cfg)
+	if err != nil {
+		p.open.Add(-1)
+		nc.Close()
+		return nil, err
+	}
+	p.dialed.Add(1)
+	p.conns = append(p.conns, cc)
+	p.c.mu.Lock()
+	p.c.all = append(p.c.all, cc)
+	p.c.mu.Unlock()
+	return cc, nil
+}
+
+func (p *testPool) remove(cc *Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, c := range p.conns {
+		if c == cc {
+			p.conns = append(p.conns[:i], p.conns[i+1:]...)
+			return
+		}
+	}
+}
+
+// Requests as every test here sends them (see testserver).
+var (
+	newRequest = testserver.NewRequest
+	roundTrip  = testserver.RoundTrip
+	waitFor    = testserver.WaitFor
+)
+
+var errTest = errors.New("test failure")
