@@ -110,7 +110,7 @@ var metricRef = regexp.MustCompile(`\b(?:fanout|process)_[a-z0-9_]+\b`)
 // that never fires.
 func TestMonitoringReferencesExistingMetrics(t *testing.T) {
 	_, names := runSidecarWithTraffic(t)
-	files, err := filepath.Glob("../manifests/monitoring/*")
+	files, err := filepath.Glob("../../manifests/monitoring/*")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no monitoring manifests found: %v", err)
 	}
