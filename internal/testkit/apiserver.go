@@ -30,10 +30,10 @@ type APIServer struct {
 	Requests atomic.Int64
 
 	handler http.Handler
-	readyz  atomic.Int32         // status code of /readyz
-	delay   atomic.Int64         // nanoseconds to wait before answering
-	mu      sync.Mutex           // guards seen
-	seen    []Request            // in arrival order
+	readyz  atomic.Int32 // status code of /readyz
+	delay   atomic.Int64 // nanoseconds to wait before answering
+	mu      sync.Mutex   // guards seen
+	seen    []Request    // in arrival order
 }
 
 // Request is what APIServer records of each request, /readyz included.
