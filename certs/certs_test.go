@@ -11,7 +11,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // The transport consumes credentials through its own interface; certs
@@ -25,19 +25,19 @@ func TestMain(m *testing.M) {
 // fixture is a PKI written to a directory, for kubeconfigs to point at.
 type fixture struct {
 	dir                       string
-	ca                        *testpki.CA
-	serving, alice            testpki.KeyPair
+	ca                        *testkit.CA
+	serving, alice            testkit.KeyPair
 	caFile, certFile, keyFile string
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	dir := t.TempDir()
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	f := &fixture{dir: dir, ca: ca, serving: ca.Serving("kubernetes", "10.0.0.1"), alice: ca.Client("alice", "team")}
-	f.caFile = testpki.WriteFile(t, dir, "pki/ca.crt", ca.CertPEM)
-	f.certFile = testpki.WriteFile(t, dir, "pki/alice.crt", f.alice.CertPEM)
-	f.keyFile = testpki.WriteFile(t, dir, "pki/alice.key", f.alice.KeyPEM)
+	f.caFile = testkit.WriteFile(t, dir, "pki/ca.crt", ca.CertPEM)
+	f.certFile = testkit.WriteFile(t, dir, "pki/alice.crt", f.alice.CertPEM)
+	f.keyFile = testkit.WriteFile(t, dir, "pki/alice.key", f.alice.KeyPEM)
 	return f
 }
 
@@ -53,17 +53,17 @@ func writeKubeconfig(t *testing.T, dir, name string, cluster *clientcmdapi.Clust
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testpki.WriteFile(t, dir, name, data)
+	return testkit.WriteFile(t, dir, name, data)
 }
 
 func TestLoadKubeconfig(t *testing.T) {
 	f := newFixture(t)
-	tokenFile := testpki.WriteFile(t, f.dir, "token", []byte("file-token\n"))
+	tokenFile := testkit.WriteFile(t, f.dir, "token", []byte("file-token\n"))
 	// A kubeconfig in a subdirectory naming files relative to itself.
 	relDir := filepath.Join(f.dir, "rel")
-	testpki.WriteFile(t, relDir, "ca.crt", f.ca.CertPEM)
-	testpki.WriteFile(t, relDir, "creds/alice.crt", f.alice.CertPEM)
-	testpki.WriteFile(t, relDir, "creds/alice.key", f.alice.KeyPEM)
+	testkit.WriteFile(t, relDir, "ca.crt", f.ca.CertPEM)
+	testkit.WriteFile(t, relDir, "creds/alice.crt", f.alice.CertPEM)
+	testkit.WriteFile(t, relDir, "creds/alice.key", f.alice.KeyPEM)
 
 	type want struct {
 		server, serverName string
@@ -226,7 +226,7 @@ func TestLoadKubeconfigErrors(t *testing.T) {
 			switch {
 			case tc.noFile:
 			case tc.raw != nil:
-				testpki.WriteFile(t, dir, "kubeconfig", []byte(*tc.raw))
+				testkit.WriteFile(t, dir, "kubeconfig", []byte(*tc.raw))
 			default:
 				cfg := clientcmdapi.NewConfig()
 				cfg.Clusters["c"] = okCluster()
@@ -254,8 +254,8 @@ func ptr[T any](v T) *T { return &v }
 func TestNewCredentialsErrors(t *testing.T) {
 	f := newFixture(t)
 	bob := f.ca.Client("bob")
-	notPEM := testpki.WriteFile(t, f.dir, "garbage", []byte("not a certificate"))
-	empty := testpki.WriteFile(t, f.dir, "empty-token", []byte(" \n"))
+	notPEM := testkit.WriteFile(t, f.dir, "garbage", []byte("not a certificate"))
+	empty := testkit.WriteFile(t, f.dir, "empty-token", []byte(" \n"))
 	missing := filepath.Join(f.dir, "missing")
 	for _, tc := range []struct {
 		name   string

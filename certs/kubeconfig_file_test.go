@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // kubeconfigView is what fanout reads of a kubeconfig, in a form both
@@ -172,7 +172,7 @@ current-context: x
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "conf")
-			path := testpki.WriteFile(t, dir, "kubeconfig", []byte(tc.body))
+			path := testkit.WriteFile(t, dir, "kubeconfig", []byte(tc.body))
 			ref, refErr := clientcmd.LoadFromFile(path)
 			if refErr == nil {
 				refErr = clientcmd.ResolveLocalPaths(ref)

@@ -17,7 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // volume imitates a Kubernetes secret or projected volume as the
@@ -50,7 +50,7 @@ func (v *volume) update(files map[string][]byte) {
 	v.n++
 	ts := fmt.Sprintf("..2026_11_30_06_00_%02d.%d", v.n, v.n)
 	for name, data := range files {
-		testpki.WriteFile(v.t, filepath.Join(v.dir, ts), name, data)
+		testkit.WriteFile(v.t, filepath.Join(v.dir, ts), name, data)
 	}
 	tmp := filepath.Join(v.dir, "..data_tmp")
 	if err := os.Symlink(ts, tmp); err != nil {
@@ -145,7 +145,7 @@ func certCN(c *Credentials) string {
 	return cert.Leaf.Subject.CommonName
 }
 
-func verifies(pool *x509.CertPool, kp testpki.KeyPair) bool {
+func verifies(pool *x509.CertPool, kp testkit.KeyPair) bool {
 	_, err := kp.Leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "kubernetes"})
 	return err == nil
 }
@@ -172,7 +172,7 @@ func (b *logBuffer) count(substr string) int {
 // with polling out of the picture (an hour): the directory watch alone
 // must see it.
 func TestSecretVolumeSwap(t *testing.T) {
-	ca1, ca2 := testpki.NewCA(t), testpki.NewCA(t)
+	ca1, ca2 := testkit.NewCA(t), testkit.NewCA(t)
 	alice, bob := ca1.Client("alice"), ca2.Client("bob")
 	srv1, srv2 := ca1.Serving("kubernetes"), ca2.Serving("kubernetes")
 	vol := newVolume(t, map[string][]byte{
@@ -274,8 +274,8 @@ func TestAtomicRename(t *testing.T) {
 func TestBadFilesKeepLastGood(t *testing.T) {
 	f := newFixture(t)
 	bob := f.ca.Client("bob")
-	ca2 := testpki.NewCA(t)
-	tokenFile := testpki.WriteFile(t, f.dir, "token", []byte("good-token"))
+	ca2 := testkit.NewCA(t)
+	tokenFile := testkit.WriteFile(t, f.dir, "token", []byte("good-token"))
 	half := func(b []byte) []byte { return b[:len(b)/2] }
 	for _, tc := range []struct {
 		name  string
@@ -350,7 +350,7 @@ func TestBadFilesKeepLastGood(t *testing.T) {
 func TestPollingAloneReloads(t *testing.T) {
 	f := newFixture(t)
 	bob := f.ca.Client("bob")
-	clock := newPollClock()
+	clock := testkit.NewClock(time.Now())
 	m := NewMetrics()
 	c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
 		Options{Metrics: m, Clock: clock, PollInterval: 10 * time.Second})
@@ -364,7 +364,7 @@ func TestPollingAloneReloads(t *testing.T) {
 	defer c.Stop()
 	os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
 	os.WriteFile(f.certFile, bob.CertPEM, 0o600)
-	clock.waitTimers(t, 1)
+	eventually(t, "the watcher's timer", func() bool { return clock.Waiters() >= 1 })
 	// Without inotify the watcher wakes only on its clock's timers: none
 	// due 9s in means no check could run, so the old material stays.
 	if fired := clock.Advance(9 * time.Second); fired != 0 {
@@ -419,7 +419,7 @@ func TestKubeconfigReload(t *testing.T) {
 	}
 
 	// Now a tokenFile instead of a certificate; then the token rotates.
-	tokenFile := testpki.WriteFile(t, dir, "token", []byte("t1"))
+	tokenFile := testkit.WriteFile(t, dir, "token", []byte("t1"))
 	writeKubeconfig(t, other, "kubeconfig", cluster, &clientcmdapi.AuthInfo{TokenFile: tokenFile})
 	data, _ = os.ReadFile(filepath.Join(other, "kubeconfig"))
 	replaceAtomic(t, path, data)
@@ -441,7 +441,7 @@ func TestReloadIsRateLimited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{t: time.Now()}
+	clock := testkit.NewClock(time.Now())
 	c.now = clock.Now
 	c.Reload()
 	os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
@@ -459,7 +459,7 @@ func TestReloadIsRateLimited(t *testing.T) {
 }
 
 func TestServingCertificate(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	one, two := ca.Serving("injector.svc"), ca.Serving("injector.svc", "two.svc")
 	vol := newVolume(t, map[string][]byte{"tls.crt": one.CertPEM, "tls.key": one.KeyPEM})
 	if _, err := NewServingCertificate(vol.path("tls.crt"), filepath.Join(vol.dir, "missing"), Options{}); err == nil {
@@ -505,7 +505,7 @@ func TestServingCertificate(t *testing.T) {
 func TestWatchDirs(t *testing.T) {
 	vol := newVolume(t, map[string][]byte{"a": []byte("x")})
 	elsewhere := t.TempDir()
-	target := testpki.WriteFile(t, elsewhere, "real", []byte("x"))
+	target := testkit.WriteFile(t, elsewhere, "real", []byte("x"))
 	link := filepath.Join(t.TempDir(), "link")
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
@@ -517,70 +517,13 @@ func TestWatchDirs(t *testing.T) {
 	}
 }
 
-// pollClock is a Clock whose timers fire when the test advances it.
-type pollClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []pollTimer
-}
-
-type pollTimer struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newPollClock() *pollClock { return &pollClock{now: time.Now()} }
-
-func (c *pollClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *pollClock) After(d time.Duration) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	c.timers = append(c.timers, pollTimer{at: c.now.Add(d), ch: ch})
-	return ch
-}
-
-// Advance moves the clock on by d and fires the timers due, returning
-// how many.
-func (c *pollClock) Advance(d time.Duration) (fired int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, tm := range c.timers {
-		if !tm.at.After(c.now) {
-			tm.ch <- c.now
-			fired++
-			continue
-		}
-		kept = append(kept, tm)
-	}
-	c.timers = kept
-	return fired
-}
-
-// waitTimers waits until n timers are pending.
-func (c *pollClock) waitTimers(t *testing.T, n int) {
-	t.Helper()
-	eventually(t, "the watcher's timer", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.timers) >= n
-	})
-}
-
 // TestRenewalWarning: a certificate past 80% of its lifetime with no newer
 // one on disk is logged once, not at every check.
 func TestRenewalWarning(t *testing.T) {
 	f := newFixture(t)
 	life := f.alice.Leaf.NotAfter.Sub(f.alice.Leaf.NotBefore)
-	clock := newPollClock()
-	clock.now = f.alice.Leaf.NotBefore.Add(life * 7 / 10)
+	clock := testkit.NewClock(time.Now())
+	clock.Set(f.alice.Leaf.NotBefore.Add(life * 7 / 10))
 	var logs logBuffer
 	c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
 		Options{Clock: clock, Log: slog.New(slog.NewJSONHandler(&logs, nil))})

@@ -6,13 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestRoundTripper sends requests through NewRoundTripper to an HTTP/2
@@ -24,24 +23,19 @@ import (
 func TestRoundTripper(t *testing.T) {
 	f := newFixture(t)
 	bob := f.ca.Client("bob")
-	tokenFile := testpki.WriteFile(t, f.dir, "token", []byte("tok-1\n"))
+	tokenFile := testkit.WriteFile(t, f.dir, "token", []byte("tok-1\n"))
 	var closed atomic.Int32
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := testkit.NewAPIServer(t, f.ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/unauthorized" {
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}
 		fmt.Fprintf(w, "%s %s HTTP/%d", r.TLS.PeerCertificates[0].Subject.CommonName, r.Header.Get("Authorization"), r.ProtoMajor)
-	}))
-	srv.EnableHTTP2 = true
-	srv.TLS = f.ca.ServerTLSConfig(f.serving, tls.RequireAndVerifyClientCert)
-	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+	}), testkit.WithClientAuth(tls.RequireAndVerifyClientCert), testkit.WithConnState(func(_ net.Conn, s http.ConnState) {
 		if s == http.StateClosed {
 			closed.Add(1)
 		}
-	}
-	srv.StartTLS()
-	defer srv.Close()
+	}))
 
 	creds, err := NewCredentials(&Upstream{CA: Source{Path: f.caFile}, ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}, Token: Source{Path: tokenFile}})
 	if err != nil {
@@ -63,8 +57,8 @@ func TestRoundTripper(t *testing.T) {
 		t.Fatalf("first request: %q, want %q", got, want)
 	}
 
-	testpki.WriteFile(t, f.dir, "pki/alice.crt", bob.CertPEM)
-	testpki.WriteFile(t, f.dir, "pki/alice.key", bob.KeyPEM)
+	testkit.WriteFile(t, f.dir, "pki/alice.crt", bob.CertPEM)
+	testkit.WriteFile(t, f.dir, "pki/alice.key", bob.KeyPEM)
 	if err := os.WriteFile(tokenFile, []byte("tok-2\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

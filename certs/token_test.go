@@ -7,26 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
-
-// fakeClock is advanced by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // rewrite replaces the token file's content and moves its modification
 // time forward, as a kubelet rotation does.
@@ -43,7 +25,7 @@ func rewrite(t *testing.T, path, content string, mtime *time.Time) {
 
 func TestTokenFileRotation(t *testing.T) {
 	dir := t.TempDir()
-	path := testpki.WriteFile(t, dir, "token", []byte("one\n"))
+	path := testkit.WriteFile(t, dir, "token", []byte("one\n"))
 	mtime := time.Now().Add(-time.Hour)
 	if err := os.Chtimes(path, mtime, mtime); err != nil {
 		t.Fatal(err)
@@ -52,7 +34,7 @@ func TestTokenFileRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{t: time.Now()}
+	clock := testkit.NewClock(time.Now())
 	creds.now = clock.Now
 	creds.token.Load().checked = clock.Now() // as if NewCredentials had read it on this clock
 
@@ -85,7 +67,7 @@ func TestTokenFileRotation(t *testing.T) {
 func TestTokenFileSymlinkSwap(t *testing.T) {
 	dir := t.TempDir()
 	old := filepath.Join(dir, "..2024_01_01")
-	testpki.WriteFile(t, old, "token", []byte("old"))
+	testkit.WriteFile(t, old, "token", []byte("old"))
 	if err := os.Symlink(filepath.Base(old), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
@@ -97,14 +79,14 @@ func TestTokenFileSymlinkSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{t: time.Now()}
+	clock := testkit.NewClock(time.Now())
 	creds.now = clock.Now
 	if got, _ := creds.Token(); got != "old" {
 		t.Fatalf("Token() = %q, want old", got)
 	}
 
 	next := filepath.Join(dir, "..2024_01_02")
-	testpki.WriteFile(t, next, "token", []byte("new-token"))
+	testkit.WriteFile(t, next, "token", []byte("new-token"))
 	later := time.Now().Add(time.Hour)
 	if err := os.Chtimes(filepath.Join(next, "token"), later, later); err != nil {
 		t.Fatal(err)
@@ -128,12 +110,12 @@ func TestTokenFileSymlinkSwap(t *testing.T) {
 // under -race it checks the lock-free read path.
 func TestTokenConcurrent(t *testing.T) {
 	dir := t.TempDir()
-	path := testpki.WriteFile(t, dir, "token", []byte("v0"))
+	path := testkit.WriteFile(t, dir, "token", []byte("v0"))
 	creds, err := NewCredentials(&Upstream{Token: Source{Path: path}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{t: time.Now()}
+	clock := testkit.NewClock(time.Now())
 	creds.now = clock.Now
 	mtime := time.Now()
 	valid := map[string]bool{"v0": true, "v1": true, "v2": true, "v3": true}

@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestWriteKubeconfig(t *testing.T) {
@@ -26,7 +26,7 @@ func TestWriteKubeconfig(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "kubeconfig")
 			if tc.existing {
-				testpki.WriteFile(t, dir, "kubeconfig", []byte(strings.Repeat("old content that is longer\n", 100)))
+				testkit.WriteFile(t, dir, "kubeconfig", []byte(strings.Repeat("old content that is longer\n", 100)))
 			}
 			if err := WriteKubeconfig(path, tc.listen); err != nil {
 				t.Fatalf("WriteKubeconfig: %v", err)
@@ -82,7 +82,7 @@ func TestWriteKubeconfigErrors(t *testing.T) {
 		{"directory missing", "127.0.0.1:7080", func(t *testing.T, dir string) string { return filepath.Join(dir, "missing", "kubeconfig") }, "writing kubeconfig"},
 		{"rename fails: path is a directory", "127.0.0.1:7080", func(t *testing.T, dir string) string {
 			p := filepath.Join(dir, "kubeconfig")
-			testpki.WriteFile(t, p, "keep", []byte("x"))
+			testkit.WriteFile(t, p, "keep", []byte("x"))
 			return p
 		}, "writing kubeconfig"},
 	} {

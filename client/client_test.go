@@ -30,7 +30,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -49,7 +49,7 @@ type apiserver struct {
 	authz    map[string]int // Authorization header
 }
 
-func newAPIServer(t *testing.T, ca *testpki.CA, serving testpki.KeyPair) *apiserver {
+func newAPIServer(t *testing.T, ca *testkit.CA, serving testkit.KeyPair) *apiserver {
 	t.Helper()
 	a := &apiserver{cns: map[string]int{}, authz: map[string]int{}}
 	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
@@ -113,8 +113,8 @@ type fixture struct {
 	servers   []*apiserver
 	cfg       *rest.Config // the program's config: Host is the first server
 	endpoints string       // all three, for WithEndpoints
-	ca        *testpki.CA
-	client    testpki.KeyPair
+	ca        *testkit.CA
+	client    testkit.KeyPair
 }
 
 // newFixture starts three apiservers whose certificates are valid only
@@ -122,7 +122,7 @@ type fixture struct {
 // verifies that name.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	serving := ca.Serving("kubernetes")
 	f := &fixture{ca: ca, client: ca.Client("system:library-test")}
 	var urls []string
@@ -137,9 +137,9 @@ func newFixture(t *testing.T) *fixture {
 		Host: urls[0],
 		TLSClientConfig: rest.TLSClientConfig{
 			ServerName: "kubernetes",
-			CAFile:     testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM),
-			CertFile:   testpki.WriteFile(t, dir, "client.crt", f.client.CertPEM),
-			KeyFile:    testpki.WriteFile(t, dir, "client.key", f.client.KeyPEM),
+			CAFile:     testkit.WriteFile(t, dir, "ca.crt", ca.CertPEM),
+			CertFile:   testkit.WriteFile(t, dir, "client.crt", f.client.CertPEM),
+			KeyFile:    testkit.WriteFile(t, dir, "client.key", f.client.KeyPEM),
 		},
 		QPS: -1, // no client-side rate limit: the tests send bursts
 	}
@@ -221,7 +221,7 @@ func TestCredentials(t *testing.T) {
 		{"token file wins over token", func(_ *fixture, cfg *rest.Config, dir string) {
 			cfg.CertFile, cfg.KeyFile = "", ""
 			cfg.BearerToken = "stale"
-			cfg.BearerTokenFile = testpki.WriteFile(t, dir, "token", []byte("file-token\n"))
+			cfg.BearerTokenFile = testkit.WriteFile(t, dir, "token", []byte("file-token\n"))
 		}, "", "Bearer file-token"},
 		{"certificate and token", func(_ *fixture, cfg *rest.Config, _ string) {
 			cfg.BearerToken = "both"

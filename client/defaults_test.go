@@ -23,7 +23,7 @@ import (
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/engine"
 	"github.com/fanout-dev/fanout/components/sidecar"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestSidecarResilienceDefaults: the library balances with the sidecar's
@@ -66,7 +66,7 @@ contexts:
   context: {cluster: c, user: u}
 current-context: ctx
 `, f.cfg.Host, tc.CAFile, tc.ServerName, tc.CertFile, tc.KeyFile)
-	return testpki.WriteFile(t, t.TempDir(), "upstream.kubeconfig", []byte(kc))
+	return testkit.WriteFile(t, t.TempDir(), "upstream.kubeconfig", []byte(kc))
 }
 
 // sidecarConfig is the engine Config the sidecar builds from its real
@@ -192,7 +192,7 @@ func TestDefaultsAreTheEngines(t *testing.T) {
 // program's requests (which may be at their stream limit or have their
 // flow-control window held by unread responses).
 func TestProbesUseTheirOwnConnections(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	client := ca.Client("system:library-test")
 	var mu sync.Mutex
 	probeConns, requestConns := map[string]bool{}, map[string]bool{}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestSlowWatchConsumersDoNotBlockOtherRequests: a program that holds
@@ -28,7 +28,7 @@ import (
 // GET below never got its response body.
 func TestSlowWatchConsumersDoNotBlockOtherRequests(t *testing.T) {
 	const watches = 20
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	client := ca.Client("system:library-test")
 	var sent atomic.Int64
 	event := `{"type":"MODIFIED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"default","resourceVersion":"2"},"data":{"k":"` + strings.Repeat("v", 4000) + `"}}}` + "\n"

@@ -21,7 +21,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/engine"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // watchServers are three apiservers sharing one ConfigMap store: every
@@ -43,7 +43,7 @@ type watchServer struct {
 
 const tickCM = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"tick","namespace":"default","resourceVersion":"%d"}}`
 
-func newWatchServers(t *testing.T, ca *testpki.CA) *watchServers {
+func newWatchServers(t *testing.T, ca *testkit.CA) *watchServers {
 	w := &watchServers{rv: 1, subs: map[chan string]bool{}}
 	serving := ca.Serving("kubernetes")
 	for range 3 {
@@ -153,7 +153,7 @@ func TestWatchRebalancingThroughWrap(t *testing.T) {
 }
 
 func testWatchRebalancing(t *testing.T, on bool) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	client := ca.Client("system:library-test")
 	w := newWatchServers(t, ca)
 	var eps []string

@@ -165,7 +165,7 @@ func TestDNSWithStubServer(t *testing.T) {
 	stub := newStubDNS(t)
 	stub.set(name, "10.0.0.2", "fd00::1", "10.0.0.1")
 
-	clk := newFakeClock(time.Unix(1000, 0))
+	clk := newTestClock(time.Unix(1000, 0))
 	lookupErrs := make(chan error, 16)
 	m := NewMetrics()
 	stubLookup := stub.lookup()
@@ -187,7 +187,7 @@ func TestDNSWithStubServer(t *testing.T) {
 	tick := func(wantErr func(error) bool, want []string) {
 		t.Helper()
 		if lookups > 0 {
-			clk.Step(time.Second)
+			clk.Advance(time.Second)
 		}
 		lookups++
 		select {

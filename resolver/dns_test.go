@@ -6,6 +6,7 @@ import (
 	"net"
 	"reflect"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -58,46 +59,45 @@ func TestDNS(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
+		// In a bubble the resolver's real ticker runs on virtual time:
+		// the next lookup comes a second later, as soon as the test waits
+		// for it.
 		t.Run(tt.name, func(t *testing.T) {
-			clk := newFakeClock(time.Unix(1000, 0))
-			results := make(chan lookupResult)
-			m := NewMetrics()
-			d := &DNS{
-				Host: "kube.example", Port: "6443", Interval: time.Second, Clock: clk,
-				Fallback: fallback, Metrics: m,
-				Lookup: func(ctx context.Context, host string) ([]net.IPAddr, error) {
-					if host != "kube.example" {
-						t.Errorf("looked up %q, want kube.example", host)
-					}
-					select {
-					case r := <-results:
-						var out []net.IPAddr
-						for _, ip := range r.ips {
-							out = append(out, net.IPAddr{IP: net.ParseIP(ip)})
+			synctest.Test(t, func(t *testing.T) {
+				results := make(chan lookupResult)
+				m := NewMetrics()
+				d := &DNS{
+					Host: "kube.example", Port: "6443", Interval: time.Second,
+					Fallback: fallback, Metrics: m,
+					Lookup: func(ctx context.Context, host string) ([]net.IPAddr, error) {
+						if host != "kube.example" {
+							t.Errorf("looked up %q, want kube.example", host)
 						}
-						return out, r.err
-					case <-ctx.Done():
-						return nil, ctx.Err()
+						select {
+						case r := <-results:
+							var out []net.IPAddr
+							for _, ip := range r.ips {
+								out = append(out, net.IPAddr{IP: net.ParseIP(ip)})
+							}
+							return out, r.err
+						case <-ctx.Done():
+							return nil, ctx.Err()
+						}
+					},
+				}
+				updates, stop := runResolver(t, d)
+				defer stop()
+				for i, r := range tt.lookups {
+					results <- r
+					got := nextUpdate(t, updates, tt.want[i] != nil)
+					if !reflect.DeepEqual(addresses(got), orNil(tt.want[i])) {
+						t.Fatalf("after lookup %d: published %v, want %v", i, addresses(got), tt.want[i])
 					}
-				},
-			}
-			updates, stop := runResolver(t, d)
-			defer stop()
-			for i, r := range tt.lookups {
-				if i > 0 {
-					clk.Step(time.Second)
 				}
-				results <- r
-				// The fake ticker buffers its tick, so the next Step
-				// triggers the next lookup whenever Run gets to it.
-				got := nextUpdate(t, updates, tt.want[i] != nil)
-				if !reflect.DeepEqual(addresses(got), orNil(tt.want[i])) {
-					t.Fatalf("after lookup %d: published %v, want %v", i, addresses(got), tt.want[i])
+				if got := testutil.ToFloat64(m.errors.WithLabelValues("dns")); got != tt.wantErrors {
+					t.Errorf("fanout_resolver_errors_total = %v, want %v", got, tt.wantErrors)
 				}
-			}
-			if got := testutil.ToFloat64(m.errors.WithLabelValues("dns")); got != tt.wantErrors {
-				t.Errorf("fanout_resolver_errors_total = %v, want %v", got, tt.wantErrors)
-			}
+			})
 		})
 	}
 }
@@ -152,7 +152,7 @@ func nextUpdate(t *testing.T, updates <-chan []Endpoint, expect bool) []Endpoint
 }
 
 func TestDNSResolveNow(t *testing.T) {
-	clk := newFakeClock(time.Unix(1000, 0))
+	clk := newTestClock(time.Unix(1000, 0))
 	lookups := make(chan time.Time, 16)
 	d := &DNS{
 		Host: "kube.example", Port: "6443", Interval: 5 * time.Second, Clock: clk,
@@ -189,7 +189,7 @@ func TestDNSResolveNow(t *testing.T) {
 	expectNone()
 
 	// Long enough after the last lookup: at once.
-	clk.Step(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	d.ResolveNow()
 	expect(start.Add(2 * time.Second))
 
@@ -199,24 +199,24 @@ func TestDNSResolveNow(t *testing.T) {
 	d.ResolveNow()
 	expectNone()
 	d.ResolveNow()
-	clk.Step(MinResolveNowGap - time.Millisecond)
+	clk.Advance(MinResolveNowGap - time.Millisecond)
 	expectNone()
-	clk.Step(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	expect(start.Add(2*time.Second + MinResolveNowGap))
 	expectNone()
 
 	// The ticker runs on regardless.
-	clk.Step(2 * time.Second)
+	clk.Advance(2 * time.Second)
 	expect(start.Add(5 * time.Second))
 
 	// A tick while a request waits answers it.
-	clk.Step(4*time.Second + 500*time.Millisecond)
+	clk.Advance(4*time.Second + 500*time.Millisecond)
 	d.ResolveNow()
 	expect(start.Add(9*time.Second + 500*time.Millisecond))
 	d.ResolveNow()
 	expectNone()
-	clk.Step(500 * time.Millisecond)
+	clk.Advance(500 * time.Millisecond)
 	expect(start.Add(10 * time.Second))
-	clk.Step(MinResolveNowGap)
+	clk.Advance(MinResolveNowGap)
 	expectNone()
 }

@@ -158,7 +158,7 @@ func TestEndpointSlices(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeAPIServer(t, tt.objects...)
 			f.failNextLists(tt.failLists, http.StatusServiceUnavailable)
-			clk := newFakeClock(time.Unix(1000, 0))
+			clk := newTestClock(time.Unix(1000, 0))
 			m := NewMetrics()
 			r := &EndpointSlices{
 				APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", PortName: tt.portName,
@@ -194,7 +194,7 @@ func TestEndpointSlices(t *testing.T) {
 // the debounce delay has passed, and a burst once.
 func TestEndpointSlicesDebounce(t *testing.T) {
 	f := newFakeAPIServer(t, slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
-	clk := newFakeClock(time.Unix(1000, 0))
+	clk := newTestClock(time.Unix(1000, 0))
 	var events atomic.Int32
 	r := &EndpointSlices{APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", Clock: clk, Debounce: time.Second,
 		onEvent: func() { events.Add(1) }}
@@ -205,18 +205,18 @@ func TestEndpointSlicesDebounce(t *testing.T) {
 	base := events.Load()
 
 	f.create(slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""}))
-	waitFor(t, clk.HasWaiters)
-	clk.Step(500 * time.Millisecond)
+	waitFor(t, clk.pending)
+	clk.Advance(500 * time.Millisecond)
 	f.create(slice("k-3", "kubernetes", https, ep{"10.0.0.3", "ready", ""}))
 	// Let the watch deliver the second event before the delay ends.
 	waitFor(t, func() bool { return events.Load() == base+2 })
-	clk.Step(499 * time.Millisecond)
+	clk.Advance(499 * time.Millisecond)
 	select {
 	case u := <-updates:
 		t.Fatalf("published %v before the debounce delay", show(u))
 	case <-time.After(50 * time.Millisecond):
 	}
-	clk.Step(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	want := []string{"10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"}
 	select {
 	case u := <-updates:
@@ -235,7 +235,7 @@ func TestEndpointSlicesDebounce(t *testing.T) {
 
 // waitUpdate steps the fake clock past any pending debounce until an
 // update arrives.
-func waitUpdate(t *testing.T, clk *fakeClock, updates <-chan []Endpoint) []Endpoint {
+func waitUpdate(t *testing.T, clk testClock, updates <-chan []Endpoint) []Endpoint {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -245,15 +245,15 @@ func waitUpdate(t *testing.T, clk *fakeClock, updates <-chan []Endpoint) []Endpo
 		case <-deadline:
 			t.Fatal("no update within 10s")
 		case <-time.After(5 * time.Millisecond):
-			if clk.HasWaiters() {
-				clk.Step(DefaultDebounce)
+			if clk.pending() {
+				clk.Advance(DefaultDebounce)
 			}
 		}
 	}
 }
 
 // expectNone steps the fake clock for a while and fails on any update.
-func expectNone(t *testing.T, clk *fakeClock, updates <-chan []Endpoint) {
+func expectNone(t *testing.T, clk testClock, updates <-chan []Endpoint) {
 	t.Helper()
 	end := time.After(300 * time.Millisecond)
 	for {
@@ -263,8 +263,8 @@ func expectNone(t *testing.T, clk *fakeClock, updates <-chan []Endpoint) {
 		case <-end:
 			return
 		case <-time.After(5 * time.Millisecond):
-			if clk.HasWaiters() {
-				clk.Step(DefaultDebounce)
+			if clk.pending() {
+				clk.Advance(DefaultDebounce)
 			}
 		}
 	}
@@ -288,7 +288,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // reported with what to do.
 func TestEndpointSlicesListWatch(t *testing.T) {
 	f := newFakeAPIServer(t, slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
-	clk := newFakeClock(time.Unix(1000, 0))
+	clk := newTestClock(time.Unix(1000, 0))
 	m := NewMetrics()
 	r := &EndpointSlices{APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", Clock: clk, Metrics: m}
 	updates, stop := runResolver(t, r)
@@ -321,7 +321,7 @@ func TestEndpointSlicesListWatch(t *testing.T) {
 	// The server's timeout ends the watch after a bookmark: watch again
 	// from the bookmark.
 	f.bookmark() // resourceVersion 102
-	clk.Step(minWatchRun)
+	clk.Advance(minWatchRun)
 	f.endWatches("clean")
 	calls("list", "watch@101", "watch@102")
 
@@ -343,7 +343,7 @@ func TestEndpointSlicesListWatch(t *testing.T) {
 
 	// A watch the server ends at once is not opened again at once.
 	f.endWatches("clean")
-	waitFor(t, clk.HasWaiters) // the backoff, with the clock not moved since the watch began
+	waitFor(t, clk.pending) // the backoff, with the clock not moved since the watch began
 	stepUntil(t, clk, func() bool { return len(f.calls()) == 9 })
 	calls("list", "watch@101", "watch@102", "list", "watch@103", "list", "watch@104", "list", "watch@104")
 	if got := testutil.ToFloat64(m.errors.WithLabelValues("endpointslice")); got != 0 {
@@ -367,12 +367,12 @@ func TestEndpointSlicesListWatch(t *testing.T) {
 }
 
 // stepUntil steps the fake clock a second at a time until cond holds.
-func stepUntil(t *testing.T, clk *fakeClock, cond func() bool) {
+func stepUntil(t *testing.T, clk testClock, cond func() bool) {
 	t.Helper()
 	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatal("condition not met within 10s")
 		}
-		clk.Step(time.Second)
+		clk.Advance(time.Second)
 	}
 }

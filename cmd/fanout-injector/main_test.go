@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/fanout-dev/fanout/internal/metrics"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestFlags(t *testing.T) {
@@ -26,10 +26,10 @@ func TestFlags(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	kp := ca.Serving("fanout-injector.fanout-system.svc")
-	cert := testpki.WriteFile(t, dir, "tls.crt", kp.CertPEM)
-	key := testpki.WriteFile(t, dir, "tls.key", kp.KeyPEM)
+	cert := testkit.WriteFile(t, dir, "tls.crt", kp.CertPEM)
+	key := testkit.WriteFile(t, dir, "tls.key", kp.KeyPEM)
 	tests := []struct {
 		name     string
 		args     []string

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/fx/fxtest"
 
 	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestServingCertificateReloads runs the injector app and renews its
@@ -21,13 +21,13 @@ import (
 // over): the next TLS handshake must get the new certificate, with no
 // restart.
 func TestServingCertificateReloads(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	dir := t.TempDir()
 	first, second := ca.Serving("fanout-injector.fanout-system.svc"), ca.Serving("fanout-injector.fanout-system.svc")
 	o := newOptions()
 	o.listenAddress, o.metricsAddress = "127.0.0.1:0", ""
-	o.certFile = testpki.WriteFile(t, dir, "tls.crt", first.CertPEM)
-	o.keyFile = testpki.WriteFile(t, dir, "tls.key", first.KeyPEM)
+	o.certFile = testkit.WriteFile(t, dir, "tls.crt", first.CertPEM)
+	o.keyFile = testkit.WriteFile(t, dir, "tls.key", first.KeyPEM)
 	o.sidecar.Image = "fanout:test"
 	if err := o.complete(); err != nil {
 		t.Fatal(err)
@@ -49,7 +49,7 @@ func TestServingCertificateReloads(t *testing.T) {
 		t.Fatal("the injector does not serve its certificate file")
 	}
 	for name, data := range map[string][]byte{"tls.key": second.KeyPEM, "tls.crt": second.CertPEM} {
-		tmp := testpki.WriteFile(t, dir, "."+name+".tmp", data)
+		tmp := testkit.WriteFile(t, dir, "."+name+".tmp", data)
 		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}

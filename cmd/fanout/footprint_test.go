@@ -3,11 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // Per-watch budgets of the footprint guard: what one open, idle watch may
@@ -65,8 +63,8 @@ func TestFootprintPerWatch(t *testing.T) {
 		t.Skip("opens hundreds of connections")
 	}
 	bin := buildFanout(t)
-	ca := testpki.NewCA(t)
-	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ca := testkit.NewCA(t)
+	upstream := tlsUpstream(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Query().Get("watch") != "true" {
 			fmt.Fprintln(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}`)
@@ -75,12 +73,7 @@ func TestFootprintPerWatch(t *testing.T) {
 		fmt.Fprintln(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"1"}}}`)
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
-	}))
-	upstream.EnableHTTP2 = true
-	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
-	upstream.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1000}
-	upstream.StartTLS()
-	defer upstream.Close()
+	}), testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: 1000}))
 
 	for _, mode := range []string{"h1", "h2c"} {
 		t.Run(mode, func(t *testing.T) {
@@ -144,7 +137,7 @@ type runtimeStats struct {
 
 // startFootprintFanout runs the binary with --enable-pprof in front of
 // upstream and returns its proxy and admin URLs.
-func startFootprintFanout(t *testing.T, bin string, ca *testpki.CA, upstream string, extra ...string) *footprintFanout {
+func startFootprintFanout(t *testing.T, bin string, ca *testkit.CA, upstream string, extra ...string) *footprintFanout {
 	t.Helper()
 	dir := t.TempDir()
 	kc := clientKubeconfig(t, dir, ca, "footprint", upstream)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,7 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/components/sidecar"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // buildFanout compiles this command once per test binary.
@@ -79,17 +78,13 @@ func TestFlags(t *testing.T) {
 // exit 0.
 func TestSIGTERMEndsWatchCleanly(t *testing.T) {
 	bin := buildFanout(t)
-	ca := testpki.NewCA(t)
-	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ca := testkit.NewCA(t)
+	upstream := tlsUpstream(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintln(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}}`)
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	}))
-	upstream.EnableHTTP2 = true
-	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
-	upstream.StartTLS()
-	defer upstream.Close()
 
 	dir := t.TempDir()
 	kc := clientKubeconfig(t, dir, ca, "e2e", upstream.URL)
@@ -199,7 +194,7 @@ func TestSharedLoopbackRefused(t *testing.T) {
 
 // clientKubeconfig writes a kubeconfig for server with a client
 // certificate of user, signed by ca, into dir and returns its path.
-func clientKubeconfig(t *testing.T, dir string, ca *testpki.CA, user, server string) string {
+func clientKubeconfig(t *testing.T, dir string, ca *testkit.CA, user, server string) string {
 	t.Helper()
 	client := ca.Client(user)
 	kc := fmt.Sprintf(`apiVersion: v1
@@ -208,19 +203,16 @@ clusters: [{name: c, cluster: {server: %s, certificate-authority: %s}}]
 users: [{name: u, user: {client-certificate: %s, client-key: %s}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
-`, server, testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM),
-		testpki.WriteFile(t, dir, "c.crt", client.CertPEM), testpki.WriteFile(t, dir, "c.key", client.KeyPEM))
-	return testpki.WriteFile(t, dir, "kubeconfig", []byte(kc))
+`, server, testkit.WriteFile(t, dir, "ca.crt", ca.CertPEM),
+		testkit.WriteFile(t, dir, "c.crt", client.CertPEM), testkit.WriteFile(t, dir, "c.key", client.KeyPEM))
+	return testkit.WriteFile(t, dir, "kubeconfig", []byte(kc))
 }
 
-// tlsUpstream starts an HTTP/2 TLS server with a serving certificate from
-// ca that requires a client certificate from it, as kube-apiserver does.
-func tlsUpstream(t *testing.T, ca *testpki.CA, h http.Handler) *httptest.Server {
+// tlsUpstream starts a fake kube-apiserver serving h, with a serving
+// certificate from ca for kubernetes and 127.0.0.1, that requires a client
+// certificate from it, as kube-apiserver does.
+func tlsUpstream(t *testing.T, ca *testkit.CA, h http.Handler, opts ...testkit.APIServerOption) *testkit.APIServer {
 	t.Helper()
-	upstream := httptest.NewUnstartedServer(h)
-	upstream.EnableHTTP2 = true
-	upstream.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes", "127.0.0.1"), tls.RequireAndVerifyClientCert)
-	upstream.StartTLS()
-	t.Cleanup(upstream.Close)
-	return upstream
+	opts = append([]testkit.APIServerOption{testkit.WithNames("kubernetes", "127.0.0.1"), testkit.WithClientAuth(tls.RequireAndVerifyClientCert)}, opts...)
+	return testkit.NewAPIServer(t, ca, h, opts...)
 }

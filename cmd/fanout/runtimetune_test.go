@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/internal/runtimetune"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestMaxProcsInEffect runs the binary and reads the GOMAXPROCS in effect
@@ -24,7 +24,7 @@ func TestMaxProcsInEffect(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	bin := buildFanout(t)
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
 
 	runtimes := runtime.GOMAXPROCS(0)
@@ -91,7 +91,7 @@ func TestSysmonInEffect(t *testing.T) {
 		t.Skip("GODEBUG sets schedtrace in the test's environment")
 	}
 	bin := buildFanout(t)
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
 	for _, c := range []struct {
 		name   string

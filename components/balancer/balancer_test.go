@@ -395,7 +395,7 @@ func TestNewEndpoint(t *testing.T) {
 func TestConcurrentPickDoneUpdate(t *testing.T) {
 	for _, pol := range policies {
 		t.Run(pol, func(t *testing.T) {
-			clock := newFakeClock()
+			clock := newClock()
 			b, err := New(Config{Policy: pol, Now: clock.Now})
 			if err != nil {
 				t.Fatal(err)

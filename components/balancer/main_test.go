@@ -3,12 +3,12 @@ package balancer
 import (
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -16,17 +16,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// fakeClock is a manual clock, safe for concurrent use.
-type fakeClock struct{ ns atomic.Int64 }
-
-func newFakeClock() *fakeClock {
-	c := &fakeClock{}
-	c.ns.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+// newClock is the manual clock of these tests.
+func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
 
 // seeded returns a deterministic Rand for single-goroutine tests.
 func seeded(seed uint64) func(int) int {
@@ -42,9 +33,9 @@ func endpoints(addrs ...string) []resolver.Endpoint {
 }
 
 // newTest returns a balancer over addrs with a fake clock and seeded rand.
-func newTest(t testing.TB, cfg Config, seed uint64, addrs ...string) (*Balancer, *fakeClock) {
+func newTest(t testing.TB, cfg Config, seed uint64, addrs ...string) (*Balancer, *testkit.Clock) {
 	t.Helper()
-	clock := newFakeClock()
+	clock := newClock()
 	cfg.Now = clock.Now
 	if cfg.Rand == nil {
 		cfg.Rand = seeded(seed)
@@ -63,7 +54,7 @@ type backend func(addr string) (time.Duration, int)
 // runSequential plays n requests of a single sequential client: each one is
 // picked, takes its latency on the fake clock, and is done before the next.
 // It returns the number of picks per address.
-func runSequential(t testing.TB, b *Balancer, clock *fakeClock, n int, answer backend) map[string]int {
+func runSequential(t testing.TB, b *Balancer, clock *testkit.Clock, n int, answer backend) map[string]int {
 	t.Helper()
 	return count(playSequential(t, b, clock, n, nil, func(_ int, addr string, _ Class) (time.Duration, int) { return answer(addr) }))
 }
@@ -75,7 +66,7 @@ type scripted func(i int, addr string, c Class) (time.Duration, int)
 // playSequential is runSequential with a class per request (ClassOther
 // when class is nil) and an answer that may depend on the request's index.
 // It returns the address picked for each request.
-func playSequential(t testing.TB, b *Balancer, clock *fakeClock, n int, class func(i int) Class, answer scripted) []string {
+func playSequential(t testing.TB, b *Balancer, clock *testkit.Clock, n int, class func(i int) Class, answer scripted) []string {
 	t.Helper()
 	picked := make([]string, n)
 	for i := range n {
@@ -102,7 +93,7 @@ func playSequential(t testing.TB, b *Balancer, clock *fakeClock, n int, class fu
 // fake clock, one completion at a time in time order (ties in order of
 // issue), so the run is deterministic. It returns the address picked for
 // each request, in order of issue.
-func playConcurrent(t testing.TB, b *Balancer, clock *fakeClock, clients, n int, class func(i int) Class, answer scripted) []string {
+func playConcurrent(t testing.TB, b *Balancer, clock *testkit.Clock, clients, n int, class func(i int) Class, answer scripted) []string {
 	t.Helper()
 	type req struct {
 		p    Pick
@@ -126,7 +117,7 @@ func playConcurrent(t testing.TB, b *Balancer, clock *fakeClock, clients, n int,
 		addr := p.Endpoint.Address()
 		lat, code := answer(i, addr, c)
 		picked = append(picked, addr)
-		open = append(open, req{p: p, lat: lat, code: code, end: clock.ns.Load() + int64(lat), seq: i})
+		open = append(open, req{p: p, lat: lat, code: code, end: clock.Now().UnixNano() + int64(lat), seq: i})
 	}
 	for range min(clients, n) {
 		issue()
@@ -140,7 +131,7 @@ func playConcurrent(t testing.TB, b *Balancer, clock *fakeClock, clients, n int,
 		}
 		r := open[k]
 		open = append(open[:k], open[k+1:]...)
-		clock.ns.Store(max(clock.ns.Load(), r.end))
+		clock.Set(time.Unix(0, max(clock.Now().UnixNano(), r.end)))
 		r.p.Done(DoneInfo{StatusCode: r.code, Latency: r.lat})
 		if len(picked) < n {
 			issue()
@@ -172,7 +163,7 @@ func status(t testing.TB, b *Balancer, addr string) EndpointStatus {
 // pickedAddresses picks 200 short and 200 long requests, finishing each,
 // and returns the addresses that were chosen at least once, in address
 // order, comma-separated.
-func pickedAddresses(t *testing.T, b *Balancer, clock *fakeClock) string {
+func pickedAddresses(t *testing.T, b *Balancer, clock *testkit.Clock) string {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, kind := range []Kind{Short, Long} {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // finishOn picks until addr comes up and finishes that pick with di; other
@@ -26,7 +28,7 @@ func finishOn(t *testing.T, b *Balancer, addr string, di DoneInfo) {
 
 // shortPicks returns the addresses n short requests go to, each answered
 // 200 in 1ms.
-func shortPicks(t *testing.T, b *Balancer, clock *fakeClock, n int) map[string]int {
+func shortPicks(t *testing.T, b *Balancer, clock *testkit.Clock, n int) map[string]int {
 	t.Helper()
 	return runSequential(t, b, clock, n, func(string) (time.Duration, int) { return time.Millisecond, 200 })
 }
@@ -213,13 +215,12 @@ func TestSlowStart(t *testing.T) {
 		after time.Duration
 		want  float64
 	}{{0, 0.1}, {500 * time.Millisecond, 0.1}, {5 * time.Second, 0.5}, {10 * time.Second, 1}} {
-		c := newFakeClock()
-		c.ns.Store(clock.ns.Load() + int64(tt.after))
+		at := clock.Now().Add(tt.after)
 		if got := status(t, b, "d:1").SlowStartWeight; tt.after == 0 && got != tt.want {
 			t.Errorf("weight at once = %v, want %v", got, tt.want)
 		}
 		e := b.current.Load().eps[3]
-		if got := e.weight(c.ns.Load()); got < tt.want-1e-9 || got > tt.want+1e-9 {
+		if got := e.weight(at.UnixNano()); got < tt.want-1e-9 || got > tt.want+1e-9 {
 			t.Errorf("weight after %v = %v, want %v", tt.after, got, tt.want)
 		}
 	}

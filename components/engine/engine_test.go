@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,17 +25,15 @@ import (
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// apiserver is a TLS HTTP/2 stand-in for kube-apiserver that counts
-// probes and requests.
+// apiserver is testkit's stand-in for kube-apiserver that also counts
+// upgrades, which it answers as kube-apiserver's exec does.
 type apiserver struct {
-	srv      *httptest.Server
-	probes   atomic.Int64
-	requests atomic.Int64
+	*testkit.APIServer
 	upgrades atomic.Int64
 }
 
@@ -42,17 +41,14 @@ type apiserver struct {
 // valid for "kubernetes" only.
 func testConfig(t *testing.T) (Config, []*apiserver) {
 	t.Helper()
-	ca := testpki.NewCA(t)
-	serving := ca.Serving("kubernetes")
+	ca := testkit.NewCA(t)
 	client := ca.Client("system:engine-test")
 	var servers []*apiserver
 	var eps []string
 	for range 2 {
 		a := &apiserver{}
-		a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/readyz" {
-				a.probes.Add(1)
-			} else if r.Header.Get("Upgrade") != "" {
+		a.APIServer = testkit.NewAPIServer(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Upgrade") != "" {
 				// kube-apiserver's exec: 101, then the connection is the
 				// stream's.
 				a.upgrades.Add(1)
@@ -65,17 +61,11 @@ func testConfig(t *testing.T) (Config, []*apiserver) {
 				fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", r.Header.Get("Upgrade"))
 				_ = brw.Flush()
 				return
-			} else {
-				a.requests.Add(1)
 			}
 			fmt.Fprint(w, "ok")
-		}))
-		a.srv.EnableHTTP2 = true
-		a.srv.TLS = ca.ServerTLSConfig(serving, 0)
-		a.srv.StartTLS()
-		t.Cleanup(a.srv.Close)
+		}), testkit.WithClientAuth(tls.NoClientCert))
 		servers = append(servers, a)
-		eps = append(eps, a.srv.URL)
+		eps = append(eps, a.URL)
 	}
 	server, err := url.Parse(eps[0])
 	if err != nil {
@@ -141,13 +131,13 @@ func TestLifecycle(t *testing.T) {
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if got := servers[0].requests.Load() + servers[1].requests.Load(); got != 2 {
+	if got := servers[0].Requests.Load() + servers[1].Requests.Load(); got != 2 {
 		t.Errorf("the apiservers got %d requests, want 2", got)
 	}
 	for _, s := range servers {
-		for deadline := time.Now().Add(10 * time.Second); s.probes.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); s.Probes.Load() == 0; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s never probed", s.srv.URL)
+				t.Fatalf("%s never probed", s.URL)
 			}
 		}
 	}

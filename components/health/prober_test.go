@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -27,67 +25,33 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// apiserver is a TLS HTTP/2 test server whose /readyz answers ready or not
-// as told, and that requires the sidecar's client certificate as
-// system:public-info-viewer effectively does.
-type apiserver struct {
-	srv      *httptest.Server
-	ready    atomic.Bool
-	status   atomic.Int32 // the not-ready status code; 0 means 500
-	delay    atomic.Int64 // nanoseconds before answering
-	requests atomic.Int64
-	badProto atomic.Value // a protocol other than HTTP/2 seen, if any
-}
-
-func (a *apiserver) addr() string { return a.srv.Listener.Addr().String() }
-
 type pki struct {
-	ca      *testpki.CA
-	serving testpki.KeyPair
-	client  testpki.KeyPair
+	ca     *testkit.CA
+	client testkit.KeyPair
 }
 
 func newPKI(t *testing.T) *pki {
-	ca := testpki.NewCA(t)
-	return &pki{ca: ca, serving: ca.Serving("kubernetes"), client: ca.Client("probe-user")}
+	ca := testkit.NewCA(t)
+	return &pki{ca: ca, client: ca.Client("probe-user")}
 }
 
-func newAPIServer(t *testing.T, k *pki) *apiserver {
+// newAPIServer starts an apiserver that requires the sidecar's client
+// certificate, as system:public-info-viewer effectively does.
+func newAPIServer(t *testing.T, k *pki) *testkit.APIServer {
 	t.Helper()
-	a := &apiserver{}
-	a.ready.Store(true)
-	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.requests.Add(1)
-		if r.ProtoMajor != 2 {
-			a.badProto.Store(r.Proto)
-		}
-		if d := time.Duration(a.delay.Load()); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-r.Context().Done():
-				return
-			}
-		}
-		if r.URL.Path != "/readyz" || r.Method != http.MethodGet {
-			http.NotFound(w, r)
-			return
-		}
-		if a.ready.Load() {
-			fmt.Fprint(w, "ok")
-			return
-		}
-		code := int(a.status.Load())
-		if code == 0 {
-			code = http.StatusInternalServerError
-		}
-		w.WriteHeader(code)
-		fmt.Fprint(w, "[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n")
-	}))
-	a.srv.EnableHTTP2 = true
-	a.srv.TLS = k.ca.ServerTLSConfig(k.serving, tls.RequireAndVerifyClientCert)
-	a.srv.StartTLS()
-	t.Cleanup(a.srv.Close)
-	return a
+	return testkit.NewAPIServer(t, k.ca, nil, testkit.WithClientAuth(tls.RequireAndVerifyClientCert))
+}
+
+// readyz is the /readyz status code for a server ready or not, with the
+// not-ready code given (0 means 500).
+func readyz(ready bool, notReady int) int {
+	switch {
+	case ready:
+		return http.StatusOK
+	case notReady == 0:
+		return http.StatusInternalServerError
+	}
+	return notReady
 }
 
 type creds struct{ k *pki }
@@ -242,14 +206,14 @@ func TestTransitions(t *testing.T) {
 	s := newSink()
 	var logs logBuffer
 	p, ts := newProber(t, Config{}, newTransports(t, k), s, &logs)
-	addr := srv.addr()
+	addr := srv.Addr()
 	p.Update(eps(addr))
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	steps := []struct {
 		serverReady bool
-		status      int32 // not-ready status code
+		status      int // not-ready status code
 		want        bool
 		wantLog     string // a transition logged by this probe
 	}{
@@ -262,8 +226,7 @@ func TestTransitions(t *testing.T) {
 	}
 	notReady := 0
 	for i, st := range steps {
-		srv.ready.Store(st.serverReady)
-		srv.status.Store(st.status)
+		srv.SetReadyz(readyz(st.serverReady, st.status))
 		before := strings.Count(logs.String(), "\n")
 		if i > 0 {
 			ts.tick()
@@ -298,8 +261,11 @@ func TestTransitions(t *testing.T) {
 	if !strings.Contains(logs.String(), "[-]shutdown failed") {
 		t.Errorf("the failed /readyz checks are not in the log:\n%s", logs.String())
 	}
-	if proto := srv.badProto.Load(); proto != nil {
-		t.Errorf("probe used %v, want HTTP/2 through the transport pool", proto)
+	for _, r := range srv.Seen() {
+		if r.Proto != "HTTP/2.0" {
+			t.Errorf("probe used %v, want HTTP/2 through the transport pool", r.Proto)
+			break
+		}
 	}
 }
 
@@ -307,7 +273,7 @@ func TestFailures(t *testing.T) {
 	k := newPKI(t)
 	tests := []struct {
 		name       string
-		setup      func(*apiserver) string // returns the address to probe
+		setup      func(*testkit.APIServer) string // returns the address to probe
 		wantReason string
 		// timeout is the probe timeout: short only where the case is the
 		// timeout, so that a loaded machine cannot turn a 500 into one.
@@ -315,19 +281,19 @@ func TestFailures(t *testing.T) {
 	}{
 		{
 			name:       "non-200",
-			setup:      func(a *apiserver) string { a.ready.Store(false); return a.addr() },
+			setup:      func(a *testkit.APIServer) string { a.SetReadyz(http.StatusInternalServerError); return a.Addr() },
 			wantReason: "500 Internal Server Error",
 			timeout:    10 * time.Second,
 		},
 		{
 			name:       "timeout",
-			setup:      func(a *apiserver) string { a.delay.Store(int64(time.Minute)); return a.addr() },
+			setup:      func(a *testkit.APIServer) string { a.SetDelay(time.Minute); return a.Addr() },
 			wantReason: "no answer within 50ms",
 			timeout:    50 * time.Millisecond,
 		},
 		{
 			name: "dial error",
-			setup: func(a *apiserver) string {
+			setup: func(a *testkit.APIServer) string {
 				l, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
 					t.Fatal(err)
@@ -371,40 +337,40 @@ func TestUpdate(t *testing.T) {
 	}
 	// Before Start an update only records the set: it starts no probe
 	// loop, which Update would have registered before returning.
-	p.Update(eps(a.addr(), b.addr()))
+	p.Update(eps(a.Addr(), b.Addr()))
 	p.mu.Lock()
 	loops := len(p.probes)
 	p.mu.Unlock()
 	if loops != 0 {
 		t.Fatalf("%d probe loops started before Start, want none", loops)
 	}
-	if n := a.requests.Load() + b.requests.Load(); n != 0 {
+	if n := int64(len(a.Seen())) + int64(len(b.Seen())); n != 0 {
 		t.Fatalf("%d probes before Start, want none", n)
 	}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
-	b.ready.Store(false)
-	s.next(t, a.addr())
-	if s.next(t, b.addr()) {
+	b.SetReadyz(http.StatusInternalServerError)
+	s.next(t, a.Addr())
+	if s.next(t, b.Addr()) {
 		t.Fatal("b reported ready")
 	}
 
 	// b goes, c comes: c is probed at once, without waiting for a tick.
-	p.Update(eps(a.addr(), c.addr()))
-	if !s.next(t, c.addr()) {
+	p.Update(eps(a.Addr(), c.Addr()))
+	if !s.next(t, c.Addr()) {
 		t.Fatal("c reported not ready")
 	}
 	if n := ts.count(); n != 2 {
 		t.Errorf("%d probe loops, want 2", n)
 	}
-	bProbes := b.requests.Load()
+	bProbes := int64(len(b.Seen()))
 	for range 3 {
 		ts.tick()
-		s.next(t, a.addr())
-		s.next(t, c.addr())
+		s.next(t, a.Addr())
+		s.next(t, c.Addr())
 	}
-	if n := b.requests.Load(); n != bProbes {
+	if n := int64(len(b.Seen())); n != bProbes {
 		t.Errorf("removed endpoint probed %d more times", n-bProbes)
 	}
 	if n, err := testutil.GatherAndCount(reg, "fanout_endpoint_probe_ready"); err != nil || n != 2 {
@@ -415,7 +381,7 @@ func TestUpdate(t *testing.T) {
 # TYPE fanout_endpoint_probe_ready gauge
 fanout_endpoint_probe_ready{endpoint=%q} 1
 fanout_endpoint_probe_ready{endpoint=%q} 1
-`, min(a.addr(), c.addr()), max(a.addr(), c.addr()))
+`, min(a.Addr(), c.Addr()), max(a.Addr(), c.Addr()))
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fanout_endpoint_probe_ready"); err != nil {
 		t.Error(err)
 	}
@@ -424,7 +390,7 @@ fanout_endpoint_probe_ready{endpoint=%q} 1
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	p.Update(eps(a.addr(), b.addr(), c.addr()))
+	p.Update(eps(a.Addr(), b.Addr(), c.Addr()))
 	if n := ts.count(); n != 0 {
 		t.Errorf("%d probe loops after Stop, want none", n)
 	}
@@ -462,7 +428,7 @@ func TestRiseFall(t *testing.T) {
 	srv := newAPIServer(t, k)
 	s := newSink()
 	p, ts := newProber(t, Config{Rise: 2, Fall: 3}, newTransports(t, k), s, nil)
-	addr := srv.addr()
+	addr := srv.Addr()
 	p.Update(eps(addr))
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
@@ -477,7 +443,7 @@ func TestRiseFall(t *testing.T) {
 		{false, true}, {true, true}, {false, true}, {false, true}, {false, false},
 	}
 	for i, st := range steps {
-		srv.ready.Store(st.serverReady)
+		srv.SetReadyz(readyz(st.serverReady, 0))
 		if i > 0 {
 			ts.tick()
 		}

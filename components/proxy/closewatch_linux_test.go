@@ -10,14 +10,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestH1WatchOverTLSIsTakenOver: an HTTP/1.1 client of --listen-tls (ALPN
 // http/1.1) is taken over like a plaintext one, and its hang-up reaches
 // the watcher through tls.Conn and the listener limit's connection.
 func TestH1WatchOverTLSIsTakenOver(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	cw := startCancelWatchProxy(t, Config{TLS: ca.ServerTLSConfig(ca.Serving("127.0.0.1"), tls.NoClientCert)})
 	canceled, m := cw.canceled, cw.m
 	h, base := cw.h, cw.base

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // gateBackend answers "ok" at once, except paths containing "block", which
@@ -425,7 +425,7 @@ func TestMaxConcurrentStreams(t *testing.T) {
 // TestUpgradesCountAgainstLimits: an upgraded (hijacked) exec session
 // holds a connection slot and a long-running slot until it ends.
 func TestUpgradesCountAgainstLimits(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	b := newUpgradeBackend(t, ca, 0)
 	rig := newUpgradeRig(t, ca, Config{MaxConnections: 1, MaxLongRunning: 1}, b.addr)
 	spdy := upgradeRequest{upgrade: "SPDY/3.1", headers: map[string]string{"X-Stream-Protocol-Version": "v4.channel.k8s.io"}}

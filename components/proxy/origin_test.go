@@ -17,7 +17,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // relayedPaths are requests whose answer may be another server's.
@@ -256,7 +256,7 @@ func TestRelayedRequestsMarkedForTransport(t *testing.T) {
 // port-forward or proxy upgrade may be the kubelet's or the backend's, so
 // its Done is Relayed; a WebSocket watch is kube-apiserver's own.
 func TestRelayedUpgradesDriveNothing(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	b := newUpgradeBackend(t, ca, http.StatusInternalServerError)
 	for _, tc := range []struct {
 		path string

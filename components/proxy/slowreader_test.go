@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestSlowReaderBoundsMemory proves that a client that stops reading makes
@@ -62,7 +62,7 @@ func TestSlowReaderBoundsMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var sent atomic.Int64
 			ended := make(chan struct{})
-			ca := testpki.NewCA(t)
+			ca := testkit.NewCA(t)
 			backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if !strings.Contains(r.URL.RawQuery, "big") {
 					io.WriteString(w, "ok")

@@ -24,7 +24,7 @@ import (
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 const upgradeServerName = "kubernetes"
@@ -62,7 +62,7 @@ type upgradeBackend struct {
 	reject int
 }
 
-func newUpgradeBackend(t *testing.T, ca *testpki.CA, reject int) *upgradeBackend {
+func newUpgradeBackend(t *testing.T, ca *testkit.CA, reject int) *upgradeBackend {
 	t.Helper()
 	b := &upgradeBackend{seen: make(chan seenUpgrade, 16), reject: reject}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(b.serve))
@@ -115,7 +115,7 @@ func (b *upgradeBackend) serve(w http.ResponseWriter, r *http.Request) {
 
 // upgradeRig is a proxy with real transports in front of backends.
 type upgradeRig struct {
-	ca     *testpki.CA
+	ca     *testkit.CA
 	picker *fakePicker
 	srv    *Server
 	reg    *prometheus.Registry
@@ -123,7 +123,7 @@ type upgradeRig struct {
 	proxy  string // host:port of the proxy
 }
 
-func newUpgradeRig(t *testing.T, ca *testpki.CA, cfg Config, addrs ...string) *upgradeRig {
+func newUpgradeRig(t *testing.T, ca *testkit.CA, cfg Config, addrs ...string) *upgradeRig {
 	t.Helper()
 	cert := ca.Client("fanout-client")
 	tr, err := transport.New(transport.Config{ServerName: upgradeServerName}, &upgradeCreds{roots: ca.Pool, cert: &cert.TLS, token: "sidecar-token"})
@@ -247,7 +247,7 @@ func TestUpgradeEchoAndCredentials(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ca := testpki.NewCA(t)
+			ca := testkit.NewCA(t)
 			b := newUpgradeBackend(t, ca, 0)
 			rig := newUpgradeRig(t, ca, Config{}, b.addr)
 
@@ -290,7 +290,7 @@ func TestUpgradeEchoAndCredentials(t *testing.T) {
 // A client-supplied Authorization that is blank selects sidecar mode; the
 // blank header must not reach the apiserver next to the sidecar's token.
 func TestUpgradeSidecarReplacesBlankAuthorization(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	b := newUpgradeBackend(t, ca, 0)
 	rig := newUpgradeRig(t, ca, Config{}, b.addr)
 	c, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1", headers: map[string]string{"Authorization": " "}})
@@ -304,7 +304,7 @@ func TestUpgradeSidecarReplacesBlankAuthorization(t *testing.T) {
 }
 
 func TestUpgradeRejectedIsForwarded(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	b := newUpgradeBackend(t, ca, http.StatusForbidden)
 	rig := newUpgradeRig(t, ca, Config{}, b.addr)
 	_, br, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
@@ -338,7 +338,7 @@ func closedPort(t *testing.T) string {
 
 func TestUpgradeDialRetry(t *testing.T) {
 	t.Run("second endpoint answers", func(t *testing.T) {
-		ca := testpki.NewCA(t)
+		ca := testkit.NewCA(t)
 		dead := closedPort(t)
 		b := newUpgradeBackend(t, ca, 0)
 		rig := newUpgradeRig(t, ca, Config{}, dead, b.addr)
@@ -359,7 +359,7 @@ func TestUpgradeDialRetry(t *testing.T) {
 		}
 	})
 	t.Run("both dead", func(t *testing.T) {
-		ca := testpki.NewCA(t)
+		ca := testkit.NewCA(t)
 		dead1, dead2 := closedPort(t), closedPort(t)
 		rig := newUpgradeRig(t, ca, Config{}, dead1, dead2)
 		_, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
@@ -381,8 +381,8 @@ func TestUpgradeDialRetry(t *testing.T) {
 		}
 	})
 	t.Run("TLS failure is retried", func(t *testing.T) {
-		ca := testpki.NewCA(t)
-		other := newUpgradeBackend(t, testpki.NewCA(t), 0) // untrusted CA
+		ca := testkit.NewCA(t)
+		other := newUpgradeBackend(t, testkit.NewCA(t), 0) // untrusted CA
 		b := newUpgradeBackend(t, ca, 0)
 		rig := newUpgradeRig(t, ca, Config{}, other.addr, b.addr)
 		c, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
@@ -402,7 +402,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 	const grace = 1500 * time.Millisecond
 	for _, endsItself := range []bool{false, true} {
 		t.Run(fmt.Sprintf("endsItself=%v", endsItself), func(t *testing.T) {
-			ca := testpki.NewCA(t)
+			ca := testkit.NewCA(t)
 			b := newUpgradeBackend(t, ca, 0)
 			rig := newUpgradeRig(t, ca, Config{ShutdownGrace: grace}, b.addr)
 			c, br, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
@@ -606,7 +606,7 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 		t.Skip("measurement")
 	}
 	const n = 100
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	var b *upgradeBackend
 	pprof.Do(context.Background(), pprof.Labels("side", "backend"), func(context.Context) {
 		b = newUpgradeBackend(t, ca, 0)
@@ -694,7 +694,7 @@ func labelledGoroutines(t *testing.T, side string) int {
 // goes through the one attempt policy, so the retry budget caps it like
 // any other retry.
 func TestUpgradeRetryWithinBudget(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	dead := closedPort(t)
 	b := newUpgradeBackend(t, ca, 0)
 	rig := newUpgradeRig(t, ca, Config{RetryBudget: &RetryBudget{Window: time.Second}}, dead, b.addr)
@@ -718,7 +718,7 @@ func TestUpgradeRetryWithinBudget(t *testing.T) {
 // HTTP server's buffer when the connection is hijacked; it must reach the
 // apiserver first, in order.
 func TestUpgradeEarlyClientData(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	b := newUpgradeBackend(t, ca, 0)
 	rig := newUpgradeRig(t, ca, Config{}, b.addr)
 	c, err := net.Dial("tcp", rig.proxy)
@@ -751,7 +751,7 @@ func TestUpgradeEarlyClientData(t *testing.T) {
 // neither 101 nor an error status is nothing the client could use; it
 // gets a 502 Status saying so, as with UpgradeAwareHandler.
 func TestUpgradeNeitherSwitchedNorRefused(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	b := newUpgradeBackend(t, ca, http.StatusOK)
 	rig := newUpgradeRig(t, ca, Config{}, b.addr)
 	_, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})

@@ -2,16 +2,13 @@ package sidecar
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -23,71 +20,57 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fanout-dev/fanout/components/proxy"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// apiserver is a TLS HTTP/2 test server that requires client certificates,
-// like kube-apiserver, and records who called it.
+// apiserver is testkit's stand-in for kube-apiserver (client certificates
+// verified when presented, as kube-apiserver does; requests without one
+// fall back to their bearer token) serving a ConfigMap, a namespace list
+// and, when set, EndpointSlices.
 type apiserver struct {
-	srv      *httptest.Server
-	requests atomic.Int64
-	// probes counts fanout's own GET /readyz, kept apart from the
-	// client's requests.
-	probes atomic.Int64
-	mu     sync.Mutex
-	seen   []seenRequest
+	*testkit.APIServer
 	// slices, when set, is the EndpointSliceList JSON served for
 	// default/kubernetes; see TestEndpointSliceDiscovery.
 	slices atomic.Pointer[string]
 }
 
-type seenRequest struct {
-	proto, cn, authz, path string
-}
+const slicesPath = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
 
-func newAPIServer(t *testing.T, ca *testpki.CA, serving testpki.KeyPair) *apiserver {
+func newAPIServer(t *testing.T, ca *testkit.CA, opts ...testkit.APIServerOption) *apiserver {
 	t.Helper()
 	a := &apiserver{}
-	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/readyz" {
-			a.probes.Add(1)
-			fmt.Fprint(w, "ok")
-			return
-		}
-		if list := a.slices.Load(); list != nil && r.URL.Path == "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices" {
+	a.APIServer = testkit.NewAPIServer(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if list := a.slices.Load(); list != nil && r.URL.Path == slicesPath {
 			serveSlices(w, r, *list)
 			return
 		}
-		a.requests.Add(1)
-		s := seenRequest{proto: r.Proto, authz: r.Header.Get("Authorization"), path: r.URL.Path}
-		if len(r.TLS.PeerCertificates) > 0 {
-			s.cn = r.TLS.PeerCertificates[0].Subject.CommonName
-		}
-		a.mu.Lock()
-		a.seen = append(a.seen, s)
-		a.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Path == "/api/v1/namespaces" {
 			fmt.Fprint(w, `{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"default"}}]}`)
 			return
 		}
 		fmt.Fprintf(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","namespace":"default"}}`)
-	}))
-	a.srv.EnableHTTP2 = true
-	// Client certificates are verified when presented, as kube-apiserver
-	// does; requests without one fall back to their bearer token.
-	a.srv.TLS = ca.ServerTLSConfig(serving, tls.VerifyClientCertIfGiven)
-	a.srv.StartTLS()
-	t.Cleanup(a.srv.Close)
+	}), opts...)
 	return a
 }
 
-func (a *apiserver) last() seenRequest {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.seen[len(a.seen)-1]
+// clientRequests are the requests the client sent through fanout: all
+// but fanout's own probes and EndpointSlice lists.
+func (a *apiserver) clientRequests() []testkit.Request {
+	var out []testkit.Request
+	for _, r := range a.Seen() {
+		if r.Path != "/readyz" && r.Path != slicesPath {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (a *apiserver) last() testkit.Request {
+	seen := a.clientRequests()
+	return seen[len(seen)-1]
 }
 
 type fixture struct {
@@ -110,20 +93,19 @@ func startSidecar(t *testing.T, token string, policy string, extra ...fx.Option)
 // startSidecarWith is startSidecar with flags changed by mutate.
 func startSidecarWith(t *testing.T, token string, policy string, mutate func(*Config), extra ...fx.Option) *fixture {
 	t.Helper()
-	ca := testpki.NewCA(t)
-	serving := ca.Serving("kubernetes")
+	ca := testkit.NewCA(t)
 	client := ca.Client("system:kube-scheduler")
 	f := &fixture{clientKey: client.KeyPEM}
 	var eps []string
 	for range 3 {
-		s := newAPIServer(t, ca, serving)
+		s := newAPIServer(t, ca)
 		f.servers = append(f.servers, s)
-		eps = append(eps, s.srv.URL)
+		eps = append(eps, s.URL)
 	}
 	dir := t.TempDir()
 	user := fmt.Sprintf("    client-certificate: %s\n    client-key: %s\n",
-		testpki.WriteFile(t, dir, "client.crt", client.CertPEM),
-		testpki.WriteFile(t, dir, "client.key", client.KeyPEM))
+		testkit.WriteFile(t, dir, "client.crt", client.CertPEM),
+		testkit.WriteFile(t, dir, "client.key", client.KeyPEM))
 	if token != "" {
 		user += "    token: " + token + "\n"
 	}
@@ -142,9 +124,9 @@ users:
 - name: ctx
   context: {cluster: c, user: u}
 current-context: ctx
-`, eps[0], testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM), user)
+`, eps[0], testkit.WriteFile(t, dir, "ca.crt", ca.CertPEM), user)
 	o := NewConfig()
-	o.Kubeconfig = testpki.WriteFile(t, dir, "upstream.kubeconfig", []byte(kc))
+	o.Kubeconfig = testkit.WriteFile(t, dir, "upstream.kubeconfig", []byte(kc))
 	o.Engine.Endpoints = strings.Join(eps, ",")
 	o.Listener.ListenAddress = "127.0.0.1:0"
 	o.Admin.ListenAddress = "127.0.0.1:0"
@@ -187,8 +169,8 @@ func TestEvenDistribution(t *testing.T) {
 			var total int64
 			shares := make([]float64, len(f.servers))
 			for i, s := range f.servers {
-				total += s.requests.Load()
-				shares[i] = float64(s.requests.Load()) / n * 100
+				total += s.Requests.Load()
+				shares[i] = float64(s.Requests.Load()) / n * 100
 			}
 			t.Logf("%s: %d requests over 3 apiservers: %.1f%% / %.1f%% / %.1f%%", policy, n, shares[0], shares[1], shares[2])
 			if total != n {
@@ -200,12 +182,12 @@ func TestEvenDistribution(t *testing.T) {
 				}
 			}
 			for i, s := range f.servers {
-				if s.probes.Load() == 0 {
+				if s.Probes.Load() == 0 {
 					t.Errorf("apiserver %d: /readyz never probed", i)
 				}
 			}
 			last := f.servers[0].last()
-			if last.proto != "HTTP/2.0" || last.cn != "system:kube-scheduler" {
+			if last.Proto != "HTTP/2.0" || last.CN != "system:kube-scheduler" {
 				t.Errorf("upstream request = %+v, want HTTP/2.0 with client certificate CN system:kube-scheduler", last)
 			}
 		})
@@ -241,8 +223,8 @@ func TestCredentials(t *testing.T) {
 			}
 			for i, s := range f.servers {
 				got := s.last()
-				if got.authz != tt.wantAuthz || got.cn != tt.wantCN {
-					t.Errorf("apiserver %d saw Authorization %q, client CN %q; want %q, %q", i, got.authz, got.cn, tt.wantAuthz, tt.wantCN)
+				if got.Authorization != tt.wantAuthz || got.CN != tt.wantCN {
+					t.Errorf("apiserver %d saw Authorization %q, client CN %q; want %q, %q", i, got.Authorization, got.CN, tt.wantAuthz, tt.wantCN)
 				}
 			}
 		})
@@ -282,7 +264,7 @@ func TestWrittenKubeconfig(t *testing.T) {
 		}
 	}
 	for i, s := range f.servers {
-		if s.requests.Load() == 0 {
+		if s.Requests.Load() == 0 {
 			t.Errorf("apiserver %d got no request from client-go through fanout", i)
 		}
 	}

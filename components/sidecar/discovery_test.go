@@ -47,7 +47,7 @@ func serveSlices(w http.ResponseWriter, r *http.Request, list string) {
 func sliceList(t *testing.T, servers []*apiserver, terminating int) string {
 	var items []string
 	for i, s := range servers {
-		u, err := url.Parse(s.srv.URL)
+		u, err := url.Parse(s.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func checkDiscovery(t *testing.T) {
 	list := sliceList(t, f.servers, 2)
 	f.servers[0].slices.Store(&list)
 	for _, s := range f.servers {
-		s.requests.Store(0)
+		s.Requests.Store(0)
 	}
 
 	o := NewConfig()
@@ -97,7 +97,7 @@ func checkDiscovery(t *testing.T) {
 	app.RequireStart()
 	defer app.RequireStop()
 
-	draining := strings.TrimPrefix(f.servers[2].srv.URL, "https://")
+	draining := strings.TrimPrefix(f.servers[2].URL, "https://")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ready, drained := 0, false
@@ -128,10 +128,10 @@ func checkDiscovery(t *testing.T) {
 		resp.Body.Close()
 	}
 	// Server 0 also answered the informer's list and watch.
-	if n := f.servers[2].requests.Load(); n != 0 {
+	if n := f.servers[2].Requests.Load(); n != 0 {
 		t.Errorf("the draining apiserver got %d requests, want 0", n)
 	}
-	if n := f.servers[1].requests.Load(); n != 15 {
+	if n := f.servers[1].Requests.Load(); n != 15 {
 		t.Errorf("apiserver 1 got %d requests, want 15 of 30", n)
 	}
 	want := `

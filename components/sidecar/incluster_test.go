@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fanout-dev/fanout/certs"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestInClusterFlagValidation(t *testing.T) {
@@ -61,22 +61,21 @@ func TestInClusterOutsidePod(t *testing.T) {
 // three test apiservers: requests carry the service account token from its
 // file, and a rotated token is used once the file changes.
 func TestInClusterSidecar(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	// As in a cluster: the serving certificate carries the kubernetes
 	// Service address, which in-cluster clients verify.
-	serving := ca.Serving("127.0.0.1")
 	var servers []*apiserver
 	var eps []string
 	for range 3 {
-		s := newAPIServer(t, ca, serving)
+		s := newAPIServer(t, ca, testkit.WithNames("127.0.0.1"))
 		servers = append(servers, s)
-		eps = append(eps, s.srv.URL)
+		eps = append(eps, s.URL)
 	}
 	dir := t.TempDir()
-	token := testpki.WriteFile(t, dir, "token", []byte("tok-1\n"))
+	token := testkit.WriteFile(t, dir, "token", []byte("tok-1\n"))
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(eps[0], "https://"))
 	old := inClusterPaths
-	inClusterPaths = certs.InCluster{TokenFile: token, CAFile: testpki.WriteFile(t, dir, "ca.crt", ca.CertPEM), Host: "127.0.0.1", Port: port}
+	inClusterPaths = certs.InCluster{TokenFile: token, CAFile: testkit.WriteFile(t, dir, "ca.crt", ca.CertPEM), Host: "127.0.0.1", Port: port}
 	t.Cleanup(func() { inClusterPaths = old })
 
 	o := NewConfig()
@@ -104,11 +103,9 @@ func TestInClusterSidecar(t *testing.T) {
 	authz := func() map[string]bool {
 		seen := map[string]bool{}
 		for _, s := range servers {
-			s.mu.Lock()
-			for _, r := range s.seen {
-				seen[r.authz] = true
+			for _, r := range s.clientRequests() {
+				seen[r.Authorization] = true
 			}
-			s.mu.Unlock()
 		}
 		return seen
 	}

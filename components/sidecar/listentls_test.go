@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fanout-dev/fanout/components/admin"
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestListenTLS runs the sidecar with --listen-tls: client-go with the
@@ -68,12 +68,12 @@ func TestListenTLS(t *testing.T) {
 			}
 		}
 		for i, s := range f.servers {
-			if n := s.requests.Load(); n < 5 {
+			if n := s.Requests.Load(); n < 5 {
 				t.Errorf("apiserver %d got %d of 30 requests; round-robin should give it 10", i, n)
 			}
 			// The loopback certificate opens fanout only; upstream,
 			// requests carry the sidecar's own identity.
-			if cn := s.last().cn; cn != "system:kube-scheduler" {
+			if cn := s.last().CN; cn != "system:kube-scheduler" {
 				t.Errorf("apiserver %d saw client %q, want the upstream kubeconfig's system:kube-scheduler", i, cn)
 			}
 		}
@@ -95,7 +95,7 @@ func TestListenTLS(t *testing.T) {
 	t.Run("refused without the loopback client certificate", func(t *testing.T) {
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(cfg.CAData)
-		other := testpki.NewCA(t).Client("system:kube-scheduler")
+		other := testkit.NewCA(t).Client("system:kube-scheduler")
 		before := requestsSeen(f)
 		for _, tc := range []struct {
 			name  string
@@ -162,7 +162,7 @@ func TestListenTLS(t *testing.T) {
 func requestsSeen(f *fixture) int64 {
 	var n int64
 	for _, s := range f.servers {
-		n += s.requests.Load()
+		n += s.Requests.Load()
 	}
 	return n
 }

@@ -21,11 +21,11 @@ func TestSidecarProbesEveryEndpoint(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range f.servers {
-		for s.probes.Load() == 0 && time.Now().Before(deadline) {
+		for s.Probes.Load() == 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if s.probes.Load() == 0 {
-			t.Errorf("%s was never probed", s.srv.URL)
+		if s.Probes.Load() == 0 {
+			t.Errorf("%s was never probed", s.URL)
 		}
 	}
 }

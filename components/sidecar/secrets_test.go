@@ -61,7 +61,7 @@ func TestSecretsStayOut(t *testing.T) {
 		fx.Populate(&adminSrv))
 	// One apiserver gone: requests to it fail and are retried, and the
 	// failures are logged and counted.
-	f.servers[2].srv.Close()
+	f.servers[2].Close()
 
 	var seen strings.Builder
 	record := func(resp *http.Response) {

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/internal/testserver"
 )
 
@@ -35,13 +35,13 @@ const serverName = "kubernetes"
 
 // pki is a CA with a serving certificate and a client certificate.
 type pki struct {
-	ca      *testpki.CA
-	serving testpki.KeyPair
-	alice   testpki.KeyPair
+	ca      *testkit.CA
+	serving testkit.KeyPair
+	alice   testkit.KeyPair
 }
 
 func newPKI(t testing.TB) *pki {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
 }
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestSidecarPresentsCertificateAndToken(t *testing.T) {
@@ -109,7 +109,7 @@ func TestForCachesPoolPerEndpointAndMode(t *testing.T) {
 
 func TestDialFailuresAreUnprocessed(t *testing.T) {
 	p := newPKI(t)
-	other := testpki.NewCA(t)
+	other := testkit.NewCA(t)
 	h2 := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 
 	h1srv := newHTTP1Server(t, p)

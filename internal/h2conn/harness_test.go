@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/net/http2"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/internal/testserver"
 )
 
@@ -27,13 +27,13 @@ const serverName = "kubernetes"
 
 // pki is a CA with a serving certificate and a client certificate.
 type pki struct {
-	ca      *testpki.CA
-	serving testpki.KeyPair
-	alice   testpki.KeyPair
+	ca      *testkit.CA
+	serving testkit.KeyPair
+	alice   testkit.KeyPair
 }
 
 func newPKI(t testing.TB) *pki {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
 }
 

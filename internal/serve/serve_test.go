@@ -12,13 +12,13 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fanout-dev/fanout/internal/testpki"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestServeAndStop(t *testing.T) {
-	ca := testpki.NewCA(t)
+	ca := testkit.NewCA(t)
 	serving := ca.Serving("127.0.0.1")
 	for _, tc := range []struct {
 		name string

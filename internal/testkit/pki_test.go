@@ -1,4 +1,4 @@
-package testpki
+package testkit
 
 import (
 	"crypto/tls"

@@ -1,0 +1,168 @@
+package testkit
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// APIServer is a stand-in for kube-apiserver: an HTTP/2 TLS httptest
+// server with a serving certificate from the test's CA. It answers
+// GET /readyz itself (ready unless told otherwise), hands every other
+// request to the test's handler, and records who asked.
+//
+// It has what several packages' tests needed; a behaviour one test alone
+// needs belongs in that test's handler.
+type APIServer struct {
+	// Server is the running server; its URL is https://127.0.0.1:port,
+	// and its certificate is valid for the names given (default
+	// "kubernetes" only, so clients must set the TLS server name).
+	*httptest.Server
+
+	// Probes counts GET /readyz; Requests counts every other request.
+	Probes   atomic.Int64
+	Requests atomic.Int64
+
+	handler http.Handler
+	readyz  atomic.Int32 // status code of /readyz
+	delay   atomic.Int64 // nanoseconds to wait before answering
+	mu      sync.Mutex   // guards seen
+	seen    []Request    // in arrival order
+}
+
+// Request is what APIServer records of each request, /readyz included.
+type Request struct {
+	Method, Path, RawQuery string
+	// Proto is "HTTP/2.0" for a client that negotiated HTTP/2.
+	Proto string
+	// CN is the subject CN of the verified client certificate ("" for
+	// none): the user kube-apiserver would see.
+	CN            string
+	Authorization string
+	RemoteAddr    string
+}
+
+type apiServerConfig struct {
+	names      []string
+	clientAuth tls.ClientAuthType
+	http2      *http.HTTP2Config
+	connState  func(net.Conn, http.ConnState)
+}
+
+// APIServerOption changes how NewAPIServer sets the server up.
+type APIServerOption func(*apiServerConfig)
+
+// WithNames sets the names of the serving certificate (see CA.Serving);
+// the default is "kubernetes" alone.
+func WithNames(names ...string) APIServerOption {
+	return func(c *apiServerConfig) { c.names = names }
+}
+
+// WithClientAuth sets the client certificate policy. The default,
+// tls.VerifyClientCertIfGiven, is kube-apiserver's: a certificate is
+// verified when presented, and a request without one is left to its
+// bearer token.
+func WithClientAuth(a tls.ClientAuthType) APIServerOption {
+	return func(c *apiServerConfig) { c.clientAuth = a }
+}
+
+// WithHTTP2 sets the server's HTTP/2 settings, e.g. MaxConcurrentStreams
+// for tests that open more than the default 250 streams.
+func WithHTTP2(h2 *http.HTTP2Config) APIServerOption {
+	return func(c *apiServerConfig) { c.http2 = h2 }
+}
+
+// WithConnState is http.Server.ConnState, for tests that watch
+// connections open and close.
+func WithConnState(f func(net.Conn, http.ConnState)) APIServerOption {
+	return func(c *apiServerConfig) { c.connState = f }
+}
+
+// NewAPIServer starts an APIServer with a serving certificate from ca and
+// closes it when the test ends. h serves everything but GET /readyz; nil
+// answers 404. h may hijack (for upgrades): the kit does not wrap the
+// ResponseWriter.
+func NewAPIServer(tb testing.TB, ca *CA, h http.Handler, opts ...APIServerOption) *APIServer {
+	tb.Helper()
+	cfg := apiServerConfig{names: []string{"kubernetes"}, clientAuth: tls.VerifyClientCertIfGiven}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if h == nil {
+		h = http.NotFoundHandler()
+	}
+	a := &APIServer{handler: h}
+	a.readyz.Store(http.StatusOK)
+	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
+	a.EnableHTTP2 = true
+	a.TLS = ca.ServerTLSConfig(ca.Serving(cfg.names...), cfg.clientAuth)
+	a.Config.HTTP2 = cfg.http2
+	a.Config.ConnState = cfg.connState
+	a.StartTLS()
+	tb.Cleanup(a.Close)
+	return a
+}
+
+// Addr is the server's host:port.
+func (a *APIServer) Addr() string { return a.Listener.Addr().String() }
+
+// SetReadyz sets the status code of GET /readyz. 200 is ready; any other
+// code is answered with kube-apiserver's failed-check body, as during its
+// shutdown.
+func (a *APIServer) SetReadyz(code int) { a.readyz.Store(int32(code)) }
+
+// SetDelay makes every request, /readyz included, wait d before it is
+// answered, or until the client gives up; 0 answers at once.
+func (a *APIServer) SetDelay(d time.Duration) { a.delay.Store(int64(d)) }
+
+// Seen returns a copy of the requests received so far, in order.
+func (a *APIServer) Seen() []Request {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Request(nil), a.seen...)
+}
+
+func (a *APIServer) serve(w http.ResponseWriter, r *http.Request) {
+	req := Request{
+		Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Proto: r.Proto,
+		Authorization: r.Header.Get("Authorization"), RemoteAddr: r.RemoteAddr,
+	}
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		req.CN = r.TLS.PeerCertificates[0].Subject.CommonName
+	}
+	a.mu.Lock()
+	a.seen = append(a.seen, req)
+	a.mu.Unlock()
+	probe := r.Method == http.MethodGet && r.URL.Path == "/readyz"
+	if probe {
+		a.Probes.Add(1)
+	} else {
+		a.Requests.Add(1)
+	}
+	if d := time.Duration(a.delay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	if !probe {
+		a.handler.ServeHTTP(w, r)
+		return
+	}
+	code := int(a.readyz.Load())
+	if code == http.StatusOK {
+		fmt.Fprint(w, "ok")
+		return
+	}
+	w.WriteHeader(code)
+	fmt.Fprint(w, "[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n")
+}

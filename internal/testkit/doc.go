@@ -1,0 +1,31 @@
+// Package testkit is the one place for the scaffolding that tests across
+// the module (and the e2e module) share, so that each package's tests
+// stop carrying a copy of their own:
+//
+//   - the test PKI (NewCA, CA.Serving, CA.Client, CA.ServerTLSConfig,
+//     WriteFile): throwaway certificates for TLS and client-certificate
+//     authentication;
+//   - a fake kube-apiserver (NewAPIServer): HTTP/2 over TLS with a
+//     serving certificate from the PKI, /readyz answered as told, a
+//     handler of the test's own for everything else, and a record of who
+//     asked;
+//   - a manual clock (Clock) for code that takes its time source as a
+//     value.
+//
+// # synctest or Clock
+//
+// A test that waits on real time (sleeps, tickers, timeouts, polling
+// until a deadline) should rather run inside testing/synctest's
+// synctest.Test: time in the bubble is virtual and moves only when every
+// goroutine in it is blocked, so such a test is fast and deterministic,
+// and the code under test keeps using the time package directly.
+//
+// A bubble cannot wait for the network: a goroutine blocked on a socket,
+// loopback included, is not durably blocked, so time stops and the test
+// hangs. Tests that talk to an APIServer (or any listener) therefore stay
+// outside bubbles, and where they need to control time they inject a
+// Clock: its Now, After, NewTimer and NewTicker fit the Now funcs and
+// clock interfaces of the packages under test, and Advance moves it.
+//
+// Nothing here is fit for production use.
+package testkit
