@@ -27,7 +27,7 @@ import (
 //   - HTTP/1.1: the connection is taken over once the watch's headers are
 //     in (components/proxy/h1stream.go): one goroutine copies the body to
 //     the socket; the upstream stream holds none (fanout's own HTTP/2
-//     client, components/transport/h2client.go); the client closing the
+//     client, internal/h2conn); the client closing the
 //     connection is noticed by one goroutine for all watches
 //     (closewatch_linux.go); net/http's serve goroutine, background reader
 //     and buffers are gone;
