@@ -23,7 +23,6 @@ type LimitOptions struct {
 	ReadHeaderTimeout    time.Duration
 	RequestBodyTimeout   time.Duration
 	IdleTimeout          time.Duration
-	HTTP1Server          string
 }
 
 // NewLimitOptions returns the defaults, which are proxy.Config's.
@@ -37,7 +36,6 @@ func NewLimitOptions() LimitOptions {
 		ReadHeaderTimeout:    proxy.DefaultReadHeaderTimeout,
 		RequestBodyTimeout:   proxy.DefaultRequestBodyTimeout,
 		IdleTimeout:          proxy.DefaultIdleTimeout,
-		HTTP1Server:          proxy.HTTP1ServerFanout,
 	}
 }
 
@@ -59,8 +57,6 @@ func (l *LimitOptions) AddFlags(fs *pflag.FlagSet) {
 		"How long a request may take to send its body, watches, logs and proxy requests included; a late one is reset (fanout_rejected_total{reason=\"body_timeout\"}). Upgrades (exec, attach, port-forward) are exempt: they stream their input for as long as they run.")
 	fs.DurationVar(&l.IdleTimeout, "idle-timeout", l.IdleTimeout,
 		"How long a keep-alive connection without requests stays open.")
-	fs.StringVar(&l.HTTP1Server, "http1-server", l.HTTP1Server,
-		"What serves HTTP/1.1 on the plaintext listener: fanout (its own server, one goroutine per connection and none per request, about 12 % less CPU per request at saturation; Linux only, elsewhere net/http serves) or net/http (Go's server, as for h2c and --listen-tls). Both answer alike; see docs/footprint.md.")
 }
 
 // Validate says which limit cannot work. Zero is refused rather than read
@@ -93,9 +89,6 @@ func (l LimitOptions) Validate() error {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %s", c.name, c.v))
 		}
 	}
-	if l.HTTP1Server != proxy.HTTP1ServerFanout && l.HTTP1Server != proxy.HTTP1ServerNetHTTP {
-		errs = append(errs, fmt.Errorf("--http1-server must be %s or %s, got %q", proxy.HTTP1ServerFanout, proxy.HTTP1ServerNetHTTP, l.HTTP1Server))
-	}
 	return errors.Join(errs...)
 }
 
@@ -109,6 +102,5 @@ func (l LimitOptions) apply(c proxy.Config) proxy.Config {
 	c.ReadHeaderTimeout = l.ReadHeaderTimeout
 	c.RequestBodyTimeout = l.RequestBodyTimeout
 	c.IdleTimeout = l.IdleTimeout
-	c.HTTP1Server = l.HTTP1Server
 	return c
 }

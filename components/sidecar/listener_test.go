@@ -14,7 +14,6 @@ func TestListenerConfig(t *testing.T) {
 	o.Limits = LimitOptions{
 		MaxConnections: 1, MaxInflight: 2, MaxLongRunning: 3, MaxConcurrentStreams: 4, MaxHeaderBytes: 5,
 		ReadHeaderTimeout: 6 * time.Second, RequestBodyTimeout: 7 * time.Second, IdleTimeout: 8 * time.Second,
-		HTTP1Server: proxy.HTTP1ServerNetHTTP,
 	}
 	cfg, ca, err := listenerConfig(*o)
 	if err != nil {
@@ -24,7 +23,6 @@ func TestListenerConfig(t *testing.T) {
 		ListenAddress: "127.0.0.1:7080", ShutdownGrace: o.ShutdownGrace,
 		MaxConnections: 1, MaxInflight: 2, MaxLongRunning: 3, MaxConcurrentStreams: 4, MaxHeaderBytes: 5,
 		ReadHeaderTimeout: 6 * time.Second, RequestBodyTimeout: 7 * time.Second, IdleTimeout: 8 * time.Second,
-		HTTP1Server: proxy.HTTP1ServerNetHTTP,
 	}
 	if cfg.TLS != nil || ca != nil {
 		t.Error("TLS without --listen-tls")

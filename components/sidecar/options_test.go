@@ -43,7 +43,6 @@ func TestValidate(t *testing.T) {
 		{"zero max-long-running", func(o *Options) { o.Limits.MaxLongRunning = 0 }, "--max-long-running must be positive"},
 		{"zero body timeout", func(o *Options) { o.Limits.RequestBodyTimeout = 0 }, "--request-body-timeout must be positive"},
 		{"zero idle timeout", func(o *Options) { o.Limits.IdleTimeout = 0 }, "--idle-timeout must be positive"},
-		{"unknown HTTP/1.1 server", func(o *Options) { o.Limits.HTTP1Server = "nginx" }, "--http1-server must be fanout or net/http"},
 		{"negative probe interval", func(o *Options) { o.ProbeInterval = -time.Second }, "--probe-interval must not be negative"},
 	}
 	for _, tt := range tests {
