@@ -3,7 +3,6 @@
 package h1server
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
@@ -38,12 +37,8 @@ func TestH1ServerClientLeavingCancelsRequest(t *testing.T) {
 // of the stream's own reading the socket.
 func TestDetachedStreamInWatcher(t *testing.T) {
 	ss := startStreamServer(t)
-	go func() { ss.events <- "one\n" }()
-	resp := ss.get(t, "/stream")
-	resp.Body = lineBody{bufio.NewReader(resp.Body), resp.Body}
+	resp := ss.open(t)
 	defer resp.Body.Close()
-	readEvent(t, resp, "one\n")
-	wait(t, ss.returned, "the handler to return")
 	ss.s.hangups.mu.Lock()
 	watched := len(ss.s.hangups.streams)
 	ss.s.hangups.mu.Unlock()

@@ -61,6 +61,18 @@ func (ss *streamServer) get(t *testing.T, path string) *http.Response {
 	return resp
 }
 
+// open gets /stream, reads its first event ("one") and waits for its
+// handler to return: the stream runs detached.
+func (ss *streamServer) open(t *testing.T) *http.Response {
+	t.Helper()
+	go func() { ss.events <- "one\n" }()
+	resp := ss.get(t, "/stream")
+	resp.Body = lineBody{bufio.NewReader(resp.Body), resp.Body}
+	readEvent(t, resp, "one\n")
+	wait(t, ss.returned, "the handler to return")
+	return resp
+}
+
 // eventBody gives one event per Read, io.EOF when events is closed, and
 // the context's error once it ends.
 type eventBody struct {
@@ -152,11 +164,7 @@ func TestDetachedStreamClientLeaving(t *testing.T) {
 			if !watcher {
 				ss.s.hangups.stop()
 			}
-			go func() { ss.events <- "one\n" }()
-			resp := ss.get(t, "/stream")
-			resp.Body = lineBody{bufio.NewReader(resp.Body), resp.Body}
-			readEvent(t, resp, "one\n")
-			wait(t, ss.returned, "the handler to return")
+			resp := ss.open(t)
 			resp.Body.Close()
 			wait(t, ss.canceled, "the request's context to end after the client left")
 			wait(t, ss.ended, "OnStreamEnd's function to run")
@@ -168,12 +176,8 @@ func TestDetachedStreamClientLeaving(t *testing.T) {
 // stream runs; it does once the stream's body ended.
 func TestShutdownWaitsForStreams(t *testing.T) {
 	ss := startStreamServer(t)
-	go func() { ss.events <- "one\n" }()
-	resp := ss.get(t, "/stream")
-	resp.Body = lineBody{bufio.NewReader(resp.Body), resp.Body}
+	resp := ss.open(t)
 	defer resp.Body.Close()
-	readEvent(t, resp, "one\n")
-	wait(t, ss.returned, "the handler to return")
 	stopped := make(chan error, 1)
 	go func() { stopped <- ss.s.Shutdown(context.Background()) }()
 	// Shutdown has closed the listener once a dial fails: it is then
