@@ -37,11 +37,6 @@ type Config struct {
 	// MaxHeaderBytes bounds request headers; larger ones get 431.
 	// Default 1 MiB, like kube-apiserver.
 	MaxHeaderBytes int
-	// HTTP1Server picks what serves HTTP/1.x on the plaintext listener:
-	// HTTP1ServerFanout (the default; h1server.go), or HTTP1ServerNetHTTP
-	// to have net/http serve it as it serves h2c and TLS. fanout's own
-	// needs Linux (its hang-up watcher); elsewhere net/http serves.
-	HTTP1Server string
 
 	// MaxConcurrentStreams is the HTTP/2 (h2c) stream limit per client
 	// connection. Default 1000: one client-go connection carries all of a
@@ -125,14 +120,10 @@ func DefaultRetryBudget() RetryBudget {
 
 // Defaults of Config.
 const (
-	DefaultListenAddress     = "127.0.0.1:7080"
-	DefaultMaxReplayBody     = 1 << 20
-	DefaultReadHeaderTimeout = 10 * time.Second
-	DefaultIdleTimeout       = 120 * time.Second
-	// HTTP1ServerFanout and HTTP1ServerNetHTTP are Config.HTTP1Server's
-	// values.
-	HTTP1ServerFanout                    = "fanout"
-	HTTP1ServerNetHTTP                   = "net/http"
+	DefaultListenAddress                 = "127.0.0.1:7080"
+	DefaultMaxReplayBody                 = 1 << 20
+	DefaultReadHeaderTimeout             = 10 * time.Second
+	DefaultIdleTimeout                   = 120 * time.Second
 	DefaultMaxHeaderBytes                = 1 << 20
 	DefaultMaxConcurrentStreams          = 1000
 	DefaultMaxReceiveBufferPerStream     = 1 << 20
@@ -163,11 +154,6 @@ func (c Config) Validate() error {
 	}
 	if c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
 		return fmt.Errorf("proxy timeouts must not be negative, got read-header %v and idle %v", c.ReadHeaderTimeout, c.IdleTimeout)
-	}
-	switch c.HTTP1Server {
-	case "", HTTP1ServerFanout, HTTP1ServerNetHTTP:
-	default:
-		return fmt.Errorf("proxy HTTP/1.1 server must be %q or %q, got %q", HTTP1ServerFanout, HTTP1ServerNetHTTP, c.HTTP1Server)
 	}
 	if c.MaxHeaderBytes < 0 || c.MaxConcurrentStreams < 0 {
 		return fmt.Errorf("proxy max header bytes and max concurrent streams must not be negative, got %d and %d", c.MaxHeaderBytes, c.MaxConcurrentStreams)

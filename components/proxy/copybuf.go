@@ -23,8 +23,8 @@ const (
 	// 512 bytes: what a watch holds while it waits. An event of up to
 	// 502 bytes (a small object in protobuf, a short JSON one) still goes
 	// out in one write; a larger one costs one more, as the first Read
-	// fills the buffer (over HTTP/1.1 taken over: a 502-byte chunk, then
-	// the rest from a 32 KiB buffer, h1stream.go). With 1 KiB that was so
+	// fills the buffer (over HTTP/1.1 detached: a 502-byte chunk, then
+	// the rest from a 32 KiB buffer, internal/h1server). With 1 KiB that was so
 	// from 1,014 bytes on; 2,000 watches hold 1 MiB less.
 	longCopyBuffer  = 1 << 9
 	burstFlushDelay = time.Millisecond

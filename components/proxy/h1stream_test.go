@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"runtime/pprof"
@@ -20,8 +19,8 @@ func handlersServingLong() int {
 	return strings.Count(b.String(), "proxy.(*Handler).serveLong")
 }
 
-// TestH1WatchIsTakenOver: an HTTP/1.1 watch through the Server is served
-// from a connection taken over from net/http (h1stream.go). Its handler
+// TestH1WatchIsTakenOver: an HTTP/1.1 watch through the Server is
+// streamed by the server, detached from its handler (h1stream.go). Its handler
 // returns while the watch runs; events still arrive one by one; the
 // answer says Connection: close and ends with the last chunk; and the
 // request holds its --max-long-running slot and the gauges until the
@@ -108,9 +107,9 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	}
 }
 
-// TestStopWaitsForTakenOverWatches: net/http's Shutdown forgets hijacked
-// connections, so Server.Stop waits for the taken-over watches itself:
-// when it returns they have ended, completely and accounted for.
+// TestStopWaitsForTakenOverWatches: Server.Stop waits for the watches the
+// server streams detached: when it returns they have ended, completely
+// and accounted for.
 func TestStopWaitsForTakenOverWatches(t *testing.T) {
 	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"ADDED"}`+"\n")
@@ -162,18 +161,6 @@ func TestStopWaitsForTakenOverWatches(t *testing.T) {
 	}
 }
 
-// TestChunk: the in-place chunk framing.
-func TestChunk(t *testing.T) {
-	for _, n := range []int{1, 15, 16, 255, 256, chunkData} {
-		buf := make([]byte, longCopyBuffer)
-		copy(buf[chunkHead:], strings.Repeat("x", n))
-		want := fmt.Sprintf("%x\r\n%s\r\n", n, strings.Repeat("x", n))
-		if got := chunk(buf, n); string(got) != want {
-			t.Errorf("chunk of %d bytes = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // BenchmarkRequestOnNewConnection prices what "Connection: close" on a
 // taken-over watch costs the client: its next request (the re-watch,
 // every 5-10 minutes per watch with client-go's defaults) dials loopback
@@ -210,14 +197,15 @@ func BenchmarkRequestOnNewConnection(b *testing.B) {
 	}
 }
 
-// TestClientLeavingWithoutHangupWatcher: where the hang-up watcher is not
-// available (not Linux, or stopped), a taken-over stream reads its
-// connection itself, and a client leaving still ends the upstream request.
-func TestClientLeavingWithoutHangupWatcher(t *testing.T) {
+// TestClientLeavingEndsTakenOverWatch: a client leaving a watch the
+// server streams detached ends the upstream request, reports the pick's
+// Done and gives back the gauge. (Without the hang-up watcher the server
+// reads the connection itself: internal/h1server's
+// TestDetachedStreamClientLeaving.)
+func TestClientLeavingEndsTakenOverWatch(t *testing.T) {
 	cw := startCancelWatchProxy(t, Config{})
 	canceled, p, m := cw.canceled, cw.p, cw.m
-	h, base := cw.h, cw.base
-	h.hangups.stop()
+	base := cw.base
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

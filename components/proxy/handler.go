@@ -20,6 +20,7 @@ import (
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/h1server"
 )
 
 // Picker chooses the endpoint for a request. It is satisfied by
@@ -71,13 +72,6 @@ type Handler struct {
 	// upgrades tracks upgraded connections, which StopLongRunning leaves
 	// alone (upgrade.go).
 	upgrades upgradeSet
-	// streams tracks HTTP/1.1 long-running responses whose connections
-	// were taken over, which WaitLongRunning waits for (h1stream.go).
-	streams streamSet
-	// hangups tells taken-over streams that their client closed the
-	// connection (closewatch_linux.go).
-	hangups hangups
-
 	// watch is the hook into the watch features (package watch):
 	// rebalancing and the 410 retry.
 	watch watch.Hook
@@ -178,19 +172,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState) {
 	h.metrics.openLong.Inc()
+	defer func(server http.ResponseWriter) {
+		if h1server.Detached(server) {
+			h1server.OnStreamEnd(server, h.metrics.openLong.Dec)
+			return
+		}
+		h.metrics.openLong.Dec()
+	}(w)
 	fw := newFlushWriter(w, longCopyBuffer) // copybuf.go
 	defer fw.stop()
 	w = fw
-	if s := st.stream; s != nil {
-		// An HTTP/1.1 watch: its connection may be taken over once the
-		// headers are in (h1stream.go), and then the gauge counts it
-		// until the stream ends.
-		s.w, s.h = fw, h
+	if mayTakeOver(r, true, st.Upgrade) {
+		// An HTTP/1.1 watch: the server may stream its answer by itself
+		// once the headers are in (h1stream.go), and then the gauge
+		// counts it until the stream ends.
+		s := &h1Stream{w: fw, h: h}
+		st.stream = s
 		w = s
-		defer s.after(h.metrics.openLong.Dec)
 		defer s.handlerDone()
-	} else {
-		defer h.metrics.openLong.Dec()
 	}
 	h.longProxy.ServeHTTP(w, r)
 }
@@ -225,9 +224,9 @@ type reqState struct {
 	body     doneBody
 	bodyUsed bool
 
-	// stream, when not nil, may take the connection over from net/http
-	// once the response headers are in: an HTTP/1.1 long-running GET
-	// served by the Server (h1stream.go).
+	// stream, when not nil, may have the server stream the answer by
+	// itself once the response headers are in: an HTTP/1.1 long-running
+	// GET (h1stream.go).
 	stream *h1Stream
 }
 
@@ -264,14 +263,7 @@ func withState(ctx context.Context, info reqinfo.Info, start time.Time) (context
 // it.
 func withRequestState(next http.Handler, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := reqinfo.New(r)
-		var s *h1Stream
-		ctx := r.Context()
-		if mayTakeOver(r, info.Kind == balancer.Long, info.Upgrade) {
-			s, ctx = newH1Stream(ctx)
-		}
-		ctx, st := withState(ctx, info, now())
-		st.stream = s
+		ctx, _ := withState(r.Context(), reqinfo.New(r), now())
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

@@ -3,7 +3,7 @@ package proxy
 import "iter"
 
 // links is an element's place in an ilist. The element holds it, so that
-// keeping a watch's body or stream in the Handler's sets costs no
+// keeping a watch's body in the Handler's sets costs no
 // allocation of its own: these sets are on the per-watch memory path
 // (cmd/fanout's TestFootprintPerWatch). The zero value is "in no list".
 type links[T any] struct{ prev, next *T }

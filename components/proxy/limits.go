@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/internal/h1server"
 )
 
 // Reasons of fanout_rejected_total: which downstream limit refused what.
@@ -95,13 +96,12 @@ func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Durat
 		}
 		gauge.Inc()
 		defer func() {
-			if s := st.stream; s != nil {
-				// A taken-over HTTP/1.1 watch outlives its handler
-				// (h1stream.go): it holds the slot until it ends.
-				c, g := counter, gauge
-				s.after(func() {
-					c.Add(-1)
-					g.Dec()
+			// A detached HTTP/1.1 watch outlives its handler
+			// (h1stream.go): it holds the slot until it ends.
+			if h1server.Detached(w) {
+				h1server.OnStreamEnd(w, func() {
+					counter.Add(-1)
+					gauge.Dec()
 				})
 				return
 			}

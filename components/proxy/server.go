@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/fanout-dev/fanout/internal/h1server"
 	"github.com/fanout-dev/fanout/internal/serve"
 )
 
@@ -22,11 +23,12 @@ import (
 type Server struct {
 	cfg     Config
 	handler *Handler
-	srv     *http.Server
-	// h1, on the plaintext listener where the hang-up watcher works
-	// (Linux), serves HTTP/1.x itself and hands h2c connections to srv
-	// (h1server.go); nil: srv serves everything.
-	h1 *h1Server
+	// srv is net/http's server: TLS (HTTP/2 by ALPN and HTTP/1.1), and
+	// h2c handed over by h1.
+	srv *http.Server
+	// h1 serves the plaintext listener's HTTP/1.x (internal/h1server),
+	// from Start on; nil with TLS. See route.
+	h1 *h1server.Server
 
 	mu       sync.Mutex // guards ln and served
 	ln       net.Listener
@@ -75,11 +77,35 @@ func NewServer(cfg Config, h *Handler) *Server {
 	// then watches end (clients re-watch elsewhere), then short requests
 	// drain.
 	srv.RegisterOnShutdown(h.StopLongRunning)
-	s := &Server{cfg: cfg, handler: h, srv: srv}
-	if cfg.TLS == nil && cfg.HTTP1Server != HTTP1ServerNetHTTP && h.hangups.available() {
-		s.h1 = newH1Server(&h.hangups, srv.ErrorLog, cfg)
+	return &Server{cfg: cfg, handler: h, srv: srv}
+}
+
+// route serves ln until it is closed, and is the one place that says which
+// server takes a connection: with TLS, net/http (HTTP/2 by ALPN, or
+// HTTP/1.1); plaintext, fanout's own HTTP/1.1 server, which hands a
+// connection that opens with the HTTP/2 preface (h2c with prior knowledge)
+// to net/http.
+func (s *Server) route(ln net.Listener) error {
+	if s.h1 == nil {
+		// The certificate is in TLSConfig; the listener is limited
+		// before TLS, so a handshake flood counts against it too.
+		return s.srv.ServeTLS(ln, "", "")
 	}
-	return s
+	h2cDone := make(chan error, 1)
+	go func() { h2cDone <- s.srv.Serve(s.h1.H2C()) }()
+	err := s.h1.Serve(ln)
+	if !errors.Is(err, http.ErrServerClosed) {
+		// Serve failed: stop the h2c side too.
+		_ = s.h1.H2C().Close()
+	}
+	// Shutdown or Close closes the hand-off listener too.
+	if herr := <-h2cDone; err == nil || errors.Is(err, http.ErrServerClosed) {
+		err = herr
+	}
+	if errors.Is(err, net.ErrClosed) {
+		err = http.ErrServerClosed
+	}
+	return err
 }
 
 // Start listens and serves in the background. It returns once the listener
@@ -103,38 +129,18 @@ func (s *Server) Start(ctx context.Context) error {
 		Rejected: lm.rejected.WithLabelValues(rejectConnections), Open: lm.connections})
 	s.ln = ln
 	s.served = make(chan struct{})
-	if s.h1 != nil {
-		h2c := newHandoffListener(ln.Addr())
-		s.h1.h2c, s.h1.handler = h2c, s.srv.Handler
-		go func() {
-			defer close(s.served)
-			h2cDone := make(chan error, 1)
-			go func() { h2cDone <- s.srv.Serve(h2c) }()
-			err := s.h1.serve(ln)
-			if !errors.Is(err, http.ErrServerClosed) {
-				_ = h2c.Close()
-			}
-			// Shutdown or Close closes the handoff listener too.
-			if herr := <-h2cDone; err == nil || errors.Is(err, http.ErrServerClosed) {
-				err = herr
-			}
-			if !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-				s.serveErr = err
-			}
-		}()
-		return nil
+	if s.cfg.TLS == nil {
+		s.h1 = h1server.New(h1server.Config{
+			Handler:           s.srv.Handler,
+			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+			IdleTimeout:       s.cfg.IdleTimeout,
+			MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
+			ErrorLog:          s.srv.ErrorLog,
+		})
 	}
 	go func() {
 		defer close(s.served)
-		var err error
-		if s.cfg.TLS != nil {
-			// The certificate is in TLSConfig; the listener is limited
-			// before TLS, so a handshake flood counts against it too.
-			err = s.srv.ServeTLS(ln, "", "")
-		} else {
-			err = s.srv.Serve(ln)
-		}
-		if !errors.Is(err, http.ErrServerClosed) {
+		if err := s.route(ln); !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr = err
 		}
 	}()
@@ -188,29 +194,27 @@ func (s *Server) Stop(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownGrace)
 		defer cancel()
 	}
+	// Both servers stop accepting at once; srv's Shutdown ends the
+	// long-running responses (StopLongRunning), so that h1's, which waits
+	// for the streams it serves detached (h1stream.go), can return.
+	h1Done := make(chan error, 1)
 	if s.h1 != nil {
-		// No new connections; then srv's Shutdown ends the long-running
-		// responses and drains h2c, and h1's drains HTTP/1.x.
-		s.h1.closeListener()
+		go func() { h1Done <- s.h1.Shutdown(ctx) }()
+	} else {
+		h1Done <- nil
 	}
 	err := s.srv.Shutdown(ctx)
-	if s.h1 != nil {
-		if herr := s.h1.shutdown(ctx); err == nil {
-			err = herr
-		}
+	if herr := <-h1Done; err == nil {
+		err = herr
 	}
 	if err != nil {
 		_ = s.srv.Close()
 		if s.h1 != nil {
-			s.h1.closeAll()
+			s.h1.Close()
 		}
 	}
-	// Shutdown does not wait for hijacked connections: HTTP/1.1 watches
-	// (ended by StopLongRunning, h1stream.go) and upgrades get what is
+	// Shutdown does not wait for upgraded connections: they get what is
 	// left of the grace, then are closed.
-	if werr := s.handler.WaitLongRunning(ctx); err == nil {
-		err = werr
-	}
 	if uerr := s.handler.CloseUpgrades(ctx); err == nil {
 		err = uerr
 	}

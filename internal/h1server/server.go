@@ -1,4 +1,4 @@
-package proxy
+package h1server
 
 import (
 	"bufio"
@@ -22,89 +22,82 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
-// h1Server serves the plaintext listener's HTTP/1.x connections, where
-// client-go sends every request of an http:// kubeconfig; a connection
-// that opens with the HTTP/2 preface (h2c with prior knowledge) is handed
-// to net/http's server, which serves it as before. TLS stays with
-// net/http entirely.
-//
-// It exists for the cost of each request. net/http's HTTP/1.1 server
-// starts a goroutine per request that reads the connection to notice the
-// client leaving (its "background read"), and stops it at the end of the
-// request with a deadline in the past and a wait: a goroutine, a read that
-// finds nothing, three deadline changes and two switches per request,
-// about a sixth of fanout's CPU at saturation (docs/footprint.md). Here the
-// connection's one goroutine reads and serves its requests in turn; the
-// client leaving is noticed by the Handler's hang-up watcher
-// (closewatch_linux.go), where the connection is registered once for its
-// life; and the response writer and its header map are the connection's,
-// reused by each request.
-//
-// The parsing is net/http's own (http.ReadRequest) and the checks after it
-// are those of net/http's server: the Host header, header names and
-// values, the number of header values, the protocol version, Expect. The
-// response follows net/http's rules: a length for a short body written at
-// once, chunking otherwise, Connection: close where the request or the
-// response asks for it, HEAD and bodiless statuses, a Date and a sniffed
-// Content-Type when missing, 100 Continue on the first read of the body,
-// at most 256 KiB of an unread body discarded to keep the connection,
-// trailers, Hijack, deadlines, and panics (http.ErrAbortHandler) cutting
-// the connection. Timeouts are ReadHeaderTimeout and IdleTimeout.
-type h1Server struct {
+// Config configures a Server. The zero value of a field means its default.
+type Config struct {
+	// Handler serves every HTTP/1.x request. Required.
+	Handler http.Handler
+	// ReadHeaderTimeout cuts a client that does not send a whole request
+	// header in time (slowloris); 0 means no limit. There is no read or
+	// write timeout: a handler sets deadlines itself
+	// (http.ResponseController), and long-running answers last hours.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection that sends no next
+	// request in time; 0 means no limit.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request header; larger ones get 431.
+	// Default DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+	// ErrorLog takes the lines net/http's server would log (accept
+	// errors, panics, misuse of the ResponseWriter); nil discards them.
+	ErrorLog *log.Logger
+}
+
+// DefaultMaxHeaderBytes is Config.MaxHeaderBytes' default, net/http's.
+const DefaultMaxHeaderBytes = http.DefaultMaxHeaderBytes
+
+// Server serves HTTP/1.x connections; see the package comment. Create it
+// with New. Its methods are safe for concurrent use.
+type Server struct {
 	handler           http.Handler
-	h2c               *handoffListener
-	hangups           *hangups
+	h2c               *handoff
+	hangups           hangups
 	log               *log.Logger
 	readHeaderTimeout time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int
 
 	shutting atomic.Bool
-	mu       sync.Mutex
+	mu       sync.Mutex // guards ln, conns and streams
 	ln       net.Listener
-	conns    map[*h1Conn]struct{}
+	conns    map[*conn]struct{}
+	// streams are the detached responses still being copied (Detach).
+	streams map[*stream]struct{}
 }
 
-// maxHeaderValues is net/http's DefaultMaxHeaderValueCount: a request with
-// more header values gets 431, as from net/http's server (http.ReadRequest
-// itself has no such limit).
-const maxHeaderValues = 500
-
-// maxPostHandlerReadBytes is how much of a request body the handler did
-// not read is discarded to keep the connection, as net/http does; more
-// closes it.
-const maxPostHandlerReadBytes = 256 << 10
-
-// bufferBeforeChunking is how much of a body is held before the header is
-// written: a response that ends within it gets a Content-Length.
-const bufferBeforeChunking = 2048
-
-// h2cPreface opens every HTTP/2 connection with prior knowledge.
-const h2cPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-// epollET is EPOLLET, which package syscall declares as a negative int.
-const epollET = uint32(1) << 31
-
-// newH1Server prepares the server; Server.Start sets its handler and its
-// handoff listener.
-func newH1Server(hu *hangups, logger *log.Logger, cfg Config) *h1Server {
-	return &h1Server{
-		hangups:           hu,
-		log:               logger,
+// New returns a Server for cfg; Serve serves it.
+func New(cfg Config) *Server {
+	if cfg.MaxHeaderBytes <= 0 {
+		cfg.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if cfg.ErrorLog == nil {
+		cfg.ErrorLog = log.New(io.Discard, "", 0)
+	}
+	return &Server{
+		handler:           cfg.Handler,
+		h2c:               newHandoff(),
+		log:               cfg.ErrorLog,
 		readHeaderTimeout: cfg.ReadHeaderTimeout,
 		idleTimeout:       cfg.IdleTimeout,
 		maxHeaderBytes:    cfg.MaxHeaderBytes,
-		conns:             make(map[*h1Conn]struct{}),
+		conns:             make(map[*conn]struct{}),
+		streams:           make(map[*stream]struct{}),
 	}
 }
 
-// serve accepts connections on ln until it is closed, as http.Server.Serve
+// H2C is where the connections that open with the HTTP/2 preface (h2c
+// with prior knowledge) go: serve it with net/http (an http.Server whose
+// Protocols allow unencrypted HTTP/2). Its Addr is the address Serve
+// listens on; it is closed by Shutdown and Close, or by its own server.
+func (s *Server) H2C() net.Listener { return s.h2c }
+
+// Serve accepts connections on ln until it is closed, as http.Server.Serve
 // does, backing off on temporary errors such as running out of file
-// descriptors.
-func (s *h1Server) serve(ln net.Listener) error {
+// descriptors. After Shutdown or Close it returns http.ErrServerClosed.
+func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	s.ln = ln
 	s.mu.Unlock()
+	s.h2c.setAddr(ln.Addr())
 	if s.shutting.Load() {
 		// Stopped before serving began.
 		_ = ln.Close()
@@ -127,7 +120,7 @@ func (s *h1Server) serve(ln net.Listener) error {
 			return err
 		}
 		delay = 0
-		c := &h1Conn{srv: s, rwc: rwc, fresh: true, accepted: time.Now()}
+		c := &conn{srv: s, rwc: rwc, fresh: true, accepted: time.Now()}
 		if !s.track(c) {
 			_ = rwc.Close()
 			continue
@@ -136,7 +129,7 @@ func (s *h1Server) serve(ln net.Listener) error {
 	}
 }
 
-func (s *h1Server) track(c *h1Conn) bool {
+func (s *Server) track(c *conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shutting.Load() {
@@ -146,14 +139,15 @@ func (s *h1Server) track(c *h1Conn) bool {
 	return true
 }
 
-func (s *h1Server) untrack(c *h1Conn) {
+func (s *Server) untrack(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
 }
 
-// closeListener stops accepting: the first step of a shutdown.
-func (s *h1Server) closeListener() {
+// closeListener stops accepting: the first step of a shutdown. The h2c
+// hand-off closes too: its server serves no new connection either.
+func (s *Server) closeListener() {
 	s.shutting.Store(true)
 	s.mu.Lock()
 	ln := s.ln
@@ -161,16 +155,21 @@ func (s *h1Server) closeListener() {
 	if ln != nil {
 		_ = ln.Close()
 	}
+	_ = s.h2c.Close()
 }
 
-// shutdown closes the listener and the idle connections, and waits for
-// the others to finish their request, as http.Server.Shutdown does; if ctx
-// ends first, it returns ctx's error and leaves the rest to closeAll.
-func (s *h1Server) shutdown(ctx context.Context) error {
+// Shutdown stops accepting, closes the idle connections and waits for the
+// others to finish their request and for the detached streams to end, as
+// http.Server.Shutdown does for its connections; if ctx ends first, it
+// returns ctx's error and leaves the rest to Close. It ends no stream
+// itself: their bodies end them (a handler's own shutdown). The hang-up
+// watcher stops once everything ended.
+func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeListener()
 	wait := time.Millisecond
 	for {
 		if s.closeIdle() {
+			s.hangups.stop()
 			return nil
 		}
 		t := time.NewTimer(wait)
@@ -185,8 +184,8 @@ func (s *h1Server) shutdown(ctx context.Context) error {
 }
 
 // closeIdle closes the connections waiting for a request and reports
-// whether none is left.
-func (s *h1Server) closeIdle() bool {
+// whether no connection and no stream is left.
+func (s *Server) closeIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for c := range s.conns {
@@ -198,29 +197,64 @@ func (s *h1Server) closeIdle() bool {
 		}
 		c.mu.Unlock()
 	}
-	return len(s.conns) == 0
+	return len(s.conns) == 0 && len(s.streams) == 0
 }
 
-// closeAll closes every connection and cancels the requests in flight,
-// as http.Server.Close does (there, the background read fails).
-func (s *h1Server) closeAll() {
+// Close closes every connection and stream and cancels the requests in
+// flight, as http.Server.Close does (there, the background read fails).
+// It does not wait for the handlers to return; the streams' goroutines
+// end on their own once their connection is closed.
+func (s *Server) Close() {
 	s.closeListener()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for c := range s.conns {
 		_ = c.rwc.Close()
 		c.hangup()
 	}
+	streams := make([]*stream, 0, len(s.streams))
+	for st := range s.streams {
+		streams = append(streams, st)
+	}
+	s.mu.Unlock()
+	for _, st := range streams {
+		st.abort()
+	}
+	s.hangups.stop()
 }
 
-// h1Conn is one client connection and its goroutine.
-type h1Conn struct {
-	srv *h1Server
+// Open reports how many connections are being served and how many
+// detached streams are being copied.
+func (s *Server) Open() (conns, streams int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns), len(s.streams)
+}
+
+// maxHeaderValues is net/http's DefaultMaxHeaderValueCount: a request with
+// more header values gets 431, as from net/http's server (http.ReadRequest
+// itself has no such limit).
+const maxHeaderValues = 500
+
+// maxPostHandlerReadBytes is how much of a request body the handler did
+// not read is discarded to keep the connection, as net/http does; more
+// closes it.
+const maxPostHandlerReadBytes = 256 << 10
+
+// bufferBeforeChunking is how much of a body is held before the header is
+// written: a response that ends within it gets a Content-Length.
+const bufferBeforeChunking = 2048
+
+// h2cPreface opens every HTTP/2 connection with prior knowledge.
+const h2cPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// conn is one client connection and its goroutine.
+type conn struct {
+	srv *Server
 	rwc net.Conn
 	// lr limits what a request header may read (MaxHeaderBytes, plus
 	// net/http's 4 KiB of slack); it is unlimited for bodies.
 	lr     io.LimitedReader
-	bufs   *h1Buffers
+	bufs   *buffers
 	br     *bufio.Reader // bufs.br
 	bw     *bufio.Writer // bufs.bw
 	remote string
@@ -230,11 +264,11 @@ type h1Conn struct {
 	watched bool
 	// deadline says a read deadline is set, which a request body or a
 	// connection taken over must not inherit. Atomic: the body timeout's
-	// deadline may be lifted from the HTTP/2 transport's goroutine
-	// (limits.go).
+	// deadline may be lifted from another goroutine (a handler that sends
+	// the body upstream on a goroutine of its own).
 	deadline atomic.Bool
 	lastPost bool
-	resp     h1Response
+	resp     response
 
 	mu       sync.Mutex
 	idle     bool // waiting for a request: shutdown closes it
@@ -243,12 +277,13 @@ type h1Conn struct {
 	cancel   context.CancelFunc // the request in flight's, nil between requests
 	hungUp   bool
 	hijacked bool
+	detached bool // the last response is a stream's (Detach): see serve
 }
 
 // hangup is the watcher's word that the client closed the connection (or
 // shut its sending side, as net/http's background read also takes for
 // leaving): the request in flight, if any, is canceled.
-func (c *h1Conn) hangup() {
+func (c *conn) hangup() {
 	c.mu.Lock()
 	c.hungUp = true
 	cancel := c.cancel
@@ -258,16 +293,16 @@ func (c *h1Conn) hangup() {
 	}
 }
 
-func (c *h1Conn) setReadDeadline(t time.Time) {
+func (c *conn) setReadDeadline(t time.Time) {
 	_ = c.rwc.SetReadDeadline(t)
 	c.deadline.Store(!t.IsZero())
 }
 
-func (c *h1Conn) serve() {
+func (c *conn) serve() {
 	defer c.srv.untrack(c)
 	c.remote = c.rwc.RemoteAddr().String()
 	c.lr = io.LimitedReader{R: c.rwc, N: math.MaxInt64}
-	c.bufs = h1BufferPool.Get().(*h1Buffers)
+	c.bufs = bufferPool.Get().(*buffers)
 	c.br, c.bw = c.bufs.br, c.bufs.bw
 	c.br.Reset(&c.lr)
 	c.bw.Reset(connWriter{c})
@@ -289,6 +324,12 @@ func (c *h1Conn) serve() {
 		return
 	}
 	defer func() {
+		if c.detached {
+			// The stream owns the connection and its watch now; the
+			// buffers are free.
+			c.release()
+			return
+		}
 		if !c.hijacked {
 			if c.watched {
 				c.srv.hangups.drop(c.token)
@@ -297,21 +338,9 @@ func (c *h1Conn) serve() {
 			c.release()
 		}
 	}()
-	c.token, c.watched = c.srv.hangups.register(c.rwc, c, epollET)
-	if !c.watched {
-		// Without the watcher (stopped, or a connection without a
-		// descriptor) a client leaving would go unnoticed here:
-		// net/http serves the connection instead.
-		c.lr.N = math.MaxInt64
-		if c.deadline.Load() {
-			c.setReadDeadline(time.Time{})
-		}
-		c.hijacked = true // not ours to close any more
-		if !c.srv.h2c.handoff(&prefaceConn{Conn: c.rwc, br: c.br}) {
-			_ = c.rwc.Close()
-		}
-		return
-	}
+	// Where the watcher is not available (not Linux, or stopped), a
+	// client leaving mid-request is noticed when a write to it fails.
+	c.token, c.watched = c.srv.hangups.register(c.rwc, c)
 	for first := true; ; first = false {
 		if !first {
 			if !c.setIdle(true) {
@@ -343,42 +372,42 @@ func (c *h1Conn) serve() {
 	}
 }
 
-// h1Buffers are a connection's reader, writer and hold-back buffer. They
+// buffers are a connection's reader, writer and hold-back buffer. They
 // are pooled across connections, as net/http pools its own: a client
 // that dials for each request would otherwise leave about 10 KiB of
 // garbage per connection. A connection handed over (h2c, Hijack) keeps
 // its reader, so its set is not returned.
-type h1Buffers struct {
+type buffers struct {
 	br      *bufio.Reader
 	bw      *bufio.Writer
-	pending []byte // h1Response.pending, bufferBeforeChunking long
+	pending []byte // response.pending, bufferBeforeChunking long
 }
 
-var h1BufferPool = sync.Pool{New: func() any {
-	h1BuffersMade.Add(1)
-	return &h1Buffers{
+var bufferPool = sync.Pool{New: func() any {
+	buffersMade.Add(1)
+	return &buffers{
 		br:      bufio.NewReaderSize(nil, 4<<10),
 		bw:      bufio.NewWriterSize(nil, 4<<10),
 		pending: make([]byte, 0, bufferBeforeChunking),
 	}
 }}
 
-// h1BuffersMade counts the sets the pool had to make (a test's measure
+// buffersMade counts the sets the pool had to make (a test's measure
 // of their reuse).
-var h1BuffersMade atomic.Int64
+var buffersMade atomic.Int64
 
 // release returns the connection's buffers once nothing can touch them.
-// The last request's body is closed first: the HTTP/2 transport's
-// goroutine may still be reading it (a handler that panicked, a write
+// The last request's body is closed first: a goroutine the handler
+// left (an HTTP/2 client sending the body upstream) may still be reading it (a handler that panicked, a write
 // that failed), and Close waits out a read in progress, which the closed
 // connection ends.
-func (c *h1Conn) release() {
+func (c *conn) release() {
 	if b := c.resp.body; b != nil {
 		_ = b.Close()
 	}
 	c.br.Reset(nil)
 	c.bw.Reset(nil)
-	h1BufferPool.Put(c.bufs)
+	bufferPool.Put(c.bufs)
 	c.bufs, c.br, c.bw = nil, nil, nil
 	c.resp.pending = nil
 }
@@ -386,7 +415,7 @@ func (c *h1Conn) release() {
 // h2cPreface reports whether the connection opens with the HTTP/2
 // preface. It reads only as far as the bytes could still be the preface,
 // so that a short HTTP/1 request is not held waiting for more.
-func (c *h1Conn) h2cPreface() bool {
+func (c *conn) h2cPreface() bool {
 	if _, err := c.br.Peek(1); err != nil {
 		return false
 	}
@@ -410,7 +439,7 @@ func headerBuffered(br *bufio.Reader) bool {
 
 // setIdle marks the connection idle (waiting for a request) or busy, and
 // says false when the server is shutting down.
-func (c *h1Conn) setIdle(idle bool) bool {
+func (c *conn) setIdle(idle bool) bool {
 	c.mu.Lock()
 	c.idle = idle
 	c.mu.Unlock()
@@ -420,25 +449,25 @@ func (c *h1Conn) setIdle(idle bool) bool {
 var (
 	errTooLarge          = errors.New("http: request too large")
 	errTooManyHeaders    = errors.New("http: too many header values")
-	errMissingHost       = h1StatusError{http.StatusBadRequest, "missing required Host header"}
-	errMalformedHost     = h1StatusError{http.StatusBadRequest, "malformed Host header"}
-	errInvalidHeaderName = h1StatusError{http.StatusBadRequest, "invalid header name"}
-	errInvalidHeaderVal  = h1StatusError{http.StatusBadRequest, "invalid header value"}
-	errVersion           = h1StatusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
+	errMissingHost       = statusError{http.StatusBadRequest, "missing required Host header"}
+	errMalformedHost     = statusError{http.StatusBadRequest, "malformed Host header"}
+	errInvalidHeaderName = statusError{http.StatusBadRequest, "invalid header name"}
+	errInvalidHeaderVal  = statusError{http.StatusBadRequest, "invalid header value"}
+	errVersion           = statusError{http.StatusHTTPVersionNotSupported, "unsupported protocol version"}
 )
 
-// h1StatusError is a request refused with code and text, as net/http's
+// statusError is a request refused with code and text, as net/http's
 // server words it.
-type h1StatusError struct {
+type statusError struct {
 	code int
 	text string
 }
 
-func (e h1StatusError) Error() string { return strconv.Itoa(e.code) + " " + e.text }
+func (e statusError) Error() string { return strconv.Itoa(e.code) + " " + e.text }
 
 // readRequest reads and checks the next request, as net/http's server
 // does.
-func (c *h1Conn) readRequest() (*http.Request, error) {
+func (c *conn) readRequest() (*http.Request, error) {
 	c.lr.N = int64(c.srv.maxHeaderBytes) + 4096
 	if c.lastPost {
 		// RFC 7230 section 3 tolerance for old clients that send a CRLF
@@ -503,9 +532,9 @@ func (c *h1Conn) readRequest() (*http.Request, error) {
 
 // refuse answers a request that could not be read, as net/http's server
 // does, or says nothing when the connection broke or timed out.
-func (c *h1Conn) refuse(err error) {
+func (c *conn) refuse(err error) {
 	const errorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
-	var se h1StatusError
+	var se statusError
 	switch {
 	case errors.Is(err, errTooLarge), errors.Is(err, errTooManyHeaders):
 		const publicErr = "431 Request Header Fields Too Large"
@@ -540,7 +569,7 @@ func isCommonNetReadError(err error) bool {
 // closeWriteAndWait sends what is buffered and a FIN, then waits a little
 // before the close, so that a client still sending gets the answer
 // rather than a reset (net/http's rstAvoidanceDelay).
-func (c *h1Conn) closeWriteAndWait() {
+func (c *conn) closeWriteAndWait() {
 	_ = c.bw.Flush()
 	if cw, ok := c.rwc.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
@@ -552,7 +581,7 @@ func (c *h1Conn) closeWriteAndWait() {
 
 // serveRequest runs the handler for req and ends its response. It says
 // whether the connection serves another request.
-func (c *h1Conn) serveRequest(read *http.Request) bool {
+func (c *conn) serveRequest(read *http.Request) bool {
 	ctx, cancel := context.WithCancel(context.Background())
 	req := read.WithContext(ctx)
 	c.mu.Lock()
@@ -566,17 +595,19 @@ func (c *h1Conn) serveRequest(read *http.Request) bool {
 		c.mu.Lock()
 		c.cancel = nil
 		c.mu.Unlock()
-		cancel()
+		if !c.detached {
+			cancel()
+		}
 	}()
 
 	w := &c.resp
 	w.reset(c, req)
 	if req.Body != http.NoBody && req.Body != nil {
 		if c.deadline.Load() {
-			// The header deadline is not the body's: limits sets that.
+			// The header deadline is not the body's: the handler sets that.
 			c.setReadDeadline(time.Time{})
 		}
-		w.body = &h1Body{rc: req.Body, w: w, left: req.ContentLength, read: read, req: req}
+		w.body = &reqBody{rc: req.Body, w: w, left: req.ContentLength, read: read, req: req}
 		req.Body = w.body
 	}
 	if expect := req.Header.Get("Expect"); expect != "" {
@@ -591,7 +622,15 @@ func (c *h1Conn) serveRequest(read *http.Request) bool {
 		}
 	}
 
-	if !c.runHandler(w, req) {
+	ok := c.runHandler(w, req)
+	if w.stream != nil {
+		// A detached response: its stream copies the rest, and ends the
+		// request's context when it ends.
+		c.detached = true
+		c.startStream(w.stream, cancel, ok)
+		return false
+	}
+	if !ok {
 		// As with net/http, a response that had begun to go out (flushed,
 		// or past the 2 KiB net/http holds back) is sent as far as it got,
 		// so the client sees it cut; one that had not sends nothing.
@@ -619,7 +658,7 @@ func (c *h1Conn) serveRequest(read *http.Request) bool {
 // connection is then closed without ending the response, so the client
 // sees it broken (http.ErrAbortHandler is how the reverse proxy asks for
 // that, and is not logged).
-func (c *h1Conn) runHandler(w *h1Response, req *http.Request) (ok bool) {
+func (c *conn) runHandler(w *response, req *http.Request) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			ok = false
@@ -637,7 +676,7 @@ func (c *h1Conn) runHandler(w *h1Response, req *http.Request) (ok bool) {
 
 // connWriter writes to the connection, and cancels the request in flight
 // when that fails, as net/http's does: the client is gone.
-type connWriter struct{ c *h1Conn }
+type connWriter struct{ c *conn }
 
 func (cw connWriter) Write(p []byte) (int, error) {
 	n, err := cw.c.rwc.Write(p)
@@ -672,20 +711,22 @@ func (p *prefaceConn) Read(b []byte) (int, error) {
 // NetConn lets the hang-up watcher and rawConn reach the TCP connection.
 func (p *prefaceConn) NetConn() net.Conn { return p.Conn }
 
-// handoffListener is how h2c connections reach net/http's server: its
-// Accept returns the connections h1Server hands it.
-type handoffListener struct {
-	addr  net.Addr
+// handoff is how h2c connections reach net/http's server: its Accept
+// returns the connections the Server hands it.
+type handoff struct {
+	addr  atomic.Pointer[net.Addr]
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
 }
 
-func newHandoffListener(addr net.Addr) *handoffListener {
-	return &handoffListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+func newHandoff() *handoff {
+	return &handoff{conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
-func (l *handoffListener) Accept() (net.Conn, error) {
+func (l *handoff) setAddr(a net.Addr) { l.addr.Store(&a) }
+
+func (l *handoff) Accept() (net.Conn, error) {
 	select {
 	case c := <-l.conns:
 		return c, nil
@@ -694,15 +735,21 @@ func (l *handoffListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *handoffListener) Close() error {
+func (l *handoff) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return nil
 }
 
-func (l *handoffListener) Addr() net.Addr { return l.addr }
+// Addr is the served listener's address, nil before Serve.
+func (l *handoff) Addr() net.Addr {
+	if a := l.addr.Load(); a != nil {
+		return *a
+	}
+	return nil
+}
 
 // handoff gives c to net/http's server, and says false once it stopped.
-func (l *handoffListener) handoff(c net.Conn) bool {
+func (l *handoff) handoff(c net.Conn) bool {
 	select {
 	case l.conns <- c:
 		return true
@@ -711,25 +758,25 @@ func (l *handoffListener) handoff(c net.Conn) bool {
 	}
 }
 
-// h1Body is a request's body as the handler reads it: it sends 100
+// reqBody is a request's body as the handler reads it: it sends 100
 // Continue on the first read when the client asked for it, and tracks
 // what is left, so that the end of the response can tell whether the
 // connection can serve another request. Read and Close may come from the
-// HTTP/2 transport's goroutine as well as the handler's.
-type h1Body struct {
+// goroutine the handler started (an HTTP/2 client's) as well as the handler's.
+type reqBody struct {
 	mu sync.Mutex
 	rc io.ReadCloser
 	// read is the request as http.ReadRequest made it, whose Trailer the
 	// body's end fills; req is the handler's copy of it.
 	read, req    *http.Request
-	w            *h1Response
+	w            *response
 	left         int64 // of a declared length; -1 when unknown
 	sendContinue bool
 	sawEOF       bool
 	closed       bool
 }
 
-func (b *h1Body) Read(p []byte) (int, error) {
+func (b *reqBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -758,7 +805,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 // Close marks the body closed; what is left is dealt with at the end of
 // the response (discard), not here: the body of http.ReadRequest would
 // read all of it.
-func (b *h1Body) Close() error {
+func (b *reqBody) Close() error {
 	b.mu.Lock()
 	b.closed = true
 	b.mu.Unlock()
@@ -768,7 +815,7 @@ func (b *h1Body) Close() error {
 // discard reads what is left of the body, up to maxPostHandlerReadBytes,
 // and says whether it reached the end. A client that was asked to wait
 // for 100 Continue and was not sent it has sent no body: nothing is read.
-func (b *h1Body) discard() bool {
+func (b *reqBody) discard() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.sawEOF {
@@ -788,19 +835,19 @@ func (b *h1Body) discard() bool {
 }
 
 // drained reports whether the whole body was read.
-func (b *h1Body) drained() bool {
+func (b *reqBody) drained() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.sawEOF
 }
 
-// h1Response is the ResponseWriter of h1Server, one per connection,
+// response is the ResponseWriter of Server, one per connection,
 // reset for each request. Only the handler's goroutine writes, except 100
-// Continue (h1Body.Read), which takes wmu as the header's write does.
-type h1Response struct {
-	c      *h1Conn
+// Continue (reqBody.Read), which takes wmu as the header's write does.
+type response struct {
+	c      *conn
 	req    *http.Request
-	body   *h1Body
+	body   *reqBody
 	header http.Header
 	// snap is the header as it was at WriteHeader, when the handler
 	// reads the header again before it is written (the reverse proxy
@@ -824,22 +871,25 @@ type h1Response struct {
 	hijacked    bool
 	flushed     bool
 	fullDuplex  bool
-	isHead      bool
+	// stream, once the handler detached the response (Detach), copies
+	// the rest of it.
+	stream *stream
+	isHead bool
 
 	wmu           sync.Mutex
 	continueState int // 0: none sent, 1: 100 Continue sent, 2: too late (header written)
 }
 
-func (w *h1Response) reset(c *h1Conn, req *http.Request) {
+func (w *response) reset(c *conn, req *http.Request) {
 	if w.header == nil {
 		w.header = make(http.Header)
 	}
 	clear(w.header)
-	*w = h1Response{c: c, req: req, header: w.header, snapMap: w.snapMap, pending: c.bufs.pending[:0],
+	*w = response{c: c, req: req, header: w.header, snapMap: w.snapMap, pending: c.bufs.pending[:0],
 		contentLength: -1, isHead: req.Method == http.MethodHead, trailers: w.trailers[:0]}
 }
 
-func (w *h1Response) Header() http.Header {
+func (w *response) Header() http.Header {
 	if w.wroteHeader && !w.headerSent && w.snap == nil {
 		if w.snapMap == nil {
 			w.snapMap = make(http.Header, len(w.header))
@@ -853,7 +903,7 @@ func (w *h1Response) Header() http.Header {
 	return w.header
 }
 
-func (w *h1Response) WriteHeader(code int) {
+func (w *response) WriteHeader(code int) {
 	if w.hijacked {
 		w.c.srv.log.Printf("http: response.WriteHeader on hijacked connection")
 		return
@@ -884,7 +934,7 @@ func (w *h1Response) WriteHeader(code int) {
 
 // writeInformational sends a 1xx at once, with the headers set so far,
 // as net/http does (103 Early Hints, or a 100 the handler sends itself).
-func (w *h1Response) writeInformational(code int) {
+func (w *response) writeInformational(code int) {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if code == http.StatusContinue {
@@ -901,7 +951,7 @@ func (w *h1Response) writeInformational(code int) {
 }
 
 // writeContinue sends 100 Continue unless the final header went first.
-func (w *h1Response) writeContinue() error {
+func (w *response) writeContinue() error {
 	w.wmu.Lock()
 	defer w.wmu.Unlock()
 	if w.continueState != 0 {
@@ -912,7 +962,7 @@ func (w *h1Response) writeContinue() error {
 	return w.c.bw.Flush()
 }
 
-func (w *h1Response) bodyAllowed() bool {
+func (w *response) bodyAllowed() bool {
 	return bodyAllowedForStatus(w.status)
 }
 
@@ -926,8 +976,8 @@ func bodyAllowedForStatus(status int) bool {
 	return true
 }
 
-func (w *h1Response) Write(p []byte) (int, error) {
-	if w.hijacked {
+func (w *response) Write(p []byte) (int, error) {
+	if w.hijacked || w.stream != nil {
 		return 0, http.ErrHijacked
 	}
 	if !w.wroteHeader {
@@ -966,7 +1016,7 @@ func (w *h1Response) Write(p []byte) (int, error) {
 
 // writeBody puts p in the connection's buffer, as a chunk when chunking.
 // HEAD answers carry no body.
-func (w *h1Response) writeBody(p []byte) error {
+func (w *response) writeBody(p []byte) error {
 	if len(p) == 0 || w.isHead {
 		return nil
 	}
@@ -985,9 +1035,12 @@ func (w *h1Response) writeBody(p []byte) error {
 
 // FlushError is what http.ResponseController calls: the header and what
 // is held go out.
-func (w *h1Response) FlushError() error {
+func (w *response) FlushError() error {
 	if w.hijacked {
 		return http.ErrHijacked
+	}
+	if w.stream != nil {
+		return nil // the stream writes each chunk as it comes
 	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
@@ -1004,29 +1057,29 @@ func (w *h1Response) FlushError() error {
 }
 
 // Flush implements http.Flusher.
-func (w *h1Response) Flush() { _ = w.FlushError() }
+func (w *response) Flush() { _ = w.FlushError() }
 
 // SetReadDeadline and SetWriteDeadline are what http.ResponseController
-// calls (the request body timeout, limits.go).
-func (w *h1Response) SetReadDeadline(t time.Time) error {
+// calls (a request body timeout).
+func (w *response) SetReadDeadline(t time.Time) error {
 	w.c.deadline.Store(!t.IsZero())
 	return w.c.rwc.SetReadDeadline(t)
 }
 
-func (w *h1Response) SetWriteDeadline(t time.Time) error { return w.c.rwc.SetWriteDeadline(t) }
+func (w *response) SetWriteDeadline(t time.Time) error { return w.c.rwc.SetWriteDeadline(t) }
 
 // EnableFullDuplex lets the handler read the body after writing the
 // header; the body is then not discarded when the header goes out.
-func (w *h1Response) EnableFullDuplex() error {
+func (w *response) EnableFullDuplex() error {
 	w.fullDuplex = true
 	return nil
 }
 
 // Hijack hands the connection over. A header written but not sent goes
 // out first, chunked (the handler is still running), as with net/http:
-// the taken-over streams (h1stream.go) write their chunks after it.
-func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if w.hijacked {
+// an upgrade's or a handler's own stream writes after it.
+func (w *response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.hijacked || w.stream != nil {
 		return nil, nil, http.ErrHijacked
 	}
 	c := w.c
@@ -1059,7 +1112,7 @@ func (w *h1Response) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // deciding length, chunking and the connection's reuse as net/http's
 // server does. p is the start of the body, for the length of a response
 // that ends within it and for the Content-Type sniff.
-func (w *h1Response) writeHeader(p []byte) {
+func (w *response) writeHeader(p []byte) {
 	w.headerSent = true
 	h := w.header
 	if w.snap != nil {
@@ -1166,7 +1219,7 @@ func (w *h1Response) writeHeader(p []byte) {
 
 // sendContinueLeft reports whether 100 Continue was asked for and never
 // sent: the body was not read.
-func (b *h1Body) sendContinueLeft() bool {
+func (b *reqBody) sendContinueLeft() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.sendContinue
@@ -1245,7 +1298,7 @@ func writeField(bw *bufio.Writer, k string, vv []string) {
 // yet sent, what is held, the last chunk and the trailers, then a flush.
 // A response shorter than its declared length leaves the connection out
 // of step with the client: it is closed.
-func (w *h1Response) finish() error {
+func (w *response) finish() error {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -1273,7 +1326,7 @@ func (w *h1Response) finish() error {
 			// the body.
 			w.closeAfter = true
 		}
-		// A late read (the HTTP/2 transport's goroutine) must not take
+		// A late read (a goroutine the handler left) must not take
 		// the next request's bytes: as in net/http, it gets an error.
 		_ = b.Close()
 	}
@@ -1282,7 +1335,7 @@ func (w *h1Response) finish() error {
 
 // writeTrailers writes the declared trailers and those set with
 // http.TrailerPrefix, as net/http does.
-func (w *h1Response) writeTrailers() {
+func (w *response) writeTrailers() {
 	bw := w.c.bw
 	for _, k := range w.trailers {
 		if vv, ok := w.header[k]; ok {

@@ -1,6 +1,4 @@
-//go:build linux
-
-package proxy
+package h1server
 
 import (
 	"bufio"
@@ -97,44 +95,36 @@ func parityHandler(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// startH1 serves handler with fanout's HTTP/1.1 server on loopback, h2c
-// handed to net/http as Server.Start does.
-func startH1(t testing.TB, handler http.Handler, cfg Config) (string, *h1Server) {
+// startH1 serves handler with the Server on loopback, h2c handed to
+// net/http.
+func startH1(t testing.TB, handler http.Handler, cfg Config) (string, *Server) {
 	t.Helper()
-	cfg = cfg.withDefaults()
-	hu := new(hangups)
-	if !hu.available() {
-		t.Skip("no hang-up watcher")
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newH1Server(hu, log.New(io.Discard, "", 0), cfg)
-	h2c := newHandoffListener(ln.Addr())
+	cfg.Handler = handler
+	s := New(cfg)
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Handler: handler, Protocols: &protocols, ErrorLog: log.New(io.Discard, "", 0)}
-	s.handler, s.h2c = handler, h2c
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		go srv.Serve(h2c)
-		s.serve(ln)
+		go srv.Serve(s.H2C())
+		s.Serve(ln)
 	}()
 	t.Cleanup(func() {
-		s.closeAll()
+		s.Close()
 		srv.Close()
 		<-done
 		// A connection refused or cut lingers up to half a second before
 		// its close (closeWriteAndWait); the leak check must not see it.
 		waitFor(t, func() bool {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return len(s.conns) == 0
-		}, "fanout's server to end its connections")
-		hu.stop()
+			conns, streams := s.Open()
+			return conns == 0 && streams == 0
+		}, "the server to end its connections and streams")
 	})
 	return ln.Addr().String(), s
 }
@@ -391,7 +381,7 @@ func TestH1ServerMatchesNetHTTP(t *testing.T) {
 // to fanout's, shuts the sending side, and wants the same responses back,
 // as describe puts them, and the same end of the connection. Its seeds are TestH1ServerMatchesNetHTTP's requests, bodies sent
 // after 100 Continue included; go test -fuzz=FuzzH1ServerMatchesNetHTTP
-// ./components/proxy/ looks for more. The handler's aborts are left out:
+// ./internal/h1server/ looks for more. The handler's aborts are left out:
 // where a cut response stops depends on buffer sizes.
 func FuzzH1ServerMatchesNetHTTP(f *testing.F) {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -447,29 +437,6 @@ func rawExchange(t *testing.T, addr string, raw []byte) string {
 		}
 		describe(&out, resp)
 	}
-}
-
-// TestH1ServerClientLeavingCancelsRequest: the client closing its
-// connection mid-request cancels the request's context, which net/http
-// notices with a reader goroutine per request and fanout's server with
-// the hang-up watcher.
-func TestH1ServerClientLeavingCancelsRequest(t *testing.T) {
-	arrived, canceled := make(chan struct{}), make(chan struct{})
-	addr, _ := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(arrived)
-		<-r.Context().Done()
-		close(canceled)
-	}), Config{})
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A first request on the connection, so that the one left is not its
-	// first (the watcher covers the connection for its life).
-	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n")
-	wait(t, arrived, "the request to reach the handler")
-	c.Close()
-	wait(t, canceled, "the request's context to be canceled after the client left")
 }
 
 // TestH1ServerTimeouts: a connection idle past IdleTimeout, or one that
@@ -544,7 +511,7 @@ func TestH1ServerShutdown(t *testing.T) {
 	wait(t, arrived, "the slow request to arrive")
 
 	stopped := make(chan error, 1)
-	go func() { stopped <- s.shutdown(context.Background()) }()
+	go func() { stopped <- s.Shutdown(context.Background()) }()
 	if _, err := ibr.ReadByte(); err == nil {
 		t.Error("the idle connection got data, want it closed")
 	}
@@ -602,12 +569,11 @@ func TestH1ServerPoolsConnectionBuffers(t *testing.T) {
 		io.WriteString(w, "ok")
 	}), Config{})
 	open := func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return len(s.conns) > 0
+		conns, _ := s.Open()
+		return conns > 0
 	}
 	const conns = 60
-	before := h1BuffersMade.Load()
+	before := buffersMade.Load()
 	for range conns {
 		got := exchange(t, addr, "GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 1, "")
 		if !strings.Contains(got, "HTTP/1.1 200") {
@@ -615,67 +581,25 @@ func TestH1ServerPoolsConnectionBuffers(t *testing.T) {
 		}
 		waitFor(t, func() bool { return !open() }, "the server to end the connection")
 	}
-	if made := h1BuffersMade.Load() - before; made >= conns/2 {
+	if made := buffersMade.Load() - before; made >= conns/2 {
 		t.Errorf("%d buffer sets made for %d connections one after another, want them reused", made, conns)
 	}
 }
 
-// TestH1ServerHandsOverWithoutWatcher: with the hang-up watcher stopped,
-// net/http serves the connection, so that a client leaving is still
-// noticed.
-func TestH1ServerHandsOverWithoutWatcher(t *testing.T) {
-	var served []bool
+// TestH1ServerServesWithoutWatcher: with the hang-up watcher stopped (or
+// not available: not Linux), the Server still serves the connection
+// itself; nothing is handed to net/http but h2c.
+func TestH1ServerServesWithoutWatcher(t *testing.T) {
 	addr, s := startH1(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, ours := w.(*h1Response)
-		served = append(served, ours)
-		w.Header().Set("X-Served-By-Fanout", strconv.FormatBool(ours))
+		_, ours := w.(*response)
+		w.Header().Set("X-Served-By-H1server", strconv.FormatBool(ours))
 	}), Config{})
 	first := exchange(t, addr, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", 1, "")
 	s.hangups.stop()
 	second := exchange(t, addr, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n", 1, "")
-	if !strings.Contains(first, `X-Served-By-Fanout: ["true"]`) || !strings.Contains(second, `X-Served-By-Fanout: ["false"]`) {
-		t.Errorf("before the watcher stopped:\n%s\nafter:\n%s\nwant fanout's server, then net/http's", first, second)
-	}
-}
-
-// TestServerPicksItsHTTP1Server: the plaintext listener's HTTP/1.1 goes
-// to fanout's server by default and to net/http with HTTP1ServerNetHTTP
-// (--http1-server); the handler sees which by its ResponseWriter.
-func TestServerPicksItsHTTP1Server(t *testing.T) {
-	for _, tc := range []struct {
-		server string
-		ours   bool
-	}{{"", true}, {HTTP1ServerFanout, true}, {HTTP1ServerNetHTTP, false}} {
-		t.Run(tc.server, func(t *testing.T) {
-			p, u := okBackend(t)
-			cfg := Config{ListenAddress: "127.0.0.1:0", HTTP1Server: tc.server}
-			s := NewServer(cfg, New(cfg, p, u, nil))
-			inner := s.srv.Handler
-			served := make(chan bool, 1)
-			s.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				_, ours := w.(*h1Response)
-				served <- ours
-				inner.ServeHTTP(w, r)
-			})
-			if err := s.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := s.Stop(context.Background()); err != nil {
-					t.Errorf("Stop: %v", err)
-				}
-			})
-			resp, err := newClient(t, false).Get("http://" + s.Addr().String() + "/api/v1/pods")
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if got := <-served; got != tc.ours {
-				t.Errorf("served by fanout's server: %v, want %v", got, tc.ours)
-			}
-		})
-	}
-	if err := (Config{HTTP1Server: "other"}).Validate(); err == nil {
-		t.Error("an unknown HTTP/1.1 server passed validation")
+	for _, got := range []string{first, second} {
+		if !strings.Contains(got, `X-Served-By-H1server: ["true"]`) {
+			t.Errorf("before the watcher stopped:\n%s\nafter:\n%s\nwant this server both times", first, second)
+		}
 	}
 }
