@@ -12,7 +12,7 @@ import (
 var requestPath = []string{
 	"github.com/fanout-dev/fanout/components/proxy",
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo",
-	"github.com/fanout-dev/fanout/components/proxy/watch",
+	"github.com/fanout-dev/fanout/components/watch",
 	"github.com/fanout-dev/fanout/components/transport",
 }
 

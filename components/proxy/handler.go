@@ -18,8 +18,8 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
-	"github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/components/watch"
 )
 
 // Picker chooses the endpoint for a request. It is satisfied by

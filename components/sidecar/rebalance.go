@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/fanout-dev/fanout/components/proxy/watch"
+	"github.com/fanout-dev/fanout/components/watch"
 )
 
 // RebalanceOptions are the flags of active watch rebalancing
