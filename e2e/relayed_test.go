@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
 

@@ -256,7 +256,7 @@ func openIdleWatches(t *testing.T, c *http.Client, server string, n int) (stop f
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet,
 				// From a resourceVersion, as client-go's reflectors watch:
 				// the watch's first event then goes through the 410 check
-				// (components/proxy/watch/gone.go).
+				// (components/watch/gone.go).
 				fmt.Sprintf("%s/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&labelSelector=w%%3D%d", server, i), nil)
 			resp, err := c.Do(req)
 			if err != nil {

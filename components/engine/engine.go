@@ -33,8 +33,8 @@ import (
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/components/proxy"
-	"github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/components/watch"
 	"github.com/fanout-dev/fanout/resolver"
 )
 

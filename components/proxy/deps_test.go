@@ -11,8 +11,8 @@ import (
 // to serve a request.
 var requestPath = []string{
 	"github.com/fanout-dev/fanout/components/proxy",
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo",
-	"github.com/fanout-dev/fanout/components/proxy/watch",
+	"github.com/fanout-dev/fanout/internal/reqinfo",
+	"github.com/fanout-dev/fanout/components/watch",
 	"github.com/fanout-dev/fanout/components/transport",
 }
 

@@ -2,8 +2,9 @@
 // controller talks to, and the server it runs in.
 //
 // Every request is classified once, at the edge (package reqinfo: short or
-// long-running, verb class, whose answer it is, which credentials it
-// carries); everything behind reads that result. The forwarder then runs
+// long-running, verb, whose answer it is, whether it brings its own
+// credentials; classify.go maps that to the balancer's kind and class and
+// the transport's credentials mode); everything behind reads that result. The forwarder then runs
 // the one attempt policy (attempt.go): it asks the balancer for an
 // endpoint, sends the request through the transport for that endpoint (or,
 // for an upgrade, over its own HTTP/1.1 connection), looks at the answer,

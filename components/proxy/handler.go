@@ -17,10 +17,10 @@ import (
 	"unsafe"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
-	"github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/components/watch"
 	"github.com/fanout-dev/fanout/internal/h1server"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // Picker chooses the endpoint for a request. It is satisfied by
@@ -139,7 +139,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Served without the Server's edge (withRequestState): classify
 		// here, once, as the edge would have.
 		var ctx context.Context
-		ctx, st = withState(r.Context(), reqinfo.New(r), h.now())
+		ctx, st = withState(r.Context(), classify(reqinfo.New(r)), h.now())
 		r = r.WithContext(ctx)
 	}
 	if h.stopping.Load() {
@@ -211,7 +211,7 @@ func (h *Handler) StopLongRunning() {
 // classification and what the forwarder learns on the way. All of them run
 // on the request's goroutine, so it needs no lock.
 type reqState struct {
-	reqinfo.Info
+	classified
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
 
@@ -248,22 +248,22 @@ func (c *stateCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// withState returns ctx carrying a new reqState for info, started at
-// start, and that state.
-func withState(ctx context.Context, info reqinfo.Info, start time.Time) (context.Context, *reqState) {
+// withState returns ctx carrying a new reqState for the request
+// classified as c, started at start, and that state.
+func withState(ctx context.Context, cl classified, start time.Time) (context.Context, *reqState) {
 	c := &stateCtx{Context: ctx}
-	c.st.Info, c.st.start = info, start
+	c.st.classified, c.st.start = cl, start
 	return c, &c.st
 }
 
 // withRequestState is the edge of the Server, as kube-apiserver's
 // WithRequestInfo is of its own: it classifies each request once
-// (reqinfo.New) and puts the result in the request's context, where the
+// (reqinfo.New, classify) and puts the result in the request's context, where the
 // limits, the handler, the forwarder, the watch hook and the metrics read
 // it.
 func withRequestState(next http.Handler, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, _ := withState(r.Context(), reqinfo.New(r), now())
+		ctx, _ := withState(r.Context(), classify(reqinfo.New(r)), now())
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -276,7 +276,7 @@ func stateOf(r *http.Request, now func() time.Time) (st *reqState, ok bool) {
 	if st, ok := r.Context().Value(stateKey{}).(*reqState); ok {
 		return st, true
 	}
-	return &reqState{Info: reqinfo.New(r), start: now()}, false
+	return &reqState{classified: classify(reqinfo.New(r)), start: now()}, false
 }
 
 // markRelayed returns out, or for a relayed origin a copy of out whose

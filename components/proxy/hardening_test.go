@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // TestConnectionUpgradeNeedsUpgradeHeader: "Connection: upgrade" without
@@ -37,12 +37,12 @@ func TestConnectionUpgradeNeedsUpgradeHeader(t *testing.T) {
 	// The classification behind both the limits and the handler.
 	r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
 	r.Header.Set("Connection", "Upgrade")
-	if info := reqinfo.New(r); info.Upgrade || info.H2COffer || info.LimitKind() != balancer.Short {
-		t.Errorf("reqinfo.New = %+v: an upgrade without an Upgrade header", info)
+	if info := classify(reqinfo.New(r)); info.Upgrade || info.H2COffer || info.LimitKind() != balancer.Short {
+		t.Errorf("classify(reqinfo.New) = %+v: an upgrade without an Upgrade header", info)
 	}
 	r.Header.Set("Upgrade", "SPDY/3.1")
-	if info := reqinfo.New(r); !info.Upgrade || info.LimitKind() != balancer.Long {
-		t.Errorf("reqinfo.New = %+v: not an upgrade for Connection: Upgrade with Upgrade: SPDY/3.1", info)
+	if info := classify(reqinfo.New(r)); !info.Upgrade || info.LimitKind() != balancer.Long {
+		t.Errorf("classify(reqinfo.New) = %+v: not an upgrade for Connection: Upgrade with Upgrade: SPDY/3.1", info)
 	}
 }
 

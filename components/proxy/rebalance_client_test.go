@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	fwatch "github.com/fanout-dev/fanout/components/proxy/watch"
+	fwatch "github.com/fanout-dev/fanout/components/watch"
 )
 
 // watchBackend stands in for kube-apiserver: it serves ConfigMap watches

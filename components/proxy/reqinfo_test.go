@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // TestOneClassification: the limits and the handler act on the
@@ -36,13 +36,13 @@ func TestOneClassification(t *testing.T) {
 	limited := withLimits(inner, 10, 10, time.Minute, time.Now, m.limits)
 
 	req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/configmaps/x", nil)
-	info := reqinfo.New(req)
+	info := classify(reqinfo.New(req))
 	if info.Kind != balancer.Short || info.Class != balancer.ClassGet {
-		t.Fatalf("reqinfo.New = %+v, want a short get (the test relies on it)", info)
+		t.Fatalf("classify(reqinfo.New) = %+v, want a short get (the test relies on it)", info)
 	}
 	info.Kind, info.Class = balancer.Long, balancer.ClassList
 	rec := httptest.NewRecorder()
-	limited.ServeHTTP(rec, req.WithContext(context.WithValue(req.Context(), stateKey{}, &reqState{Info: info, start: time.Now()})))
+	limited.ServeHTTP(rec, req.WithContext(context.WithValue(req.Context(), stateKey{}, &reqState{classified: info, start: time.Now()})))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
@@ -69,7 +69,7 @@ func TestEdgeClassifies(t *testing.T) {
 	r.Header.Set("Connection", "Upgrade")
 	r.Header.Set("Upgrade", "SPDY/3.1")
 	edge.ServeHTTP(nil, r)
-	if want := reqinfo.New(r); got == nil || got.Info != want || got.start.IsZero() {
+	if want := classify(reqinfo.New(r)); got == nil || got.classified != want || got.start.IsZero() {
 		t.Fatalf("state in the context = %+v, want %+v and a start time", got, want)
 	}
 }

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // verdict is what an apiserver's answer means for the request: pass it on,

@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // ErrStopped is returned by the RoundTripper for requests made after
@@ -44,13 +44,13 @@ var _ http.RoundTripper = (*roundTripper)(nil)
 func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	h := (*Handler)(rt)
 	start := h.now()
-	info := reqinfo.New(r)
-	kind := info.Kind
+	c := classify(reqinfo.New(r))
+	kind := c.Kind
 	if h.stopping.Load() {
 		closeRequestBody(r)
 		return nil, ErrStopped
 	}
-	if info.Upgrade || info.H2COffer {
+	if c.Upgrade || c.H2COffer {
 		closeRequestBody(r)
 		h.metrics.answered(kind, http.StatusNotImplemented, "", h.now().Sub(start))
 		return statusResponse(r, http.StatusNotImplemented, statusReasonUnknown,
@@ -71,7 +71,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 	}
 
-	ctx, st := withState(r.Context(), info, start)
+	ctx, st := withState(r.Context(), c, start)
 	out := r.WithContext(ctx) // a shallow copy; r stays untouched
 	u := *r.URL
 	// The reverse proxy's Rewrite does the same: the forwarder sets the

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	fwatch "github.com/fanout-dev/fanout/components/proxy/watch"
 	"github.com/fanout-dev/fanout/components/transport"
+	fwatch "github.com/fanout-dev/fanout/components/watch"
 )
 
 // trackedBody records whether the RoundTripper closed the request body.

@@ -22,8 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 

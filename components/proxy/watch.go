@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"github.com/fanout-dev/fanout/components/proxy/watch"
+	"github.com/fanout-dev/fanout/components/watch"
 )
 
 // SetRebalancer makes the handler track watches for r. Call it before the

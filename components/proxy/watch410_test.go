@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/internal/watchtest"
+	"github.com/fanout-dev/fanout/internal/watchtest"
 )
 
 const (

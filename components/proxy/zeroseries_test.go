@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/watch"
+	"github.com/fanout-dev/fanout/components/watch"
 )
 
 type noLoads struct{}

@@ -26,7 +26,7 @@ OWNERS = [
     ("x/net http2 wrapper", ("golang.org/x/net/http2.",)),
     ("fanout transport", ("fanout/components/transport.",)),
     ("balancer", ("fanout/components/balancer.",)),
-    ("reqinfo", ("fanout/components/proxy/reqinfo.",)),
+    ("reqinfo", ("fanout/internal/reqinfo.",)),
     ("prometheus", ("prometheus",)),
     ("fanout's HTTP/1.1 server", ("proxy.(*h1",)),
     ("http.ReadRequest", ("net/http.ReadRequest", "net/http.readRequest")),

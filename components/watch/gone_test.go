@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/fanout-dev/fanout/components/proxy/internal/watchtest"
+	"github.com/fanout-dev/fanout/internal/watchtest"
 )
 
 const (

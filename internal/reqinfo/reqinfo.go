@@ -1,9 +1,12 @@
 // Package reqinfo classifies a request to kube-apiserver: what
-// kube-apiserver's WithRequestInfo learns of it, and what fanout needs
-// besides (long-running or not, whose answer it is, which credentials it
-// carries). The proxy calls New once per request, at its edge, and
-// carries the Info in the request's context for everything behind; the
-// watch features (package watch) read it without importing the proxy.
+// kube-apiserver's WithRequestInfo learns of it, and what a client-side
+// proxy needs besides (long-running or not, whose answer it is, whether it
+// brings its own credentials). It is the vocabulary of a request read by
+// kube-apiserver's own rules and knows nothing of the parts of fanout that
+// use it: the proxy calls New once per request, at its edge, maps the Info
+// to its balancer's and transport's terms there, and carries it in the
+// request's context for everything behind; the watch features (package
+// watch) read it without importing the proxy.
 package reqinfo
 
 import (
@@ -11,29 +14,29 @@ import (
 	"strings"
 
 	"golang.org/x/net/http/httpguts"
-
-	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/transport"
 )
 
 // Info is what fanout learns of a request from its method, path, query and
 // headers, before sending it anywhere. It is computed once per request (New)
 // and read-only afterwards.
 type Info struct {
-	// Kind tells whether kube-apiserver treats the request as
-	// long-running, by its path (see New); an upgrade's Kind is its path's
+	// LongRunning tells whether kube-apiserver treats the request as
+	// long-running, by its path (see New); an upgrade's is its path's
 	// too, Upgrade says the rest.
-	Kind balancer.Kind
-	// Class is the verb class of a resource request (balancer.ClassForVerb),
-	// ClassOther for everything else.
-	Class balancer.Class
+	LongRunning bool
+	// Resource is a resource request (kube-apiserver's
+	// IsResourceRequest): its Verb is one of the resource verbs. Any other
+	// request's Verb is its lower-cased HTTP method.
+	Resource bool
 	// Origin says whose status the answer may carry.
 	Origin Origin
 	// Verb is kube-apiserver's verb for the request ("watch", "get",
 	// "list", …), "" when it cannot parse the path.
 	Verb string
-	// Mode is the credentials the request must be sent with.
-	Mode transport.AuthMode
+	// OwnCredentials is a request that brings its own bearer token (an
+	// Authorization header, or a WebSocket bearer subprotocol): it must
+	// reach kube-apiserver with that token and no other identity.
+	OwnCredentials bool
 	// Upgrade is a request to switch protocols (exec, attach,
 	// port-forward over SPDY or WebSocket) that needs its own HTTP/1.1
 	// connection. An h2c offer is not one: see H2COffer.
@@ -42,16 +45,6 @@ type Info struct {
 	// --http2 on http://). The offer is optional and fanout declines it:
 	// the request is served as a plain one.
 	H2COffer bool
-}
-
-// LimitKind is the budget the request counts against: every real upgrade
-// is long-running whatever its path (it holds a connection for as long
-// as the session lasts), everything else goes by Kind.
-func (i *Info) LimitKind() balancer.Kind {
-	if i.Upgrade {
-		return balancer.Long
-	}
-	return i.Kind
 }
 
 // New classifies r from one parse of its path.
@@ -63,13 +56,11 @@ func (i *Info) LimitKind() balancer.Kind {
 // apiserver exempts them all from its request timeout. A path the
 // apiserver cannot parse is Short: the apiserver rejects it quickly.
 //
-// Class is the verb of a resource request (get, list, create, …; see
-// balancer.ClassForVerb), for the balancer to compare a LIST's latency
-// with LISTs' rather than with GETs'. Non-resource requests (discovery,
-// /version, /openapi) and paths the apiserver cannot parse are
-// balancer.ClassOther.
+// Resource and Verb are the apiserver's: non-resource requests (discovery,
+// /version, /openapi) and paths the apiserver cannot parse are not
+// Resource.
 func New(r *http.Request) Info {
-	info := Info{Mode: authModeFor(r)}
+	info := Info{OwnCredentials: bringsOwnCredentials(r)}
 	if isUpgrade(r) {
 		if strings.EqualFold(strings.TrimSpace(r.Header.Get("Upgrade")), "h2c") {
 			info.H2COffer = true
@@ -89,12 +80,8 @@ func New(r *http.Request) Info {
 		return info
 	}
 	info.Verb = ri.Verb
-	if ri.IsResourceRequest {
-		info.Class = balancer.ClassForVerb(ri.Verb)
-	}
-	if isLongRunning(&ri) {
-		info.Kind = balancer.Long
-	}
+	info.Resource = ri.IsResourceRequest
+	info.LongRunning = isLongRunning(&ri)
 	return info
 }
 
@@ -123,27 +110,27 @@ func isLongRunning(info *request) bool {
 // cannot set Authorization on a WebSocket, so clients smuggle it here.
 const wsBearerProtocolPrefix = "base64url.bearer.authorization.k8s.io."
 
-// authModeFor tells which credentials r must be sent with. A request that
-// brings its own bearer token goes out without the sidecar's client
-// certificate: kube-apiserver tries the certificate first, so sending both
-// would silently act as the sidecar instead of the caller.
-func authModeFor(r *http.Request) transport.AuthMode {
+// bringsOwnCredentials reports whether r carries its own bearer token. Such
+// a request must go out without the sidecar's client certificate:
+// kube-apiserver tries the certificate first, so sending both would
+// silently act as the sidecar instead of the caller.
+func bringsOwnCredentials(r *http.Request) bool {
 	// The keys are in canonical form (textproto.CanonicalMIMEHeaderKey)
 	// and indexed directly: Header.Values would canonicalise
 	// "Sec-WebSocket-Protocol" into a new string on every request.
 	for _, v := range r.Header["Authorization"] {
 		if strings.TrimSpace(v) != "" {
-			return transport.AuthPassthrough
+			return true
 		}
 	}
 	for _, v := range r.Header["Sec-Websocket-Protocol"] {
 		for p := range strings.SplitSeq(v, ",") {
 			if strings.HasPrefix(strings.TrimSpace(p), wsBearerProtocolPrefix) {
-				return transport.AuthPassthrough
+				return true
 			}
 		}
 	}
-	return transport.AuthSidecar
+	return false
 }
 
 // isUpgrade matches httputil.ReverseProxy's own test (a Connection token

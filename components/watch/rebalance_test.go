@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 func TestEligible(t *testing.T) {

@@ -5,8 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 
-	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/proxy/reqinfo"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // Hook is the forwarder's one entry into the watch features: Prepare
@@ -30,7 +29,7 @@ func (h *Hook) SetRebalancer(r *Rebalancer) { h.rebalancer.Store(r) }
 // over loopback. Plain watches are never compressed and are left alone.
 // out is the forwarder's own copy of the request, info its classification.
 func (h *Hook) Prepare(out *http.Request, info *reqinfo.Info) {
-	if h.rebalancer.Load() == nil || info.Kind != balancer.Long || out.URL.Query().Get("sendInitialEvents") != "true" {
+	if h.rebalancer.Load() == nil || !info.LongRunning || out.URL.Query().Get("sendInitialEvents") != "true" {
 		return
 	}
 	out.Header.Del("Accept-Encoding")
@@ -70,7 +69,7 @@ func (h *Hook) Track(out *http.Request, resp *http.Response, info *reqinfo.Info,
 // track hands a long-running response to the rebalancer, if any.
 func (h *Hook) track(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string) io.ReadCloser {
 	r := h.rebalancer.Load()
-	if r == nil || info.Kind != balancer.Long {
+	if r == nil || !info.LongRunning {
 		return resp.Body
 	}
 	return r.track(out, resp, info.Verb, endpoint)

@@ -1,0 +1,51 @@
+package proxy
+
+import (
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
+)
+
+// classified is a request's one classification: what reqinfo reads of it
+// by kube-apiserver's rules, and what that means for the balancer and the
+// transport. reqinfo knows nothing of either; classify is the one place
+// that translates, once per request, when its state is built.
+type classified struct {
+	reqinfo.Info
+	// Kind is the balancer's kind: Long for what kube-apiserver treats as
+	// long-running by its path (an upgrade's Kind is its path's too; see
+	// LimitKind).
+	Kind balancer.Kind
+	// Class is the verb class of a resource request (balancer.ClassForVerb),
+	// for the balancer to compare a LIST's latency with LISTs' rather than
+	// with GETs'; ClassOther for everything else.
+	Class balancer.Class
+	// Mode is the credentials the request must be sent with: a request
+	// that brings its own goes out without the sidecar's.
+	Mode transport.AuthMode
+}
+
+// classify maps info to the balancer's and the transport's terms.
+func classify(info reqinfo.Info) classified {
+	c := classified{Info: info}
+	if info.LongRunning {
+		c.Kind = balancer.Long
+	}
+	if info.Resource {
+		c.Class = balancer.ClassForVerb(info.Verb)
+	}
+	if info.OwnCredentials {
+		c.Mode = transport.AuthPassthrough
+	}
+	return c
+}
+
+// LimitKind is the budget the request counts against: every real upgrade
+// is long-running whatever its path (it holds a connection for as long
+// as the session lasts), everything else goes by Kind.
+func (c *classified) LimitKind() balancer.Kind {
+	if c.Upgrade {
+		return balancer.Long
+	}
+	return c.Kind
+}
