@@ -281,7 +281,6 @@ func (e *Engine) build() error {
 	if proxyCfg.Upgrades == nil {
 		proxyCfg.Upgrades = e.transports
 	}
-	e.handler = proxy.New(proxyCfg, e.balancer, e.transports, proxyMetrics)
 
 	collectors := append([]prometheus.Collector{e.balancer.Collector(), e.resolved}, e.transports.Collectors()...)
 	if cfg.Probe.Interval > 0 {
@@ -300,8 +299,11 @@ func (e *Engine) build() error {
 		if err != nil {
 			return fmt.Errorf("watch rebalancer: %w", err)
 		}
-		e.handler.SetRebalancer(e.rebalancer)
+		proxyCfg.Rebalancer = e.rebalancer
 	}
+	// The handler comes last: it takes the rebalancer, if any, as a
+	// dependency.
+	e.handler = proxy.New(proxyCfg, e.balancer, e.transports, proxyMetrics)
 	if cfg.Registerer != nil {
 		for _, c := range collectors {
 			if err := e.metrics.Register(c); err != nil {

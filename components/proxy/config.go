@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/fanout-dev/fanout/components/watch"
 )
 
 // Config configures the Handler and the Server. The zero value of every
@@ -82,6 +84,11 @@ type Config struct {
 	// requests with 501. The engine sets it to its transports unless the
 	// Config names a dialer of its own.
 	Upgrades UpgradeDialer
+
+	// Rebalancer, when set, ends watches on an apiserver that holds more
+	// than its share (components/watch); nil leaves watch bodies
+	// unwrapped. The 410 retry is on either way.
+	Rebalancer *watch.Rebalancer
 
 	// RetryBudget caps the retries to another endpoint. nil means
 	// DefaultRetryBudget; a budget that is set is used as it is, so that

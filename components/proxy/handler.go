@@ -92,6 +92,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		maxBody:  cfg.MaxReplayBody,
 		now:      cfg.Now,
 		upgrader: cfg.Upgrades,
+		watch:    watch.NewHook(cfg.Rebalancer),
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.proxy = &httputil.ReverseProxy{

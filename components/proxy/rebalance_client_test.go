@@ -119,7 +119,6 @@ func TestRebalanceWithReflector(t *testing.T) {
 	up := newFakeUpstream()
 	up.set(addr, rt)
 	picker := newFakePicker(addr)
-	_, h, url := startProxy(t, Config{}, picker, up, nil)
 	loads := staticLoads{
 		{Address: addr, Usable: true, OpenLong: 3},
 		{Address: "other:443", Usable: true},
@@ -131,7 +130,7 @@ func TestRebalanceWithReflector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.SetRebalancer(r)
+	_, _, url := startProxy(t, Config{Rebalancer: r}, picker, up, nil)
 
 	client, err := kubernetes.NewForConfig(&rest.Config{Host: url})
 	if err != nil {

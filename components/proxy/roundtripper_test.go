@@ -148,14 +148,13 @@ func TestRoundTripperWatchAndStop(t *testing.T) {
 	u := newFakeUpstream()
 	u.set(addr, rt)
 	m, _ := NewMetrics(nil)
-	h := New(Config{}, p, u, m)
 	// With a rebalancer, a watch with initial events goes out without
 	// Accept-Encoding (watch.Hook.Prepare).
 	r, err := fwatch.NewRebalancer(fwatch.RebalanceConfig{}, noLoads{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.SetRebalancer(r)
+	h := New(Config{Rebalancer: r}, p, u, m)
 	client := &http.Client{Transport: h.RoundTripper()}
 
 	req, err := http.NewRequest(http.MethodGet, "https://ignored.invalid/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", nil)

@@ -3,23 +3,22 @@ package watch
 import (
 	"io"
 	"net/http"
-	"sync/atomic"
 
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // Hook is the forwarder's one entry into the watch features: Prepare
 // before a long-running request is sent, Track on its response. The 410
-// retry is always on; rebalancing is on once SetRebalancer gave the Hook a
-// Rebalancer. The zero value is ready to use, and every method is safe
-// for concurrent use.
+// retry is always on; rebalancing is on when the Hook was made with a
+// Rebalancer. The zero value (no rebalancing) is ready to use, and every
+// method is safe for concurrent use.
 type Hook struct {
-	rebalancer atomic.Pointer[Rebalancer]
+	rebalancer *Rebalancer
 }
 
-// SetRebalancer makes Track hand watches to r. Call it before the server
-// starts; nil (the default) leaves watch bodies unwrapped.
-func (h *Hook) SetRebalancer(r *Rebalancer) { h.rebalancer.Store(r) }
+// NewHook returns the Hook that hands watches to r; a nil r leaves watch
+// bodies unwrapped.
+func NewHook(r *Rebalancer) Hook { return Hook{rebalancer: r} }
 
 // Prepare lets the rebalancer see a WatchList's events: kube-apiserver
 // gzips WatchList streams (WatchListCompression) when the request accepts
@@ -29,7 +28,7 @@ func (h *Hook) SetRebalancer(r *Rebalancer) { h.rebalancer.Store(r) }
 // over loopback. Plain watches are never compressed and are left alone.
 // out is the forwarder's own copy of the request, info its classification.
 func (h *Hook) Prepare(out *http.Request, info *reqinfo.Info) {
-	if h.rebalancer.Load() == nil || !info.LongRunning || out.URL.Query().Get("sendInitialEvents") != "true" {
+	if h.rebalancer == nil || !info.LongRunning || out.URL.Query().Get("sendInitialEvents") != "true" {
 		return
 	}
 	out.Header.Del("Accept-Encoding")
@@ -68,7 +67,7 @@ func (h *Hook) Track(out *http.Request, resp *http.Response, info *reqinfo.Info,
 
 // track hands a long-running response to the rebalancer, if any.
 func (h *Hook) track(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string) io.ReadCloser {
-	r := h.rebalancer.Load()
+	r := h.rebalancer
 	if r == nil || !info.LongRunning {
 		return resp.Body
 	}
