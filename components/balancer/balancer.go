@@ -28,20 +28,18 @@ type snapshot struct {
 	eps []*Endpoint
 }
 
-// New validates cfg and returns a Balancer with no endpoints: Pick returns
-// ErrNoEndpoints until the first Update.
+// New returns a Balancer with no endpoints for cfg, which passed Validate
+// (the engine's Config.Validate calls it): Pick returns ErrNoEndpoints
+// until the first Update. It returns an error only for a policy it does
+// not know, so that a Config that skipped Validate cannot pick at random.
 func New(cfg Config) (*Balancer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	cfg = cfg.withDefaults()
 	b := &Balancer{p: newParams(cfg), maxEjected: cfg.MaxEjectedFraction}
-	switch cfg.Policy {
-	case PolicyRoundRobin:
-		b.policy = &roundRobin{}
-	default:
-		b.policy = leastRequest{rand: cfg.Rand}
+	p, err := cfg.policy()
+	if err != nil {
+		return nil, err
 	}
+	b.policy = p
 	b.current.Store(&snapshot{})
 	return b, nil
 }

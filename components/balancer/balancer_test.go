@@ -65,11 +65,10 @@ func TestConfigValidate(t *testing.T) {
 				}
 				return
 			}
+			// Validate is the one check (engine.Config.Validate calls it);
+			// New trusts a Config that passed it.
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("Validate() = %v, want error containing %q", err, tt.wantErr)
-			}
-			if _, err := New(tt.cfg); err == nil {
-				t.Error("New() accepted an invalid config")
 			}
 		})
 	}

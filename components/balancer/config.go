@@ -93,10 +93,8 @@ type Config struct {
 // Validate reports the first invalid field, in terms of the flags that set
 // it.
 func (c Config) Validate() error {
-	switch c.Policy {
-	case "", PolicyLeastRequest, PolicyRoundRobin:
-	default:
-		return fmt.Errorf("--balancer must be %s or %s, got %q", PolicyLeastRequest, PolicyRoundRobin, c.Policy)
+	if _, err := c.policy(); err != nil {
+		return err
 	}
 	if c.DecayTime < 0 {
 		return fmt.Errorf("balancer decay time must not be negative, got %v", c.DecayTime)
@@ -159,4 +157,15 @@ func (c Config) withDefaults() Config {
 		c.SlowStartMinWeight = DefaultSlowStartMinWeight
 	}
 	return c
+}
+
+// policy is the selection policy Config.Policy names.
+func (c Config) policy() (policy, error) {
+	switch c.Policy {
+	case PolicyRoundRobin:
+		return &roundRobin{}, nil
+	case "", PolicyLeastRequest:
+		return leastRequest{rand: c.Rand}, nil
+	}
+	return nil, fmt.Errorf("--balancer must be %s or %s, got %q", PolicyLeastRequest, PolicyRoundRobin, c.Policy)
 }

@@ -140,12 +140,9 @@ type probe struct {
 	done   chan struct{}
 }
 
-// New validates cfg and returns a stopped Prober. Nothing is probed until
-// Start.
+// New returns a stopped Prober for cfg, which passed Validate (the
+// engine's Config.Validate calls it). Nothing is probed until Start.
 func New(cfg Config, up Upstream, sink Sink, log *slog.Logger) (*Prober, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	if up == nil || sink == nil {
 		return nil, errors.New("health: New needs an Upstream and a Sink")
 	}

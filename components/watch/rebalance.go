@@ -149,12 +149,10 @@ type readiness struct {
 	rv       uint64
 }
 
-// NewRebalancer returns a rebalancer over src's endpoints, with its
+// NewRebalancer returns a rebalancer over src's endpoints for cfg, which
+// passed Validate (the engine's Config.Validate calls it), with its
 // metrics registered with reg (nil: unregistered).
 func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registerer) (*Rebalancer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	cfg = cfg.withDefaults()
 	r := &Rebalancer{
 		cfg:   cfg,
