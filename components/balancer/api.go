@@ -120,6 +120,13 @@ type PickInfo struct {
 	// rejected with 410 Gone: the longest-running one has the longest
 	// watch cache history.
 	Oldest bool
+	// Only asks for the endpoint at this address and no other, whatever
+	// its state; Pick fails with ErrNoAlternative when it is no longer
+	// among the endpoints. The proxy sets it to send a request again to
+	// the endpoint that answered it 401, whose connections the transport
+	// just renewed (another endpoint's are not): the request has to go
+	// where the renewal happened. It overrides Avoid, Unloaded and Oldest.
+	Only string
 }
 
 // DoneInfo reports how a picked request ended.

@@ -104,6 +104,15 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 	if len(eps) == 0 {
 		return Pick{}, ErrNoEndpoints
 	}
+	if info.Only != "" {
+		i, ok := slices.BinarySearchFunc(eps, info.Only, func(e *Endpoint, addr string) int { return strings.Compare(e.address, addr) })
+		if !ok {
+			return Pick{}, ErrNoAlternative
+		}
+		e := eps[i]
+		e.inflight[kindIndex(info.Kind)].Add(1)
+		return newPick(e, info.Kind, info.Class, nil), nil
+	}
 	now, samples := b.p.clock()
 	var c candidates
 	if info.Unloaded {

@@ -416,3 +416,46 @@ func TestLeastRequestPrefersFewerInFlight(t *testing.T) {
 		p.Done(DoneInfo{StatusCode: 200})
 	}
 }
+
+// TestOnly: Pick with Only returns that endpoint whatever its state and
+// whatever Avoid says, counts it in flight until Done, and fails when the
+// address is not among the endpoints.
+func TestOnly(t *testing.T) {
+	tests := []struct {
+		name    string
+		eject   []string
+		only    string
+		avoid   string
+		wantErr error
+	}{
+		{name: "usable", only: "b:1"},
+		{name: "ejected", eject: []string{"b:1"}, only: "b:1"},
+		{name: "avoided too", only: "b:1", avoid: "b:1"},
+		{name: "gone", only: "z:1", wantErr: ErrNoAlternative},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, _ := newTest(t, Config{}, 9, "a:1", "b:1", "c:1")
+			ejectAll(t, b, tt.eject...)
+			for range 50 {
+				p, err := b.Pick(PickInfo{Only: tt.only, Avoid: tt.avoid})
+				if err != tt.wantErr {
+					t.Fatalf("Pick = %v, want %v", err, tt.wantErr)
+				}
+				if err != nil {
+					return
+				}
+				if got := p.Endpoint.Address(); got != tt.only {
+					t.Fatalf("picked %s, want %s", got, tt.only)
+				}
+				if n := p.Endpoint.inflight[0].Load(); n != 1 {
+					t.Errorf("in flight while picked = %d, want 1", n)
+				}
+				p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
+				if n := p.Endpoint.inflight[0].Load(); n != 0 {
+					t.Errorf("in flight after Done = %d, want 0", n)
+				}
+			}
+		})
+	}
+}

@@ -306,6 +306,12 @@ func (p *Prober) probe(ctx context.Context, addr string) error {
 		return fmt.Errorf("GET /readyz: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized {
+		// The probe pool's connections may carry a certificate the
+		// apiserver no longer accepts: renew them for the next probe.
+		// This probe is not sent again; failing once is fine.
+		transport.RenewAfterUnauthorized(resp)
+	}
 	// Read the body in full (it is small) so the stream ends cleanly, and
 	// keep the failed checks ("[-]etcd failed: ...") for the log.
 	const maxBody = 16 << 10

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -16,13 +17,15 @@ import (
 // attempt is sent (attempts.send) and what may follow it; every retry
 // decision is made here, from the verdict on an answer (inspect) or from
 // the typed errors the transport returns (transport.UnprocessedError,
-// retryableError).
+// retryableError). The transport never resends on its own: after a 401 it
+// only renews the endpoint's connections, and this loop decides whether
+// the request goes again.
 
 // attempts carries one request through the attempt policy. It is used by
 // the request's goroutine only.
 type attempts struct {
 	h   *Handler
-	out *http.Request // the request as sent, its context marked for the transport
+	out *http.Request // the request as sent
 	st  *reqState
 	// body is the request body as each attempt sends it. An upgrade's is
 	// empty and replayable: the client streams its input only once the
@@ -39,9 +42,13 @@ type attempts struct {
 	retrying string            // why the next pick is a retry; "" for the first attempt
 	first    *upstreamError    // the failure that caused the retry, if any
 	// held is an overload rejection kept while looking for a less loaded
-	// endpoint: the client gets it unchanged if there is none.
+	// endpoint, or a 401 kept while the request is sent again: the client
+	// gets it unchanged if the next pick finds no endpoint.
 	held     *http.Response
 	heldAddr string
+	// renewed says a 401 already renewed connections for this request:
+	// it is sent again after one 401 only.
+	renewed bool
 }
 
 // answer is the attempt whose response the client gets.
@@ -97,6 +104,25 @@ func (a *attempts) retry(reason, addr string) {
 	a.pick.Avoid = addr
 }
 
+// resendTo makes the next pick a retry for reason on addr itself.
+func (a *attempts) resendTo(reason, addr string) {
+	a.retrying = reason
+	a.pick.Only, a.pick.Avoid, a.pick.Unloaded = addr, "", false
+}
+
+// renew reports whether resp, kube-apiserver's own 401 to the request,
+// may be answered by sending the request again: only once per request,
+// only for a request sent with the sidecar's credentials, and only if the
+// transport renewed the connections the 401 came on (it re-reads the
+// credentials whether or not the request is sent again).
+func (a *attempts) renew(resp *http.Response) bool {
+	if a.renewed || a.st.Mode != transport.AuthSidecar {
+		return false
+	}
+	a.renewed = true
+	return transport.RenewAfterUnauthorized(resp)
+}
+
 // run is the loop. It returns the answer to pass on, or the error that
 // ends the request: a *pickError, or the *upstreamError of the last
 // attempt (naming the first failure if it was retried).
@@ -114,8 +140,12 @@ func (a *attempts) run() (answer, error) {
 			}
 			return answer{}, &pickError{err: err}
 		}
+		a.pick.Only = ""
 		if a.held != nil {
-			// An unloaded endpoint exists: move the request there.
+			// An unloaded endpoint exists, or the 401's endpoint is still
+			// there: send the request there. Reading a little of the held
+			// answer first lets its stream end without a reset.
+			_, _ = io.Copy(io.Discard, io.LimitReader(a.held.Body, 4<<10))
 			_ = a.held.Body.Close()
 			a.held = nil
 		}
@@ -145,6 +175,15 @@ func (a *attempts) run() (answer, error) {
 				info.Failed = false
 			}
 			reason := retryReason(v)
+			if v == verdictUnauthorized {
+				if a.renew(resp) && a.mayRetry(reason) {
+					pick.Done(info)
+					a.resendTo(reason, addr)
+					a.held, a.heldAddr = resp, addr
+					continue
+				}
+				v = verdictAnswer
+			}
 			if v != verdictAnswer && (v == verdictShutdown || a.n == 1) &&
 				(v != verdictThrottled || isRead(a.out.Method)) && a.mayRetry(reason) {
 				pick.Done(info)

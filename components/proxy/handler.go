@@ -280,16 +280,6 @@ func stateOf(r *http.Request, now func() time.Time) (st *reqState, ok bool) {
 	return &reqState{classified: classify(reqinfo.New(r)), start: now()}, false
 }
 
-// markRelayed returns out, or for a relayed origin a copy of out whose
-// context tells the transport that a 401 may be the backend's, so that it
-// neither re-reads fanout's credentials nor sends again.
-func markRelayed(out *http.Request, o reqinfo.Origin) *http.Request {
-	if !o.Relayed() {
-		return out
-	}
-	return out.WithContext(transport.WithRelayedAnswer(out.Context()))
-}
-
 func stateFrom(ctx context.Context) *reqState {
 	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
 		return st
@@ -301,10 +291,9 @@ func stateFrom(ctx context.Context) *reqState {
 // (attempt.go) and wraps the body of the answer it returns.
 type forwarder Handler
 
-func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
+func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	h := (*Handler)(f)
-	st := stateFrom(req.Context())
-	out := markRelayed(req, st.Origin)
+	st := stateFrom(out.Context())
 
 	body, err := h.prepareBody(out)
 	if err != nil {
@@ -321,7 +310,7 @@ func (f *forwarder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp := ans.resp
 	h.metrics.answered(st.Kind, resp.StatusCode, ans.addr, ans.headers.Sub(st.start))
 	if ans.pick.Endpoint == nil {
-		return resp, nil // a held overload rejection: the balancer heard of it
+		return resp, nil // a held rejection: the balancer heard of it
 	}
 	var into *doneBody
 	if !st.bodyUsed {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,13 @@ func (p *fakePicker) Pick(info balancer.PickInfo) (balancer.Pick, error) {
 	}
 	if info.Unloaded && !moved {
 		return balancer.Pick{}, balancer.ErrNoAlternative
+	}
+	if info.Only != "" {
+		i := slices.IndexFunc(p.eps, func(e *balancer.Endpoint) bool { return e.Address() == info.Only })
+		if i < 0 {
+			return balancer.Pick{}, balancer.ErrNoAlternative
+		}
+		ep = p.eps[i]
 	}
 	i := len(p.picks)
 	p.picks = append(p.picks, pickRecord{info: info, addr: ep.Address()})

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
@@ -212,43 +211,6 @@ func TestRelayedBrokenConnection(t *testing.T) {
 				t.Errorf("Done of the broken attempt = %+v, want Relayed and neither Failed nor Unavailable", d)
 			}
 		})
-	}
-}
-
-// TestRelayedRequestsMarkedForTransport: the transport sees which requests
-// may get another server's 401, so that it reloads no credentials for them.
-func TestRelayedRequestsMarkedForTransport(t *testing.T) {
-	const addr = "10.0.0.1:6443"
-	var marked atomic.Bool
-	u := newFakeUpstream()
-	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		marked.Store(transport.IsRelayedAnswer(r.Context()))
-		return &http.Response{StatusCode: 401, Header: http.Header{}, Body: http.NoBody, Request: r}, nil
-	}))
-	p := newFakePicker(addr)
-	_, _, base := startProxy(t, Config{}, p, u, nil)
-	client := newClient(t, false)
-	for _, tc := range []struct {
-		path string
-		want bool
-	}{
-		{"/api/v1/namespaces/ns/configmaps", false},
-		{"/api/v1/namespaces/ns/services/x/proxy/", true},
-		{"/apis/example.dev/v1/widgets", true},
-		{"/api/v1/namespaces/ns/pods/p/log", true},
-		{"/apis/apps/v1/deployments", false},
-	} {
-		resp, err := client.Post(base+tc.path, "application/json", strings.NewReader("{}"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 401 {
-			t.Errorf("%s: status %d, want the 401 passed on", tc.path, resp.StatusCode)
-		}
-		if got := marked.Load(); got != tc.want {
-			t.Errorf("%s: transport.IsRelayedAnswer = %v, want %v", tc.path, got, tc.want)
-		}
 	}
 }
 

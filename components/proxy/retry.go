@@ -41,6 +41,14 @@ const (
 	// Another apiserver may well serve a read; a write is not moved,
 	// since nothing proves this 429 came before processing.
 	verdictThrottled
+	// verdictUnauthorized: a 401. If the request went with the sidecar's
+	// client certificate, the certificate of its connections may have
+	// expired, or the apiserver's client CA rotated, while newer material
+	// is on disk: the transport re-reads the credentials and renews the
+	// endpoint's connections (transport.RenewAfterUnauthorized), and the
+	// request is sent once more to the same endpoint. A 401 to a request
+	// that brings its own token is the caller's to handle.
+	verdictUnauthorized
 )
 
 // Bodies of kube-apiserver's rejections (k8s.io/apiserver v0.37.2), which
@@ -77,6 +85,9 @@ const maxInspectBody = 4 << 10
 // passed on unchanged. apf is true for an overload rejection that carries
 // APF's headers.
 func inspect(resp *http.Response) (v verdict, apf bool) {
+	if resp.StatusCode == http.StatusUnauthorized {
+		return verdictUnauthorized, false
+	}
 	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 		return verdictAnswer, false
 	}
@@ -195,11 +206,15 @@ const (
 	reasonShutdown  = "shutdown"
 	reasonOverload  = "overload"
 	reasonThrottled = "throttled"
+	// reasonUnauthorized: sent again to the same endpoint after a 401 to
+	// the client certificate, on renewed connections.
+	reasonUnauthorized = "unauthorized"
 )
 
 // maxAttempts bounds the attempts of one request. A shutdown answer may
 // move a request twice (two apiservers may be restarting at once during a
-// fast rollout); every other reason moves it once.
+// fast rollout); every other reason moves it once, and a 401 sends it
+// once more to the same endpoint.
 const maxAttempts = 3
 
 // retryBudget caps retries at Ratio of the requests seen over a sliding
@@ -285,6 +300,8 @@ func retryReason(v verdict) string {
 		return reasonShutdown
 	case verdictOverload:
 		return reasonOverload
+	case verdictUnauthorized:
+		return reasonUnauthorized
 	default:
 		return reasonThrottled
 	}

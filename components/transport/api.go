@@ -5,7 +5,6 @@
 package transport
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -72,22 +71,4 @@ func (e *UnprocessedError) Unwrap() error { return e.Err }
 func IsUnprocessed(err error) bool {
 	var u *UnprocessedError
 	return errors.As(err, &u)
-}
-
-type relayedKey struct{}
-
-// WithRelayedAnswer marks the requests made with ctx as ones whose answer
-// may be another server's, relayed by kube-apiserver (a proxy subresource,
-// an aggregated API, a kubelet's log or exec). Their 401 may be that
-// server's and says nothing about fanout's credentials: the transport
-// passes it on without re-reading the credentials, renewing connections
-// or sending the request again.
-func WithRelayedAnswer(ctx context.Context) context.Context {
-	return context.WithValue(ctx, relayedKey{}, true)
-}
-
-// IsRelayedAnswer reports whether ctx carries WithRelayedAnswer's mark.
-func IsRelayedAnswer(ctx context.Context) bool {
-	v, _ := ctx.Value(relayedKey{}).(bool)
-	return v
 }

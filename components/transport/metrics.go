@@ -5,11 +5,10 @@ import (
 )
 
 type metrics struct {
-	dials               *prometheus.CounterVec
-	rotations           *prometheus.CounterVec
-	unauthorizedRetries prometheus.Counter
-	handshake           prometheus.Histogram
-	conns               *connCollector
+	dials     *prometheus.CounterVec
+	rotations *prometheus.CounterVec
+	handshake prometheus.Histogram
+	conns     *connCollector
 }
 
 func newMetrics(t *Transports) *metrics {
@@ -22,10 +21,6 @@ func newMetrics(t *Transports) *metrics {
 			Name: "fanout_upstream_connection_rotations_total",
 			Help: "Times a connection pool moved new requests to fresh connections while its old connections drain, by reason: certificate (the client certificate rotated) or unauthorized (kube-apiserver answered 401 to the client certificate).",
 		}, []string{"reason"}),
-		unauthorizedRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "fanout_upstream_unauthorized_retries_total",
-			Help: "Requests answered 401 on a client-certificate connection that were sent again on a fresh connection after re-reading the credentials.",
-		}),
 		handshake: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "fanout_upstream_tls_handshake_seconds",
 			Help:    "Duration of successful TLS handshakes with kube-apiserver endpoints.",
@@ -47,7 +42,7 @@ func (m *metrics) initRotations() {
 
 // Collectors returns the transport's metrics, for the app to register.
 func (t *Transports) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{t.metrics.dials, t.metrics.handshake, t.metrics.conns, t.metrics.rotations, t.metrics.unauthorizedRetries}
+	return []prometheus.Collector{t.metrics.dials, t.metrics.handshake, t.metrics.conns, t.metrics.rotations}
 }
 
 func (m *metrics) rotated(reason string) { m.rotations.WithLabelValues(reason).Inc() }

@@ -10,7 +10,8 @@ import (
 
 // Reloader is implemented by Credentials that can re-read their material
 // on demand. Reload may block on the file system; it is called only after
-// kube-apiserver rejected a request (401), never on the normal path.
+// kube-apiserver rejected a request (401, RenewAfterUnauthorized), never
+// on the normal path.
 type Reloader interface {
 	Reload()
 }
@@ -134,43 +135,47 @@ func (t *Transports) retire(g *generation) {
 	}()
 }
 
-// retryUnauthorized handles a 401 to req sent on generation g with a
-// client certificate. kube-apiserver checks the certificate on every
-// request against its current client CA and the current time, so a 401
-// may mean that the certificate of this connection expired or that the
-// CA rotated while newer material is already on disk. So the credentials
-// are re-read, the pool moves to a new generation (new connections with
-// the current certificate) and req is sent once more, if its body can be
-// replayed. Otherwise, or if the second attempt fails to be sent, the
-// first 401 stands.
-func (p *pool) retryUnauthorized(g *generation, req *http.Request, res *http.Response) (*http.Response, error) {
-	retry, ok := replay(req)
+// unauthorizedBody is the body of a 401 answered on a client-certificate
+// connection. It remembers the pool and the generation the answer came
+// on, so that RenewAfterUnauthorized renews exactly those; the one
+// allocation is paid on a 401 only.
+type unauthorizedBody struct {
+	io.ReadCloser
+	p *pool
+	g *generation
+}
+
+// RenewAfterUnauthorized acts on res, a 401 that kube-apiserver itself
+// gave to a request the transport sent with the sidecar's client
+// certificate. kube-apiserver checks the certificate on every request
+// against its current client CA and the current time, so a 401 may mean
+// that the certificate of the connection expired or that the CA rotated
+// while newer material is already on disk. So the credentials are re-read
+// (Reloader) and the pool res came from moves to a new generation: new
+// connections with the current certificate, the old ones drain.
+//
+// It reports whether sending the request again could get another answer:
+// the pool now sends on another generation than res came on. It is false
+// for a response that is not such a 401 (no client certificate, another
+// status, not from this package), and when res's connections are younger
+// than minRenew and the certificate is theirs: sending again on fresh
+// connections would only double the load of a client whose certificate
+// the apiserver really rejects (revoked, wrong CA).
+//
+// The transport never sends a request twice itself: the caller decides
+// whether to (the proxy's attempt policy, within its retry budget), and
+// must not call this for an answer that may be another server's (a proxy
+// subresource, an aggregated API), whose 401 says nothing of fanout's
+// credentials.
+func RenewAfterUnauthorized(res *http.Response) bool {
+	b, ok := res.Body.(*unauthorizedBody)
 	if !ok {
-		return res, nil
+		return false
 	}
-	if r, ok := p.t.creds.(Reloader); ok {
+	if r, ok := b.p.t.creds.(Reloader); ok {
 		r.Reload()
 	}
-	if !p.renew(g) {
-		// g's connections are under minRenew old: sending again on them
-		// would only double the load of a client whose certificate the
-		// apiserver really rejects (revoked, wrong CA).
-		if retry.Body != nil {
-			retry.Body.Close()
-		}
-		return res, nil
-	}
-	res2, _, err := p.send(retry)
-	if err != nil {
-		// RoundTrip closed retry's body.
-		return res, nil
-	}
-	// The first answer is dropped; read a little of it so that the
-	// stream need not be reset, then close it.
-	io.Copy(io.Discard, io.LimitReader(res.Body, 4<<10))
-	res.Body.Close()
-	p.t.metrics.unauthorizedRetries.Inc()
-	return res2, nil
+	return b.p.renew(b.g)
 }
 
 // renew moves the pool off generation g after a 401 to a generation with
@@ -191,22 +196,4 @@ func (p *pool) renew(g *generation) bool {
 		reason = "unauthorized"
 	}
 	return p.rotate(g, cert, reason) != g
-}
-
-// replay returns a copy of req to send again and whether req's body
-// allows it: no body, or one that GetBody recreates.
-func replay(req *http.Request) (*http.Request, bool) {
-	r2 := req.Clone(req.Context())
-	switch {
-	case req.Body == nil || req.Body == http.NoBody:
-		return r2, true
-	case req.GetBody == nil:
-		return nil, false
-	}
-	body, err := req.GetBody()
-	if err != nil {
-		return nil, false
-	}
-	r2.Body = body
-	return r2, true
 }

@@ -231,7 +231,12 @@ func unauthorizedUnless(user func() string) http.Handler {
 	})
 }
 
-func TestUnauthorizedRedials(t *testing.T) {
+// TestRenewAfterUnauthorized: a 401 on a client-certificate connection is
+// returned as is; RenewAfterUnauthorized then re-reads the credentials and
+// moves the pool to new connections, unless they are fresh and the
+// certificate is theirs, and says whether sending again could help. The
+// transport never sends twice itself.
+func TestRenewAfterUnauthorized(t *testing.T) {
 	p := newPKI(t)
 	bob := p.ca.Client("bob")
 	for _, tc := range []struct {
@@ -242,50 +247,42 @@ func TestUnauthorizedRedials(t *testing.T) {
 		accepted string
 		// advance moves the clock before the request.
 		advance time.Duration
-		body    func() io.Reader
 		noCert  bool
 
-		wantStatus  int
-		wantCN      string
+		wantRenewed bool
 		wantReloads int32
-		wantOpened  int32
-		wantNoRetry bool // reloaded, yet not sent again
+		// wantStatus and wantCN are the answer to the request sent again
+		// after RenewAfterUnauthorized, wantOpened the connections the
+		// server saw by then.
+		wantStatus int
+		wantCN     string
+		wantOpened int32
 	}{
 		{
 			name:     "reload finds a new certificate",
 			onReload: func(c *fakeCreds) { c.cert.Store(&bob.TLS) }, accepted: "bob",
-			wantStatus: 200, wantCN: "bob", wantReloads: 1, wantOpened: 2,
-		},
-		{
-			name:     "replayable body",
-			onReload: func(c *fakeCreds) { c.cert.Store(&bob.TLS) }, accepted: "bob",
-			body:       func() io.Reader { return strings.NewReader("{}") },
-			wantStatus: 200, wantCN: "bob", wantReloads: 1, wantOpened: 2,
-		},
-		{
-			name:     "body that cannot be replayed: the 401 is returned",
-			onReload: func(c *fakeCreds) { c.cert.Store(&bob.TLS) }, accepted: "bob",
-			body:       func() io.Reader { return onlyReader{strings.NewReader("{}")} },
-			wantStatus: 401, wantReloads: 0, wantOpened: 1,
+			wantRenewed: true, wantReloads: 1, wantStatus: 200, wantCN: "bob", wantOpened: 2,
 		},
 		{
 			name:     "nothing new on disk: one re-dial, then the 401",
 			onReload: func(*fakeCreds) {}, accepted: "nobody", advance: 2 * minRenew,
-			wantStatus: 401, wantReloads: 1, wantOpened: 2,
+			wantRenewed: true, wantReloads: 1, wantStatus: 401, wantOpened: 2,
 		},
 		{
-			name:     "nothing new on disk and fresh connections: no second attempt",
+			name:     "nothing new on disk and fresh connections: no renewal",
 			onReload: func(*fakeCreds) {}, accepted: "nobody",
-			wantStatus: 401, wantReloads: 1, wantOpened: 1, wantNoRetry: true,
+			wantRenewed: false, wantReloads: 1, wantStatus: 401, wantOpened: 1,
 		},
 		{
-			name:     "token-only user: no retry",
+			name:     "token-only user: nothing to renew",
 			onReload: func(*fakeCreds) {}, accepted: "nobody", noCert: true,
-			wantStatus: 401, wantReloads: 0, wantOpened: 1,
+			wantRenewed: false, wantReloads: 0, wantStatus: 401, wantOpened: 1,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int32
 			srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
 				if len(r.TLS.PeerCertificates) == 0 {
 					w.WriteHeader(http.StatusUnauthorized)
 					return
@@ -304,35 +301,52 @@ func TestUnauthorizedRedials(t *testing.T) {
 			rt := tr.For(srv.addr, AuthSidecar)
 			now.Add(int64(tc.advance))
 
-			method, body := http.MethodGet, io.Reader(nil)
-			if tc.body != nil {
-				method, body = http.MethodPost, tc.body()
-			}
-			req, err := http.NewRequest(method, "https://"+srv.addr+"/api", body)
+			res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/api"))
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("RoundTrip: %v", err)
 			}
-			res, err := roundTrip(rt, req)
+			if res.StatusCode != http.StatusUnauthorized || hits.Load() != 1 {
+				t.Fatalf("first answer %d after %d requests, want the 401 after one: the transport must not send again", res.StatusCode, hits.Load())
+			}
+			if got := RenewAfterUnauthorized(res); got != tc.wantRenewed {
+				t.Errorf("RenewAfterUnauthorized = %v, want %v", got, tc.wantRenewed)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if n := creds.reloads.Load(); n != tc.wantReloads {
+				t.Errorf("credentials re-read %d times, want %d", n, tc.wantReloads)
+			}
+			// What the proxy's attempt loop does when it sends again.
+			res, err = roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/api"))
 			if err != nil {
 				t.Fatalf("RoundTrip: %v", err)
 			}
 			if res.StatusCode != tc.wantStatus || res.Header.Get("X-Client-CN") != tc.wantCN {
-				t.Errorf("got %d with CN %q, want %d with CN %q", res.StatusCode, res.Header.Get("X-Client-CN"), tc.wantStatus, tc.wantCN)
-			}
-			if n := creds.reloads.Load(); n != tc.wantReloads {
-				t.Errorf("credentials re-read %d times, want %d", n, tc.wantReloads)
+				t.Errorf("sent again: %d with CN %q, want %d with CN %q", res.StatusCode, res.Header.Get("X-Client-CN"), tc.wantStatus, tc.wantCN)
 			}
 			if n := srv.opened.Load(); n != tc.wantOpened {
 				t.Errorf("server saw %d connections, want %d", n, tc.wantOpened)
 			}
-			wantRetries := 0.0
-			if tc.wantReloads > 0 && !tc.wantNoRetry {
-				wantRetries = 1
-			}
-			if got, _ := metricValue(t, tr, "fanout_upstream_unauthorized_retries_total", nil); got != wantRetries {
-				t.Errorf("unauthorized retries = %v, want %v", got, wantRetries)
-			}
 		})
+	}
+}
+
+// TestRenewAfterUnauthorizedIgnoresOtherAnswers: only a 401 the transport
+// got on a client-certificate connection renews anything.
+func TestRenewAfterUnauthorizedIgnoresOtherAnswers(t *testing.T) {
+	p := newPKI(t)
+	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, echoHandler())
+	fc := newCreds(p.ca.Pool, &p.alice.TLS, "")
+	creds := &reloadingCreds{fakeCreds: fc}
+	tr := newTransports(t, Config{}, creds)
+	res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	other := &http.Response{StatusCode: http.StatusUnauthorized, Body: http.NoBody}
+	if RenewAfterUnauthorized(res) || RenewAfterUnauthorized(other) || creds.reloads.Load() != 0 {
+		t.Errorf("a 200 or a 401 from elsewhere renewed (reloads %d)", creds.reloads.Load())
 	}
 }
 

@@ -196,22 +196,22 @@ func (t *Transports) newPool(k poolKey) *pool {
 
 // RoundTrip implements http.RoundTripper. In AuthSidecar mode it sends
 // the current token on a copy of req; it never modifies req. A 401 to a
-// request sent with a client certificate is retried once, on a new
-// connection after the credentials were re-read, if req's body can be
-// replayed (see retryUnauthorized), unless req's context carries
-// WithRelayedAnswer.
+// request sent with a client certificate is returned as is, marked for
+// RenewAfterUnauthorized: whether to renew and send again is the
+// caller's decision.
 func (p *pool) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, g, err := p.send(req)
 	if err != nil {
 		return nil, err
 	}
-	if res.StatusCode == http.StatusUnauthorized && p.key.mode == AuthSidecar && g.cert != nil && !IsRelayedAnswer(req.Context()) {
-		return p.retryUnauthorized(g, req, res)
+	if res.StatusCode == http.StatusUnauthorized && p.key.mode == AuthSidecar && g.cert != nil {
+		res.Body = &unauthorizedBody{ReadCloser: res.Body, p: p, g: g}
 	}
 	return res, nil
 }
 
-// send sends req on the current generation and returns it.
+// send sends req on the current generation and returns it, with that
+// generation.
 func (p *pool) send(req *http.Request) (*http.Response, *generation, error) {
 	if p.key.mode == AuthSidecar {
 		tok, err := p.t.creds.Token()
