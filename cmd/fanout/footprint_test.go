@@ -24,13 +24,12 @@ import (
 // watches (go test -run TestFootprintPerWatch -v ./cmd/fanout/ logs the
 // figures); see docs/footprint.md for what each byte is.
 //
-//   - HTTP/1.1: the connection is taken over once the watch's headers are
-//     in (components/proxy/h1stream.go): one goroutine copies the body to
-//     the socket; the upstream stream holds none (fanout's own HTTP/2
-//     client, internal/h2conn); the client closing the
-//     connection is noticed by one goroutine for all watches
-//     (closewatch_linux.go); net/http's serve goroutine, background reader
-//     and buffers are gone;
+//   - HTTP/1.1: the answer is detached from its handler once the watch's
+//     headers are in (internal/h1server, Detach): one goroutine copies the
+//     body to the socket; the upstream stream holds none (fanout's own
+//     HTTP/2 client, internal/h2conn); the client closing the connection
+//     is noticed by one goroutine for all watches (the server's epoll
+//     hang-up watcher); no serve goroutine or buffers wait meanwhile;
 //   - h2c: the stream's handler goroutine.
 //
 // The watches are made from a resourceVersion, as client-go's reflectors
