@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -346,38 +347,51 @@ func TestBadFilesKeepLastGood(t *testing.T) {
 }
 
 // TestPollingAloneReloads turns inotify off: a change must still be
-// found by the poll, driven by the test's clock.
+// found by the poll, driven by the test's clock. Without inotify the
+// watcher blocks only on its clock and its stop channel, so it runs in a
+// synctest bubble: synctest.Wait, not polling, tells when it is idle.
 func TestPollingAloneReloads(t *testing.T) {
 	f := newFixture(t)
 	bob := f.ca.Client("bob")
+	// The certificates are valid around the real now; the bubble's
+	// time.Now starts in 2000, so the watcher's clock keeps the real one.
 	clock := testkit.NewClock(time.Now())
-	m := NewMetrics()
-	c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
-		Options{Metrics: m, Clock: clock, PollInterval: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.watcher.noNotify = true
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
-	os.WriteFile(f.certFile, bob.CertPEM, 0o600)
-	eventually(t, "the watcher's timer", func() bool { return clock.Waiters() >= 1 })
-	// Without inotify the watcher wakes only on its clock's timers: none
-	// due 9s in means no check could run, so the old material stays.
-	if fired := clock.Advance(9 * time.Second); fired != 0 {
-		t.Fatalf("%d timers fired 9s into a 10s poll interval without inotify", fired)
-	}
-	if certCN(c) != "alice" {
-		t.Fatal("reloaded before the poll interval without inotify")
-	}
-	clock.Advance(time.Second)
-	eventually(t, "the poll to load bob", func() bool { return certCN(c) == "bob" })
-	if got := reloadCount(t, m, KindClient, "success"); got != 1 {
-		t.Errorf("reloads{kind=client,result=success} = %v, want 1", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		m := NewMetrics()
+		c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
+			Options{Metrics: m, Clock: clock, PollInterval: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.watcher.noNotify = true
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Stop()
+		os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
+		os.WriteFile(f.certFile, bob.CertPEM, 0o600)
+		synctest.Wait()
+		if n := clock.Waiters(); n < 1 {
+			t.Fatalf("the idle watcher has %d timers, want its poll timer", n)
+		}
+		// Without inotify the watcher wakes only on its clock's timers: none
+		// due 9s in means no check could run, so the old material stays.
+		if fired := clock.Advance(9 * time.Second); fired != 0 {
+			t.Fatalf("%d timers fired 9s into a 10s poll interval without inotify", fired)
+		}
+		synctest.Wait()
+		if certCN(c) != "alice" {
+			t.Fatal("reloaded before the poll interval without inotify")
+		}
+		clock.Advance(time.Second)
+		synctest.Wait()
+		if certCN(c) != "bob" {
+			t.Fatal("the poll did not load bob")
+		}
+		if got := reloadCount(t, m, KindClient, "success"); got != 1 {
+			t.Errorf("reloads{kind=client,result=success} = %v, want 1", got)
+		}
+	})
 }
 
 // TestKubeconfigReload: inline data changes only with the kubeconfig,
