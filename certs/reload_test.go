@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -126,17 +127,6 @@ func matches(m *dto.Metric, want map[string]string) bool {
 	return n == len(want)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func certCN(c *Credentials) string {
 	cert, _ := c.ClientCertificate()
 	if cert == nil {
@@ -204,12 +194,12 @@ func TestSecretVolumeSwap(t *testing.T) {
 	// A CA bundle with the old and the new CA, as during a CA rotation.
 	bundle := append(append([]byte{}, ca1.CertPEM...), ca2.CertPEM...)
 	vol.update(map[string][]byte{"ca.crt": bundle, "tls.crt": bob.CertPEM, "tls.key": bob.KeyPEM, "token": []byte("token-2")})
-	eventually(t, "the new client certificate", func() bool { return certCN(c) == "bob" })
-	eventually(t, "the new CA bundle", func() bool { return verifies(c.RootCAs(), srv2) })
+	testkit.WaitFor(t, "the new client certificate", func() bool { return certCN(c) == "bob" })
+	testkit.WaitFor(t, "the new CA bundle", func() bool { return verifies(c.RootCAs(), srv2) })
 	if !verifies(c.RootCAs(), srv1) {
 		t.Error("the bundle holding both CAs no longer verifies the old CA's server")
 	}
-	eventually(t, "the new token", func() bool {
+	testkit.WaitFor(t, "the new token", func() bool {
 		c.refresh.Lock()
 		defer c.refresh.Unlock()
 		return c.token.Load().value == "token-2"
@@ -256,7 +246,7 @@ func TestAtomicRename(t *testing.T) {
 	// between the pair does not match and must not be used.
 	replaceAtomic(t, f.keyFile, bob.KeyPEM)
 	replaceAtomic(t, f.certFile, bob.CertPEM)
-	eventually(t, "bob's certificate", func() bool { return certCN(c) == "bob" })
+	testkit.WaitFor(t, "bob's certificate", func() bool { return certCN(c) == "bob" })
 	cert, _ := c.ClientCertificate()
 	if _, err := tls.X509KeyPair(bob.CertPEM, bob.KeyPEM); err != nil || !bytes.Equal(cert.Certificate[0], bob.TLS.Certificate[0]) {
 		t.Fatal("loaded certificate is not bob's")
@@ -265,7 +255,7 @@ func TestAtomicRename(t *testing.T) {
 	carol := f.ca.Client("carol")
 	replaceAtomic(t, f.certFile, carol.CertPEM)
 	replaceAtomic(t, f.keyFile, carol.KeyPEM)
-	eventually(t, "carol's certificate", func() bool { return certCN(c) == "carol" })
+	testkit.WaitFor(t, "carol's certificate", func() bool { return certCN(c) == "carol" })
 }
 
 // TestBadFilesKeepLastGood writes broken material and checks that the
@@ -346,38 +336,51 @@ func TestBadFilesKeepLastGood(t *testing.T) {
 }
 
 // TestPollingAloneReloads turns inotify off: a change must still be
-// found by the poll, driven by the test's clock.
+// found by the poll, driven by the test's clock. Without inotify the
+// watcher blocks only on its clock and its stop channel, so it runs in a
+// synctest bubble: synctest.Wait, not polling, tells when it is idle.
 func TestPollingAloneReloads(t *testing.T) {
 	f := newFixture(t)
 	bob := f.ca.Client("bob")
+	// The certificates are valid around the real now; the bubble's
+	// time.Now starts in 2000, so the watcher's clock keeps the real one.
 	clock := testkit.NewClock(time.Now())
-	m := NewMetrics()
-	c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
-		Options{Metrics: m, Clock: clock, PollInterval: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.watcher.noNotify = true
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
-	os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
-	os.WriteFile(f.certFile, bob.CertPEM, 0o600)
-	eventually(t, "the watcher's timer", func() bool { return clock.Waiters() >= 1 })
-	// Without inotify the watcher wakes only on its clock's timers: none
-	// due 9s in means no check could run, so the old material stays.
-	if fired := clock.Advance(9 * time.Second); fired != 0 {
-		t.Fatalf("%d timers fired 9s into a 10s poll interval without inotify", fired)
-	}
-	if certCN(c) != "alice" {
-		t.Fatal("reloaded before the poll interval without inotify")
-	}
-	clock.Advance(time.Second)
-	eventually(t, "the poll to load bob", func() bool { return certCN(c) == "bob" })
-	if got := reloadCount(t, m, KindClient, "success"); got != 1 {
-		t.Errorf("reloads{kind=client,result=success} = %v, want 1", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		m := NewMetrics()
+		c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
+			Options{Metrics: m, Clock: clock, PollInterval: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.watcher.noNotify = true
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Stop()
+		os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
+		os.WriteFile(f.certFile, bob.CertPEM, 0o600)
+		synctest.Wait()
+		if n := clock.Waiters(); n < 1 {
+			t.Fatalf("the idle watcher has %d timers, want its poll timer", n)
+		}
+		// Without inotify the watcher wakes only on its clock's timers: none
+		// due 9s in means no check could run, so the old material stays.
+		if fired := clock.Advance(9 * time.Second); fired != 0 {
+			t.Fatalf("%d timers fired 9s into a 10s poll interval without inotify", fired)
+		}
+		synctest.Wait()
+		if certCN(c) != "alice" {
+			t.Fatal("reloaded before the poll interval without inotify")
+		}
+		clock.Advance(time.Second)
+		synctest.Wait()
+		if certCN(c) != "bob" {
+			t.Fatal("the poll did not load bob")
+		}
+		if got := reloadCount(t, m, KindClient, "success"); got != 1 {
+			t.Errorf("reloads{kind=client,result=success} = %v, want 1", got)
+		}
+	})
 }
 
 // TestKubeconfigReload: inline data changes only with the kubeconfig,
@@ -409,11 +412,11 @@ func TestKubeconfigReload(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "bob from the rewritten kubeconfig", func() bool { return certCN(c) == "bob" })
+	testkit.WaitFor(t, "bob from the rewritten kubeconfig", func() bool { return certCN(c) == "bob" })
 
 	// Garbage: kept.
 	replaceAtomic(t, path, []byte("{{{ not yaml"))
-	eventually(t, "the kubeconfig failure to be counted", func() bool { return reloadCount(t, m, KindKubeconfig, "failure") == 1 })
+	testkit.WaitFor(t, "the kubeconfig failure to be counted", func() bool { return reloadCount(t, m, KindKubeconfig, "failure") == 1 })
 	if certCN(c) != "bob" {
 		t.Fatal("a broken kubeconfig replaced the credentials")
 	}
@@ -423,9 +426,9 @@ func TestKubeconfigReload(t *testing.T) {
 	writeKubeconfig(t, other, "kubeconfig", cluster, &clientcmdapi.AuthInfo{TokenFile: tokenFile})
 	data, _ = os.ReadFile(filepath.Join(other, "kubeconfig"))
 	replaceAtomic(t, path, data)
-	eventually(t, "the token user", func() bool { return c.token.Load().value == "t1" && certCN(c) == "" })
+	testkit.WaitFor(t, "the token user", func() bool { return c.token.Load().value == "t1" && certCN(c) == "" })
 	replaceAtomic(t, tokenFile, []byte("t2"))
-	eventually(t, "the rotated token", func() bool { return c.token.Load().value == "t2" })
+	testkit.WaitFor(t, "the rotated token", func() bool { return c.token.Load().value == "t2" })
 	if got := expiry(t, m, KindClient); got != -1 {
 		t.Errorf("client expiry still exported (%v) for a user without a certificate", got)
 	}
@@ -489,12 +492,12 @@ func TestServingCertificate(t *testing.T) {
 	}
 	// Garbage in the key: kept.
 	vol.update(map[string][]byte{"tls.crt": two.CertPEM, "tls.key": []byte("garbage")})
-	eventually(t, "the failure to be counted", func() bool { return reloadCount(t, m, KindServing, "failure") == 1 })
+	testkit.WaitFor(t, "the failure to be counted", func() bool { return reloadCount(t, m, KindServing, "failure") == 1 })
 	if !bytes.Equal(served(), one.TLS.Certificate[0]) {
 		t.Fatal("a broken pair replaced the served certificate")
 	}
 	vol.update(map[string][]byte{"tls.crt": two.CertPEM, "tls.key": two.KeyPEM})
-	eventually(t, "the new certificate", func() bool { return bytes.Equal(served(), two.TLS.Certificate[0]) })
+	testkit.WaitFor(t, "the new certificate", func() bool { return bytes.Equal(served(), two.TLS.Certificate[0]) })
 	if got := expiry(t, m, KindServing); got != float64(two.Leaf.NotAfter.Unix()) {
 		t.Errorf("serving expiry = %v, want %v", got, two.Leaf.NotAfter.Unix())
 	}

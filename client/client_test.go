@@ -2,16 +2,12 @@ package client
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,43 +34,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // waitLimit bounds every wait: a hang detector, not a speed target.
 const waitLimit = 30 * time.Second
 
-// apiserver is a TLS HTTP/2 stand-in for kube-apiserver that serves
-// ConfigMaps in "default" (get, list, watch) and remembers who asked.
-type apiserver struct {
-	srv      *httptest.Server
-	requests atomic.Int64 // everything but /readyz
-	probes   atomic.Int64 // /readyz
-	mu       sync.Mutex
-	cns      map[string]int // client certificate CN ("" for none)
-	authz    map[string]int // Authorization header
-}
+// apiserver is the kit's fake kube-apiserver serving ConfigMaps in
+// "default" (get, list, watch); the kit answers /readyz, counts and
+// records who asked.
+type apiserver struct{ *testkit.APIServer }
 
-func newAPIServer(t *testing.T, ca *testkit.CA, serving testkit.KeyPair) *apiserver {
+func newAPIServer(t *testing.T, ca *testkit.CA) *apiserver {
 	t.Helper()
-	a := &apiserver{cns: map[string]int{}, authz: map[string]int{}}
-	a.srv = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
-	a.srv.EnableHTTP2 = true
-	a.srv.TLS = ca.ServerTLSConfig(serving, tls.VerifyClientCertIfGiven)
-	a.srv.StartTLS()
-	t.Cleanup(a.srv.Close)
-	return a
+	return &apiserver{testkit.NewAPIServer(t, ca, http.HandlerFunc(serveConfigMaps))}
 }
 
-func (a *apiserver) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/readyz" {
-		a.probes.Add(1)
-		fmt.Fprint(w, "ok")
-		return
-	}
-	a.requests.Add(1)
-	cn := ""
-	if len(r.TLS.PeerCertificates) > 0 {
-		cn = r.TLS.PeerCertificates[0].Subject.CommonName
-	}
-	a.mu.Lock()
-	a.cns[cn]++
-	a.authz[r.Header.Get("Authorization")]++
-	a.mu.Unlock()
+func serveConfigMaps(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	const cm = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":%q,"namespace":"default","resourceVersion":%q}}`
 	switch {
@@ -96,15 +66,16 @@ func (a *apiserver) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// seen counts the client certificate CNs ("" for none) and Authorization
+// headers of the requests other than /readyz.
 func (a *apiserver) seen() (cns, authz map[string]int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	cns, authz = map[string]int{}, map[string]int{}
-	for k, v := range a.cns {
-		cns[k] = v
-	}
-	for k, v := range a.authz {
-		authz[k] = v
+	for _, r := range a.Seen() {
+		if r.Method == http.MethodGet && r.Path == "/readyz" {
+			continue
+		}
+		cns[r.CN]++
+		authz[r.Authorization]++
 	}
 	return cns, authz
 }
@@ -123,13 +94,12 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ca := testkit.NewCA(t)
-	serving := ca.Serving("kubernetes")
 	f := &fixture{ca: ca, client: ca.Client("system:library-test")}
 	var urls []string
 	for range 3 {
-		s := newAPIServer(t, ca, serving)
+		s := newAPIServer(t, ca)
 		f.servers = append(f.servers, s)
-		urls = append(urls, s.srv.URL)
+		urls = append(urls, s.URL)
 	}
 	f.endpoints = strings.Join(urls, ",")
 	dir := t.TempDir()
@@ -149,7 +119,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) counts() []int64 {
 	out := make([]int64, len(f.servers))
 	for i, s := range f.servers {
-		out[i] = s.requests.Load()
+		out[i] = s.Requests.Load()
 	}
 	return out
 }
@@ -331,7 +301,7 @@ func TestRetriesUnprocessed(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	// Round robin, no probes: the dead endpoint keeps being picked until
 	// the balancer ejects it, so the first request meets it.
-	b := newBalancer(t, f.cfg, WithEndpoints("https://"+dead+","+f.servers[0].srv.URL),
+	b := newBalancer(t, f.cfg, WithEndpoints("https://"+dead+","+f.servers[0].URL),
 		WithRegisterer(reg), WithProbeInterval(0), WithBalancerPolicy(balancer.PolicyRoundRobin), WithLogger(quiet()))
 	cs := kubernetes.NewForConfigOrDie(b.Config())
 	for i := range 10 {
@@ -339,7 +309,7 @@ func TestRetriesUnprocessed(t *testing.T) {
 			t.Fatalf("request %d: %v", i, err)
 		}
 	}
-	if got := f.servers[0].requests.Load(); got != 10 {
+	if got := f.servers[0].Requests.Load(); got != 10 {
 		t.Errorf("the live apiserver served %d requests, want 10", got)
 	}
 	mfs, err := reg.Gather()
@@ -455,10 +425,10 @@ func TestCloseLeaksNothing(t *testing.T) {
 	// loops and their connections to end.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, s := range f.servers {
-		start := s.probes.Load()
-		for s.probes.Load() < start+3 {
+		start := s.Probes.Load()
+		for s.Probes.Load() < start+3 {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s was probed %d times, want 3 rounds", s.srv.URL, s.probes.Load()-start)
+				t.Fatalf("%s was probed %d times, want 3 rounds", s.URL, s.Probes.Load()-start)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

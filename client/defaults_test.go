@@ -5,10 +5,8 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -194,27 +192,10 @@ func TestDefaultsAreTheEngines(t *testing.T) {
 func TestProbesUseTheirOwnConnections(t *testing.T) {
 	ca := testkit.NewCA(t)
 	client := ca.Client("system:library-test")
-	var mu sync.Mutex
-	probeConns, requestConns := map[string]bool{}, map[string]bool{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		if r.URL.Path == "/readyz" {
-			probeConns[r.RemoteAddr] = true
-		} else {
-			requestConns[r.RemoteAddr] = true
-		}
-		mu.Unlock()
-		if r.URL.Path == "/readyz" {
-			fmt.Fprint(w, "ok")
-			return
-		}
+	srv := testkit.NewAPIServer(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`)
-	}))
-	srv.EnableHTTP2 = true
-	srv.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes"), tls.RequireAndVerifyClientCert)
-	srv.StartTLS()
-	defer srv.Close()
+	}), testkit.WithClientAuth(tls.RequireAndVerifyClientCert))
 
 	cfg := &rest.Config{
 		Host:            srv.URL,
@@ -232,8 +213,14 @@ func TestProbesUseTheirOwnConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	probeConns, requestConns := map[string]bool{}, map[string]bool{}
+	for _, r := range srv.Seen() {
+		if r.Path == "/readyz" {
+			probeConns[r.RemoteAddr] = true
+		} else {
+			requestConns[r.RemoteAddr] = true
+		}
+	}
 	if len(probeConns) == 0 || len(requestConns) == 0 {
 		t.Fatalf("saw %d probe and %d request connections, want both", len(probeConns), len(requestConns))
 	}

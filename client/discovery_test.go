@@ -2,10 +2,10 @@ package client
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"k8s.io/client-go/rest"
 )
 
@@ -15,11 +15,11 @@ import (
 // the User-Agent.
 func TestDiscoveryAPIServer(t *testing.T) {
 	var auth, ua string
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ca := testkit.NewCA(t)
+	srv := testkit.NewAPIServer(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		auth, ua = r.Header.Get("Authorization"), r.Header.Get("User-Agent")
 	}))
-	defer srv.Close()
-	cfg := &rest.Config{Host: srv.URL, BearerToken: "tok", TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+	cfg := &rest.Config{Host: srv.URL, BearerToken: "tok", TLSClientConfig: rest.TLSClientConfig{ServerName: "kubernetes", CAData: ca.CertPEM}}
 	api, err := discoveryAPIServer(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,11 +31,9 @@ func TestSlowWatchConsumersDoNotBlockOtherRequests(t *testing.T) {
 	client := ca.Client("system:library-test")
 	var sent atomic.Int64
 	event := `{"type":"MODIFIED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"default","resourceVersion":"2"},"data":{"k":"` + strings.Repeat("v", 4000) + `"}}}` + "\n"
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := testkit.NewAPIServer(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
-		case r.URL.Path == "/readyz":
-			fmt.Fprint(w, "ok")
 		case r.URL.Query().Get("watch") == "true":
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
@@ -50,11 +47,7 @@ func TestSlowWatchConsumersDoNotBlockOtherRequests(t *testing.T) {
 		default:
 			fmt.Fprint(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"cm","namespace":"default","resourceVersion":"1"}}`)
 		}
-	}))
-	srv.EnableHTTP2 = true
-	srv.TLS = ca.ServerTLSConfig(ca.Serving("kubernetes"), tls.RequireAndVerifyClientCert)
-	srv.StartTLS()
-	defer srv.Close()
+	}), testkit.WithClientAuth(tls.RequireAndVerifyClientCert))
 
 	cfg := &rest.Config{
 		Host:            srv.URL,

@@ -1,10 +1,8 @@
 package client
 
 import (
-	"crypto/tls"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -34,39 +32,27 @@ type watchServers struct {
 	subs    map[chan string]bool
 }
 
+// watchServer is one of them: the kit's fake apiserver, which answers
+// /readyz as set.
 type watchServer struct {
-	srv      *httptest.Server
-	notReady atomic.Bool
-	open     atomic.Int64 // watches open now
-	initial  atomic.Int64 // lists and WatchLists: what a re-list costs
+	*testkit.APIServer
+	open    atomic.Int64 // watches open now
+	initial atomic.Int64 // lists and WatchLists: what a re-list costs
 }
 
 const tickCM = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"tick","namespace":"default","resourceVersion":"%d"}}`
 
 func newWatchServers(t *testing.T, ca *testkit.CA) *watchServers {
 	w := &watchServers{rv: 1, subs: map[chan string]bool{}}
-	serving := ca.Serving("kubernetes")
 	for range 3 {
 		s := &watchServer{}
-		s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.serve(s, rw, r) }))
-		s.srv.EnableHTTP2 = true
-		s.srv.TLS = ca.ServerTLSConfig(serving, tls.VerifyClientCertIfGiven)
-		s.srv.StartTLS()
-		t.Cleanup(s.srv.Close)
+		s.APIServer = testkit.NewAPIServer(t, ca, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { w.serve(s, rw, r) }))
 		w.servers = append(w.servers, s)
 	}
 	return w
 }
 
 func (w *watchServers) serve(s *watchServer, rw http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/readyz" {
-		if s.notReady.Load() {
-			http.Error(rw, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprint(rw, "ok")
-		return
-	}
 	if r.URL.Path != "/api/v1/namespaces/default/configmaps" {
 		http.NotFound(rw, r)
 		return
@@ -158,10 +144,10 @@ func testWatchRebalancing(t *testing.T, on bool) {
 	w := newWatchServers(t, ca)
 	var eps []string
 	for _, s := range w.servers {
-		eps = append(eps, s.srv.URL)
+		eps = append(eps, s.URL)
 	}
 	for _, s := range w.servers[1:] {
-		s.notReady.Store(true)
+		s.SetReadyz(http.StatusServiceUnavailable)
 	}
 	cfg := &rest.Config{
 		Host:            eps[0],
@@ -211,7 +197,7 @@ func testWatchRebalancing(t *testing.T, on bool) {
 	synced := w.initial()
 
 	for _, s := range w.servers[1:] {
-		s.notReady.Store(false)
+		s.SetReadyz(http.StatusOK)
 	}
 	waitFor(t, "apiservers 2 and 3 back", func() bool { return readyCount(b) == 3 })
 	ticker := time.NewTicker(20 * time.Millisecond)

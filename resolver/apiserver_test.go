@@ -1,15 +1,16 @@
 package resolver
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/fanout-dev/fanout/internal/testkit"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -21,9 +22,13 @@ import (
 // changes, with 410 Gone for a resourceVersion older than the history.
 // Objects are built with the API's own types, so the JSON is the real
 // one.
+//
+// It runs on the kit's fake apiserver (HTTP/2 over TLS, as the resolver
+// meets kube-apiserver), which answers /readyz itself.
 type fakeAPIServer struct {
 	t   *testing.T
-	srv *httptest.Server
+	srv *testkit.APIServer
+	ca  *testkit.CA
 
 	mu       sync.Mutex
 	rv       int
@@ -47,7 +52,7 @@ type fakeWatcher struct {
 	selector string
 	events   chan []byte
 	// end closes the stream: "clean" ends it as the server's timeout does,
-	// "break" aborts the connection, "gone" sends an ERROR 410 first.
+	// "break" aborts the stream, "gone" sends an ERROR 410 first.
 	end chan string
 }
 
@@ -60,14 +65,16 @@ func newFakeAPIServer(t *testing.T, objects ...*discoveryv1.EndpointSlice) *fake
 		f.objects[o.Name] = o
 	}
 	f.oldest = f.rv
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
+	f.ca = testkit.NewCA(t)
+	f.srv = testkit.NewAPIServer(t, f.ca, http.HandlerFunc(f.serve))
 	return f
 }
 
 // apiServer is the resolver's APIServer for f.
 func (f *fakeAPIServer) apiServer() APIServer {
-	return APIServer{URL: f.srv.URL, Transport: f.srv.Client().Transport}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.ca.Pool, ServerName: "kubernetes"}, ForceAttemptHTTP2: true}
+	f.t.Cleanup(tr.CloseIdleConnections)
+	return APIServer{URL: f.srv.URL, Transport: tr}
 }
 
 func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {

@@ -152,71 +152,77 @@ func nextUpdate(t *testing.T, updates <-chan []Endpoint, expect bool) []Endpoint
 }
 
 func TestDNSResolveNow(t *testing.T) {
-	clk := newTestClock(time.Unix(1000, 0))
-	lookups := make(chan time.Time, 16)
-	d := &DNS{
-		Host: "kube.example", Port: "6443", Interval: 5 * time.Second, Clock: clk,
-		Lookup: func(context.Context, string) ([]net.IPAddr, error) {
-			lookups <- clk.Now()
-			return []net.IPAddr{{IP: net.ParseIP("10.0.0.1")}}, nil
-		},
-	}
-	// A request made before Run is answered by the first lookup.
-	d.ResolveNow()
-	_, stop := runResolver(t, d)
-	defer stop()
-	expect := func(at time.Time) {
-		t.Helper()
-		select {
-		case got := <-lookups:
-			if !got.Equal(at) {
-				t.Fatalf("lookup at %v, want at %v", got, at)
+	// In a bubble, "no lookup" is checked once every goroutine is idle
+	// (synctest.Wait), not after a guessed real-time pause.
+	synctest.Test(t, func(t *testing.T) {
+		clk := newTestClock(time.Unix(1000, 0))
+		lookups := make(chan time.Time, 16)
+		d := &DNS{
+			Host: "kube.example", Port: "6443", Interval: 5 * time.Second, Clock: clk,
+			Lookup: func(context.Context, string) ([]net.IPAddr, error) {
+				lookups <- clk.Now()
+				return []net.IPAddr{{IP: net.ParseIP("10.0.0.1")}}, nil
+			},
+		}
+		// A request made before Run is answered by the first lookup.
+		d.ResolveNow()
+		_, stop := runResolver(t, d)
+		defer stop()
+		expect := func(at time.Time) {
+			t.Helper()
+			select {
+			case got := <-lookups:
+				if !got.Equal(at) {
+					t.Fatalf("lookup at %v, want at %v", got, at)
+				}
+			case <-time.After(10 * time.Second):
+				// Virtual time: it passes only once the resolver is idle.
+				t.Fatalf("no lookup within 10s, want one at %v", at)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no lookup within 10s, want one at %v", at)
 		}
-	}
-	expectNone := func() {
-		t.Helper()
-		select {
-		case got := <-lookups:
-			t.Fatalf("unexpected lookup at %v", got)
-		case <-time.After(50 * time.Millisecond):
+		expectNone := func() {
+			t.Helper()
+			synctest.Wait()
+			select {
+			case got := <-lookups:
+				t.Fatalf("unexpected lookup at %v", got)
+			default:
+			}
 		}
-	}
-	start := clk.Now()
-	expect(start)
-	expectNone()
+		start := clk.Now()
+		expect(start)
+		expectNone()
 
-	// Long enough after the last lookup: at once.
-	clk.Advance(2 * time.Second)
-	d.ResolveNow()
-	expect(start.Add(2 * time.Second))
+		// Long enough after the last lookup: at once.
+		clk.Advance(2 * time.Second)
+		d.ResolveNow()
+		expect(start.Add(2 * time.Second))
 
-	// Within MinResolveNowGap of it: the requests coalesce into one lookup
-	// when the gap has passed.
-	d.ResolveNow()
-	d.ResolveNow()
-	expectNone()
-	d.ResolveNow()
-	clk.Advance(MinResolveNowGap - time.Millisecond)
-	expectNone()
-	clk.Advance(time.Millisecond)
-	expect(start.Add(2*time.Second + MinResolveNowGap))
-	expectNone()
+		// Within MinResolveNowGap of it: the requests coalesce into one lookup
+		// when the gap has passed.
+		d.ResolveNow()
+		d.ResolveNow()
+		expectNone()
+		d.ResolveNow()
+		clk.Advance(MinResolveNowGap - time.Millisecond)
+		expectNone()
+		clk.Advance(time.Millisecond)
+		expect(start.Add(2*time.Second + MinResolveNowGap))
+		expectNone()
 
-	// The ticker runs on regardless.
-	clk.Advance(2 * time.Second)
-	expect(start.Add(5 * time.Second))
+		// The ticker runs on regardless.
+		clk.Advance(2 * time.Second)
+		expect(start.Add(5 * time.Second))
 
-	// A tick while a request waits answers it.
-	clk.Advance(4*time.Second + 500*time.Millisecond)
-	d.ResolveNow()
-	expect(start.Add(9*time.Second + 500*time.Millisecond))
-	d.ResolveNow()
-	expectNone()
-	clk.Advance(500 * time.Millisecond)
-	expect(start.Add(10 * time.Second))
-	clk.Advance(MinResolveNowGap)
-	expectNone()
+		// A tick while a request waits answers it.
+		clk.Advance(4*time.Second + 500*time.Millisecond)
+		d.ResolveNow()
+		expect(start.Add(9*time.Second + 500*time.Millisecond))
+		d.ResolveNow()
+		expectNone()
+		clk.Advance(500 * time.Millisecond)
+		expect(start.Add(10 * time.Second))
+		clk.Advance(MinResolveNowGap)
+		expectNone()
+	})
 }

@@ -6,10 +6,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,7 +19,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
-	"github.com/fanout-dev/fanout/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
@@ -74,36 +71,35 @@ func (c *fakeCreds) ClientCertificate() (*tls.Certificate, error) {
 	return c.cert.Load(), nil
 }
 
-// h2Server is testserver.H2, named as the tests here use it.
+// h2Server is the kit's fake apiserver, named as the tests here use it.
 type h2Server struct {
-	*testserver.H2
+	*testkit.APIServer
 	addr           string
 	opened, closed *atomic.Int32
 }
 
-// newH2Server starts an HTTP/2 server serving p.serving and checking
+// newH2Server starts an HTTP/2 server serving a certificate for
+// serverName from p.ca and checking
 // client certificates against p.ca with policy auth. maxStreams > 0 sets
-// SETTINGS_MAX_CONCURRENT_STREAMS.
+// SETTINGS_MAX_CONCURRENT_STREAMS. GET /readyz is the kit's; the tests
+// here send none.
 func newH2Server(t testing.TB, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
 	t.Helper()
-	s := testserver.NewH2(t, p.ca.ServerTLSConfig(p.serving, auth), maxStreams, h)
-	return &h2Server{H2: s, addr: s.Addr, opened: &s.Opened, closed: &s.Closed}
+	s := testkit.NewAPIServer(t, p.ca, h, h2Options(auth, maxStreams)...)
+	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened, closed: &s.Closed}
 }
 
 // newHTTP1Server starts a TLS server that offers only ALPN http/1.1 and
 // returns its address.
 func newHTTP1Server(t *testing.T, p *pki) string {
 	t.Helper()
-	s := httptest.NewUnstartedServer(echoHandler())
-	s.TLS = p.ca.ServerTLSConfig(p.serving, tls.NoClientCert)
-	s.Config.ErrorLog = log.New(io.Discard, "", 0)
-	s.StartTLS()
-	t.Cleanup(s.Close)
-	return s.Listener.Addr().String()
+	s := testkit.NewAPIServer(t, p.ca, echoHandler(), testkit.WithNames(serverName),
+		testkit.WithClientAuth(tls.NoClientCert), testkit.WithALPN("http/1.1"))
+	return s.Addr()
 }
 
 // echoHandler reports what the server saw of the client.
-var echoHandler = testserver.Echo
+var echoHandler = testkit.Echo
 
 func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	t.Helper()
@@ -118,11 +114,11 @@ func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	return tr
 }
 
-// Requests as every test here sends them (see testserver).
+// Requests as every test here sends them (see testkit).
 var (
-	newRequest = testserver.NewRequest
-	roundTrip  = testserver.RoundTrip
-	waitFor    = testserver.WaitFor
+	newRequest = testkit.NewRequest
+	roundTrip  = testkit.RoundTrip
+	waitFor    = testkit.WaitFor
 )
 
 // metricValue returns the value of the series name{labels} gathered from
@@ -303,14 +299,14 @@ func respond200(fr *http2.Framer, id uint32) bool {
 	return false
 }
 
-// freezeProxy is testserver.FreezeProxy, named as the tests here use it.
+// freezeProxy is testkit.FreezeProxy, named as the tests here use it.
 type freezeProxy struct {
-	*testserver.FreezeProxy
+	*testkit.FreezeProxy
 	addr string
 }
 
 func newFreezeProxy(t *testing.T, target string) *freezeProxy {
-	p := testserver.NewFreezeProxy(t, target)
+	p := testkit.NewFreezeProxy(t, target)
 	return &freezeProxy{FreezeProxy: p, addr: p.Addr}
 }
 
@@ -319,3 +315,12 @@ func newFreezeProxy(t *testing.T, target string) *freezeProxy {
 type onlyReader struct{ io.Reader }
 
 var errTest = errors.New("test failure")
+
+// h2Options are the kit options for newH2Server's policy and stream limit.
+func h2Options(auth tls.ClientAuthType, maxStreams int) []testkit.APIServerOption {
+	opts := []testkit.APIServerOption{testkit.WithNames(serverName), testkit.WithClientAuth(auth)}
+	if maxStreams > 0 {
+		opts = append(opts, testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: maxStreams}))
+	}
+	return opts
+}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fanout-dev/fanout/internal/testserver"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // reloadingCreds are fakeCreds whose Reload runs onReload.
@@ -34,7 +34,7 @@ func (c *reloadingCreds) Reload() {
 
 // streamingHandler serves /watch as a stream that writes a line each
 // time something arrives on lines; anything else is echoHandler.
-var streamingHandler = testserver.Streaming
+var streamingHandler = testkit.Streaming
 
 // TestRotatedCertificateDrainsOldConnections: after a client certificate
 // rotation, new requests go to a new connection with the new certificate,

@@ -7,20 +7,16 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestDialUpgrade(t *testing.T) {
 	p := newPKI(t)
-	srv := httptest.NewUnstartedServer(echoHandler())
-	srv.EnableHTTP2 = true
-	srv.TLS = p.ca.ServerTLSConfig(p.serving, tls.VerifyClientCertIfGiven)
-	srv.TLS.NextProtos = []string{"h2", "http/1.1"}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	addr := srv.Listener.Addr().String()
+	srv := testkit.NewAPIServer(t, p.ca, echoHandler(), testkit.WithNames(serverName), testkit.WithALPN("h2", "http/1.1"))
+	addr := srv.Addr()
 	tests := []struct {
 		name   string
 		mode   AuthMode

@@ -7,12 +7,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestEligible(t *testing.T) {
@@ -51,10 +53,12 @@ func TestEligible(t *testing.T) {
 type fakeLoads struct {
 	mu    sync.Mutex
 	loads []balancer.WatchLoad
+	calls int // WatchLoads calls: one per rebalancer tick
 }
 
 func (f *fakeLoads) WatchLoads() []balancer.WatchLoad {
 	f.mu.Lock()
+	f.calls++
 	defer f.mu.Unlock()
 	return append([]balancer.WatchLoad(nil), f.loads...)
 }
@@ -66,23 +70,6 @@ func (f *fakeLoads) set(open map[string]int64, since map[string]time.Time) {
 	for _, a := range []string{"a", "b", "c"} {
 		f.loads = append(f.loads, balancer.WatchLoad{Address: a, Usable: true, UsableSince: since[a], OpenLong: open[a]})
 	}
-}
-
-type rbClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *rbClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *rbClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // addStreams registers n idle watches on endpoint, opened at opened, whose
@@ -119,7 +106,7 @@ func closedCount(rcs []*chunkReader) int {
 // rebalancer ends 2 per tick, oldest first, and stops once the gap is
 // within tolerance; it ends none before c has been ready for the margin.
 func TestRebalancerMovesAtRate(t *testing.T) {
-	clock := &rbClock{t: time.Unix(50_000, 0)}
+	clock := testkit.NewClock(time.Unix(50_000, 0))
 	src := &fakeLoads{}
 	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now}, src, nil)
 	if err != nil {
@@ -133,7 +120,7 @@ func TestRebalancerMovesAtRate(t *testing.T) {
 	rcs := addStreams(r, "a", 30, start, cameBack.Add(-time.Second), 100)
 	r.maxRV.Store(100)
 
-	clock.t = cameBack
+	clock.Set(cameBack)
 	r.tick()
 	if n := closedCount(rcs); n != 0 {
 		t.Fatalf("ended %d watches whose last event predates the other endpoints' readiness, want 0", n)
@@ -199,7 +186,7 @@ func TestRebalancerMovesAtRate(t *testing.T) {
 }
 
 func TestRebalancerLeavesYoungAndInitialWatches(t *testing.T) {
-	clock := &rbClock{t: time.Unix(50_000, 0)}
+	clock := testkit.NewClock(time.Unix(50_000, 0))
 	src := &fakeLoads{}
 	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Rate: 100}, src, nil)
 	if err != nil {
@@ -227,7 +214,7 @@ func TestRebalancerLeavesYoungAndInitialWatches(t *testing.T) {
 }
 
 func TestRebalancerToleratesSmallGaps(t *testing.T) {
-	clock := &rbClock{t: time.Unix(50_000, 0)}
+	clock := testkit.NewClock(time.Unix(50_000, 0))
 	for _, tt := range []struct {
 		open    map[string]int64
 		tol     float64
@@ -304,12 +291,31 @@ func TestRebalanceConfigValidate(t *testing.T) {
 	}
 }
 
+// TestRebalancerStartStop: Start ticks once per Interval, Stop ends the
+// ticking (goleak checks the goroutine is gone). In a synctest bubble the
+// clock is virtual, so the tick count is exact.
 func TestRebalancerStartStop(t *testing.T) {
-	r, err := NewRebalancer(RebalanceConfig{Interval: time.Millisecond}, &fakeLoads{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Start()
-	time.Sleep(10 * time.Millisecond)
-	r.Stop() // goleak checks the goroutine is gone
+	synctest.Test(t, func(t *testing.T) {
+		src := &fakeLoads{}
+		r, err := NewRebalancer(RebalanceConfig{Interval: time.Second}, src, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ticks := func() int {
+			synctest.Wait()
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			return src.calls
+		}
+		r.Start()
+		time.Sleep(3*time.Second + time.Second/2)
+		if n := ticks(); n != 3 {
+			t.Errorf("%d ticks in 3.5 intervals, want 3", n)
+		}
+		r.Stop()
+		time.Sleep(10 * time.Second)
+		if n := ticks(); n != 3 {
+			t.Errorf("%d ticks after Stop, want none more than 3", n)
+		}
+	})
 }

@@ -13,10 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -25,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -935,24 +934,13 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 // FRAME_SIZE_ERROR.
 func TestH2ClientLargeHeaderBlock(t *testing.T) {
 	p := newPKI(t)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := testkit.NewAPIServer(t, p.ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sum := sha256.Sum256([]byte(r.Header.Get("X-Big")))
 		w.Header().Set("X-Big-Sum", hex.EncodeToString(sum[:]))
 		io.WriteString(w, "ok")
-	}))
-	srv.EnableHTTP2 = true
-	srv.TLS = p.ca.ServerTLSConfig(p.serving, tls.RequireAndVerifyClientCert)
-	srv.Config.HTTP2 = &http.HTTP2Config{MaxReadFrameSize: 16 << 10}
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	var opened atomic.Int32
-	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			opened.Add(1)
-		}
-	}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	addr := srv.Listener.Addr().String()
+	}), testkit.WithNames(serverName), testkit.WithClientAuth(tls.RequireAndVerifyClientCert),
+		testkit.WithHTTP2(&http.HTTP2Config{MaxReadFrameSize: 16 << 10}))
+	addr := srv.Addr()
 	tr := newClients(t, p, Config{})
 	rt := tr.For(addr)
 	// 40 KiB of random hex: about 27 KiB even Huffman-coded.
@@ -972,7 +960,7 @@ func TestH2ClientLargeHeaderBlock(t *testing.T) {
 			t.Fatalf("request %d: the server got a different X-Big (sum %s)", i, got)
 		}
 	}
-	if n := opened.Load(); n != 1 {
+	if n := srv.Opened.Load(); n != 1 {
 		t.Errorf("the server saw %d connections, want 1", n)
 	}
 }

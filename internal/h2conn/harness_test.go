@@ -15,7 +15,6 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
-	"github.com/fanout-dev/fanout/internal/testserver"
 )
 
 func TestMain(m *testing.M) {
@@ -37,36 +36,38 @@ func newPKI(t testing.TB) *pki {
 	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
 }
 
-// h2Server is testserver.H2, named as the tests here use it.
+// h2Server is the kit's fake apiserver, named as the tests here use it.
 type h2Server struct {
-	*testserver.H2
+	*testkit.APIServer
 	addr   string
 	opened *atomic.Int32
 }
 
-// newH2Server starts an HTTP/2 server serving p.serving and checking
+// newH2Server starts an HTTP/2 server serving a certificate for
+// serverName from p.ca and checking
 // client certificates against p.ca with policy auth. maxStreams > 0 sets
-// SETTINGS_MAX_CONCURRENT_STREAMS.
+// SETTINGS_MAX_CONCURRENT_STREAMS. GET /readyz is the kit's; the tests
+// here send none.
 func newH2Server(t testing.TB, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
 	t.Helper()
-	s := testserver.NewH2(t, p.ca.ServerTLSConfig(p.serving, auth), maxStreams, h)
-	return &h2Server{H2: s, addr: s.Addr, opened: &s.Opened}
+	s := testkit.NewAPIServer(t, p.ca, h, h2Options(auth, maxStreams)...)
+	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened}
 }
 
-// freezeProxy is testserver.FreezeProxy, named as the tests here use it.
+// freezeProxy is testkit.FreezeProxy, named as the tests here use it.
 type freezeProxy struct {
-	*testserver.FreezeProxy
+	*testkit.FreezeProxy
 	addr string
 }
 
 func newFreezeProxy(t *testing.T, target string) *freezeProxy {
-	p := testserver.NewFreezeProxy(t, target)
+	p := testkit.NewFreezeProxy(t, target)
 	return &freezeProxy{FreezeProxy: p, addr: p.Addr}
 }
 
 var (
-	echoHandler      = testserver.Echo
-	streamingHandler = testserver.Streaming
+	echoHandler      = testkit.Echo
+	streamingHandler = testkit.Streaming
 )
 
 // clients stands in for components/transport's pools: per address, a
@@ -191,11 +192,20 @@ func (p *testPool) remove(cc *Conn) {
 	}
 }
 
-// Requests as every test here sends them (see testserver).
+// Requests as every test here sends them (see testkit).
 var (
-	newRequest = testserver.NewRequest
-	roundTrip  = testserver.RoundTrip
-	waitFor    = testserver.WaitFor
+	newRequest = testkit.NewRequest
+	roundTrip  = testkit.RoundTrip
+	waitFor    = testkit.WaitFor
 )
 
 var errTest = errors.New("test failure")
+
+// h2Options are the kit options for newH2Server's policy and stream limit.
+func h2Options(auth tls.ClientAuthType, maxStreams int) []testkit.APIServerOption {
+	opts := []testkit.APIServerOption{testkit.WithNames(serverName), testkit.WithClientAuth(auth)}
+	if maxStreams > 0 {
+		opts = append(opts, testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: maxStreams}))
+	}
+	return opts
+}

@@ -3,6 +3,8 @@ package testkit
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +30,9 @@ type APIServer struct {
 	// Probes counts GET /readyz; Requests counts every other request.
 	Probes   atomic.Int64
 	Requests atomic.Int64
+	// Opened counts the connections accepted; Closed those closed or
+	// hijacked, so Opened-Closed are open now.
+	Opened, Closed atomic.Int32
 
 	handler http.Handler
 	readyz  atomic.Int32 // status code of /readyz
@@ -53,6 +58,7 @@ type apiServerConfig struct {
 	clientAuth tls.ClientAuthType
 	http2      *http.HTTP2Config
 	connState  func(net.Conn, http.ConnState)
+	alpn       []string
 }
 
 // APIServerOption changes how NewAPIServer sets the server up.
@@ -84,10 +90,21 @@ func WithConnState(f func(net.Conn, http.ConnState)) APIServerOption {
 	return func(c *apiServerConfig) { c.connState = f }
 }
 
+// WithALPN sets the protocols the server offers in the TLS handshake
+// (default "h2" alone): "http/1.1" alone makes an HTTP/1.1-only server,
+// "h2", "http/1.1" one that also takes upgrades.
+func WithALPN(protos ...string) APIServerOption {
+	return func(c *apiServerConfig) { c.alpn = protos }
+}
+
 // NewAPIServer starts an APIServer with a serving certificate from ca and
 // closes it when the test ends. h serves everything but GET /readyz; nil
 // answers 404. h may hijack (for upgrades): the kit does not wrap the
 // ResponseWriter.
+//
+// It is also the HTTP/2 server of the tests of fanout's HTTP/2 client and
+// pools: with Echo or Streaming as h, WithHTTP2 for stream limits and
+// Opened/Closed for the connections made.
 func NewAPIServer(tb testing.TB, ca *CA, h http.Handler, opts ...APIServerOption) *APIServer {
 	tb.Helper()
 	cfg := apiServerConfig{names: []string{"kubernetes"}, clientAuth: tls.VerifyClientCertIfGiven}
@@ -102,8 +119,22 @@ func NewAPIServer(tb testing.TB, ca *CA, h http.Handler, opts ...APIServerOption
 	a.Server = httptest.NewUnstartedServer(http.HandlerFunc(a.serve))
 	a.EnableHTTP2 = true
 	a.TLS = ca.ServerTLSConfig(ca.Serving(cfg.names...), cfg.clientAuth)
+	a.TLS.NextProtos = cfg.alpn
 	a.Config.HTTP2 = cfg.http2
-	a.Config.ConnState = cfg.connState
+	a.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			a.Opened.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			a.Closed.Add(1)
+		}
+		if cfg.connState != nil {
+			cfg.connState(c, st)
+		}
+	}
+	// Tests break connections on purpose (freezes, resets, hang-ups); the
+	// server's complaints about them would bury the test's own output.
+	a.Config.ErrorLog = log.New(io.Discard, "", 0)
 	a.StartTLS()
 	tb.Cleanup(a.Close)
 	return a

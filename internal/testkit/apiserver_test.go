@@ -102,3 +102,35 @@ func TestAPIServerDelay(t *testing.T) {
 		t.Errorf("Addr %q", a.Addr())
 	}
 }
+
+// TestAPIServerConnsAndALPN: Opened and Closed count connections, and
+// WithALPN decides what a client can negotiate.
+func TestAPIServerConnsAndALPN(t *testing.T) {
+	ca := NewCA(t)
+	for _, tc := range []struct {
+		name      string
+		opts      []APIServerOption
+		wantProto string
+	}{
+		{"default is HTTP/2", nil, "HTTP/2.0"},
+		{"http/1.1 alone", []APIServerOption{WithALPN("http/1.1")}, "HTTP/1.1"},
+		{"both, h2 preferred", []APIServerOption{WithALPN("h2", "http/1.1")}, "HTTP/2.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewAPIServer(t, ca, Echo(), tc.opts...)
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool, ServerName: "kubernetes"}, ForceAttemptHTTP2: true}
+			res, err := RoundTrip(tr, NewRequest(t, t.Context(), a.Addr(), "/x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Header.Get("X-Proto"); got != tc.wantProto {
+				t.Errorf("Echo saw %s, want %s", got, tc.wantProto)
+			}
+			if n := a.Opened.Load(); n != 1 {
+				t.Errorf("Opened %d after one request, want 1", n)
+			}
+			tr.CloseIdleConnections()
+			WaitFor(t, "the server to see the connection close", func() bool { return a.Closed.Load() == 1 })
+		})
+	}
+}

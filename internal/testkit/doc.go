@@ -10,7 +10,11 @@
 //     handler of the test's own for everything else, and a record of who
 //     asked;
 //   - a manual clock (Clock) for code that takes its time source as a
-//     value.
+//     value;
+//   - what the tests of an HTTP client need around that server: handlers
+//     that report what the server saw (Echo) or stream (Streaming), a
+//     TCP proxy whose connections can go silent (FreezeProxy), and
+//     request helpers (NewRequest, RoundTrip, WaitFor).
 //
 // # synctest or Clock
 //

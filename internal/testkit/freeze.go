@@ -1,4 +1,4 @@
-package testserver
+package testkit
 
 import (
 	"net"
