@@ -1,4 +1,4 @@
-package proxy
+package listener
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/components/proxy"
 )
 
 // okBackend answers every request with 200 "ok".
@@ -180,8 +182,7 @@ func TestStopEndsWatchesAndDrainsShortRequests(t *testing.T) {
 			p := newFakePicker(addr)
 			u := newFakeUpstream()
 			u.set(addr, rt)
-			h := New(Config{}, p, u, nil)
-			s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, h)
+			s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +274,7 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 	p := newFakePicker(addr)
 	u := newFakeUpstream()
 	u.set(addr, rt)
-	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, New(Config{}, p, u, nil))
+	s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 
 func TestServerStartStop(t *testing.T) {
 	p, u := okBackend(t)
-	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, New(Config{}, p, u, nil))
+	s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if s.Addr() != nil {
 		t.Error("Addr before Start is not nil")
 	}
@@ -313,7 +314,7 @@ func TestServerStartStop(t *testing.T) {
 	if err := s.Start(context.Background()); err == nil {
 		t.Error("second Start succeeded")
 	}
-	busy := NewServer(Config{ListenAddress: s.Addr().String()}, New(Config{}, p, u, nil))
+	busy := New(Config{ListenAddress: s.Addr().String()}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := busy.Start(context.Background()); err == nil || !strings.Contains(err.Error(), s.Addr().String()) {
 		t.Errorf("Start on a busy port = %v, want an error naming the address", err)
 	}
@@ -323,7 +324,7 @@ func TestServerStartStop(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Errorf("second Stop = %v", err)
 	}
-	bad := NewServer(Config{ListenAddress: "no-port"}, New(Config{}, p, u, nil))
+	bad := New(Config{ListenAddress: "no-port"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := bad.Start(context.Background()); err == nil {
 		t.Error("Start with an invalid address succeeded")
 	}
