@@ -158,7 +158,7 @@ func (s *Server) Start(ctx context.Context) error {
 	lc := listenConfig(s.cfg.ListenAddress)
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)
 	if err != nil {
-		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
+		return fmt.Errorf("listener: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
 	}
 	ln = serve.LimitListener(ln, s.cfg.MaxConnections, serve.ListenerMetrics{
 		Rejected: s.metrics.rejected.WithLabelValues(rejectConnections), Open: s.metrics.connections})
@@ -235,7 +235,8 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	// Both servers stop accepting at once; srv's Shutdown ends the
 	// long-running responses (StopLongRunning), so that h1's, which waits
-	// for the streams it serves detached (components/proxy/h1stream.go), can return.
+	// for the streams it serves detached (components/proxy/h1stream.go),
+	// can return.
 	h1Done := make(chan error, 1)
 	if s.h1 != nil {
 		go func() { h1Done <- s.h1.Shutdown(ctx) }()
