@@ -16,6 +16,7 @@ import (
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // The listener is tested in front of the real request path
@@ -142,19 +143,8 @@ func startProxy(t *testing.T, cfg Config, p *fakePicker, u proxy.Upstream, m *Me
 	return s, h, "http://" + s.Addr().String()
 }
 
-// newClient is an HTTP/1.1 client, or an h2c prior-knowledge one, like
-// client-go pointed at http://127.0.0.1:7080.
-func newClient(t *testing.T, h2c bool) *http.Client {
-	t.Helper()
-	tr := &http.Transport{}
-	if h2c {
-		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
-		tr.Protocols = &p
-	}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
+// newClient is testkit.NewClient: client-go pointed at http://127.0.0.1:7080.
+func newClient(t *testing.T, h2c bool) *http.Client { return testkit.NewClient(t, h2c) }
 
 // readStatus decodes a metav1.Status answer and checks its envelope.
 func readStatus(t *testing.T, resp *http.Response) metav1.Status {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // okBackend answers every request with 200 "ok".
@@ -27,23 +28,9 @@ func okBackend(t *testing.T) (*fakePicker, *fakeUpstream) {
 	return newFakePicker(addr), u
 }
 
-// rawRequest writes raw bytes on a new connection and reads one response.
+// rawRequest is testkit.RawRequest.
 func rawRequest(t *testing.T, addr, raw string) *http.Response {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(waitLimit))
-	if _, err := io.WriteString(conn, raw); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the answer to %q: %v", raw[:min(len(raw), 40)], err)
-	}
-	return resp
+	return testkit.RawRequest(t, addr, raw)
 }
 
 func TestRejectProxyRequests(t *testing.T) {

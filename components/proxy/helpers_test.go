@@ -1,13 +1,11 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -17,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/internal/testkit"
 
 	"go.uber.org/goleak"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -203,19 +202,8 @@ func startProxyOn(t *testing.T, lcfg listener.Config, lm *listener.Metrics, cfg 
 	return s, h, "http://" + s.Addr().String()
 }
 
-// newClient is an HTTP/1.1 client, or an h2c prior-knowledge one, like
-// client-go pointed at http://127.0.0.1:7080.
-func newClient(t *testing.T, h2c bool) *http.Client {
-	t.Helper()
-	tr := &http.Transport{}
-	if h2c {
-		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
-		tr.Protocols = &p
-	}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
+// newClient is testkit.NewClient: client-go pointed at http://127.0.0.1:7080.
+func newClient(t *testing.T, h2c bool) *http.Client { return testkit.NewClient(t, h2c) }
 
 // readStatus decodes a metav1.Status answer and checks its envelope.
 func readStatus(t *testing.T, resp *http.Response) metav1.Status {
@@ -342,21 +330,7 @@ func okBackend(t *testing.T) (*fakePicker, *fakeUpstream) {
 	return newFakePicker(addr), u
 }
 
-// rawRequest writes raw bytes on a new connection and reads one response.
+// rawRequest is testkit.RawRequest.
 func rawRequest(t *testing.T, addr, raw string) *http.Response {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(waitLimit))
-	if _, err := io.WriteString(conn, raw); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the answer to %q: %v", raw[:min(len(raw), 40)], err)
-	}
-	return resp
+	return testkit.RawRequest(t, addr, raw)
 }

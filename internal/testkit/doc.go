@@ -10,7 +10,9 @@
 //     handler of the test's own for everything else, and a record of who
 //     asked;
 //   - a manual clock (Clock) for code that takes its time source as a
-//     value.
+//     value;
+//   - HTTP clients as client-go is one of fanout's listener (NewClient),
+//     and raw requests no http.Client sends (RawRequest).
 //
 // # synctest or Clock
 //
