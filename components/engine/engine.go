@@ -59,7 +59,7 @@ type Config struct {
 	// Balancer configures the balancer (balancer.Recommended by default).
 	Balancer balancer.Config
 	// Proxy configures the handler: the retry budget and the replay
-	// buffer. Its listener fields are used only by NewServer.
+	// buffer.
 	Proxy proxy.Config
 	// Probe configures the /readyz prober. Unlike in health.Config, an
 	// Interval of 0 turns probing off (--probe-interval 0).
@@ -426,24 +426,11 @@ func (e *Engine) close() {
 	e.metrics.unregisterAll()
 }
 
-// Handler is the request path as an http.Handler, for a listener of the
-// caller's own: pick, send, retry, watch handling. NewServer serves it
-// with the sidecar's limits.
-func (e *Engine) Handler() http.Handler { return e.handler }
-
-// NewServer returns the loopback server for the handler, configured by
-// listener (proxy.Config's listener fields: address, TLS, limits, shutdown
-// grace). The caller starts and stops it; stop it before the engine so
-// that short requests drain.
-func (e *Engine) NewServer(listener proxy.Config) *proxy.Server {
-	if listener.Log == nil {
-		listener.Log = e.log
-	}
-	if listener.Now == nil {
-		listener.Now = e.cfg.Now
-	}
-	return proxy.NewServer(listener, e.handler)
-}
+// Handler is the request path: pick, send, retry, watch handling. It is an
+// http.Handler for a listener of the caller's own, and a listener.Handler
+// for components/listener, which serves it with the sidecar's limits; stop
+// that listener before the engine so that short requests drain.
+func (e *Engine) Handler() *proxy.Handler { return e.handler }
 
 // RoundTripper is the request path as an http.RoundTripper, for programs
 // that link fanout (package client); see proxy.Handler.RoundTripper.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fanout-dev/fanout/components/listener"
+
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -70,7 +72,7 @@ func TestShortRequestAllocations(t *testing.T) {
 		return resp, nil
 	})
 	h := New(Config{}, bal, oneUpstream{rt}, nil)
-	s := NewServer(Config{}, h)
+	s := listener.New(listener.Config{}, h, nil)
 
 	// As client-go sends a GET.
 	req := httptest.NewRequest("GET", "/api/v1/namespaces/kube-system/configmaps/x", nil)
@@ -85,7 +87,7 @@ func TestShortRequestAllocations(t *testing.T) {
 		budget float64
 	}{
 		{"handler", h, allocsShortHandler},
-		{"server chain", s.srv.Handler, allocsShortChain},
+		{"server chain", s.Handler(), allocsShortChain},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := &recycledWriter{h: http.Header{}}

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fanout-dev/fanout/components/listener"
 )
 
 // BenchmarkServeShort measures the proxy's own cost per short request:
@@ -42,13 +44,13 @@ func BenchmarkServeShortChain(b *testing.B) {
 	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), ContentLength: 2, Request: r}, nil
 	}))
-	s := NewServer(Config{}, New(Config{}, p, u, nil))
+	s := listener.New(listener.Config{}, New(Config{}, p, u, nil), nil)
 	req := httptest.NewRequest("GET", "/api/v1/namespaces/kube-system/configmaps/x", nil)
 	req.RequestURI = req.URL.RequestURI()
 	req.Host = "127.0.0.1:7080"
 	b.ReportAllocs()
 	for b.Loop() {
-		s.srv.Handler.ServeHTTP(httptest.NewRecorder(), req)
+		s.Handler().ServeHTTP(httptest.NewRecorder(), req)
 		p.mu.Lock()
 		p.picks = p.picks[:0]
 		p.mu.Unlock()

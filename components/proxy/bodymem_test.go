@@ -17,6 +17,8 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/fanout-dev/fanout/components/listener"
+
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -57,15 +59,13 @@ func TestDeclaredBodiesCostWhatArrived(t *testing.T) {
 			p, u := okBackend(t)
 			// The body deadline must not cut the requests while they are
 			// measured; waitLimit bounds the test anyway.
-			cfg := Config{ListenAddress: "127.0.0.1:0", RequestBodyTimeout: 2 * waitLimit}
-			h := New(cfg, p, u, nil)
-			s := NewServer(cfg, h)
+			h := New(Config{}, p, u, nil)
 			waiting := make(chan struct{}, requests)
-			inner := s.srv.Handler
-			s.srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				r.Body = &readSignal{ReadCloser: r.Body, waiting: waiting}
-				inner.ServeHTTP(w, r)
-			})
+			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", RequestBodyTimeout: 2 * waitLimit},
+				signalingHandler{h, func(w http.ResponseWriter, r *http.Request) {
+					r.Body = &readSignal{ReadCloser: r.Body, waiting: waiting}
+					h.ServeHTTP(w, r)
+				}}, nil)
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -235,3 +235,11 @@ func TestReadDeclared(t *testing.T) {
 		})
 	}
 }
+
+// signalingHandler is h with serve in front of its ServeHTTP.
+type signalingHandler struct {
+	*Handler
+	serve http.HandlerFunc
+}
+
+func (s signalingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }

@@ -13,8 +13,8 @@ import (
 type classified struct {
 	reqinfo.Info
 	// Kind is the balancer's kind: Long for what kube-apiserver treats as
-	// long-running by its path (an upgrade's Kind is its path's too; see
-	// LimitKind).
+	// long-running by its path (an upgrade's Kind is its path's too; the
+	// listener's limits count every upgrade as long-running).
 	Kind balancer.Kind
 	// Class is the verb class of a resource request (balancer.ClassForVerb),
 	// for the balancer to compare a LIST's latency with LISTs' rather than
@@ -38,14 +38,4 @@ func classify(info reqinfo.Info) classified {
 		c.Mode = transport.AuthPassthrough
 	}
 	return c
-}
-
-// LimitKind is the budget the request counts against: every real upgrade
-// is long-running whatever its path (it holds a connection for as long
-// as the session lasts), everything else goes by Kind.
-func (c *classified) LimitKind() balancer.Kind {
-	if c.Upgrade {
-		return balancer.Long
-	}
-	return c.Kind
 }

@@ -1,83 +1,22 @@
 package proxy
 
 import (
-	"crypto/tls"
 	"fmt"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/fanout-dev/fanout/components/watch"
 )
 
-// Config configures the Handler and the Server. The zero value of every
+// Config configures the Handler (the listener in front of it is
+// components/listener). The zero value of every
 // field means its default.
 type Config struct {
-	// ListenAddress is where the loopback server listens, host:port.
-	// Default 127.0.0.1:7080.
-	ListenAddress string
-
 	// MaxReplayBody is the largest request body kept in memory so the
 	// request can be retried on another endpoint. Larger bodies stream
 	// through and are never retried. Default 1 MiB; values above
 	// MaxReplayBodyLimit are lowered to it; negative disables buffering.
 	MaxReplayBody int64
-
-	// AllowAnyHost turns off the Host check: by default the Server answers
-	// 403 to a request whose Host is not localhost or a loopback address
-	// (DNS rebinding; see withLoopbackHost). The sidecar sets it with
-	// --allow-remote, where clients use names fanout cannot know.
-	AllowAnyHost bool
-
-	// ReadHeaderTimeout cuts clients that do not finish their request
-	// headers in time (slowloris). Default 10s. There is deliberately no
-	// read or write timeout: watches and logs last for hours.
-	ReadHeaderTimeout time.Duration
-	// IdleTimeout closes keep-alive connections without requests.
-	// Default 120s.
-	IdleTimeout time.Duration
-	// MaxHeaderBytes bounds request headers; larger ones get 431.
-	// Default 1 MiB, like kube-apiserver.
-	MaxHeaderBytes int
-
-	// MaxConcurrentStreams is the HTTP/2 (h2c) stream limit per client
-	// connection. Default 1000: one client-go connection carries all of a
-	// controller's watches, and the 100 that HTTP/2 allows by default are
-	// used up by a controller with many informers.
-	MaxConcurrentStreams int
-	// MaxReceiveBufferPerStream and MaxReceiveBufferPerConnection are the
-	// HTTP/2 flow-control windows for request bodies. Defaults 1 MiB and
-	// 4 MiB: kube-apiserver bodies are small, and the windows bound what a
-	// client can make fanout hold.
-	MaxReceiveBufferPerStream     int
-	MaxReceiveBufferPerConnection int
-
-	// MaxConnections bounds open client connections, upgraded ones
-	// included; more are closed at accept. Default 8192. With HTTP/1.1,
-	// client-go opens one connection per watch.
-	MaxConnections int
-	// MaxInflight bounds short requests served at once, MaxLongRunning
-	// long-running ones (watch, logs, exec, attach, port-forward, proxy);
-	// over either budget fanout answers 429 with Retry-After. Defaults 1000
-	// and 4096. The budgets are apart so that many watches never starve
-	// short requests, and a burst of short requests never stops watches.
-	MaxInflight    int
-	MaxLongRunning int
-	// RequestBodyTimeout bounds how long a request may take to send its
-	// body, long-running requests (watch, logs, proxy) included. Default
-	// 60s, kube-apiserver's own request timeout. Upgrades are exempt: exec
-	// and port-forward stream their input for hours.
-	RequestBodyTimeout time.Duration
-
-	// TLS, when set, makes the listener serve TLS with it (HTTP/1.1 and
-	// HTTP/2 by ALPN) instead of plaintext HTTP/1.1 and h2c
-	// (--listen-tls). Set ClientAuth in it to require client certificates.
-	TLS *tls.Config
-
-	// ShutdownGrace bounds how long Stop waits for short requests
-	// (--shutdown-grace); zero means until Stop's context is done.
-	// Long-running requests are ended at once either way.
-	ShutdownGrace time.Duration
 
 	// Upgrades dials the connections of upgrade requests (exec, attach,
 	// port-forward); *transport.Transports is one. nil answers upgrade
@@ -95,9 +34,9 @@ type Config struct {
 	// a Ratio of 0 means no retries beyond Min (--retry-budget 0).
 	RetryBudget *RetryBudget
 
-	// Log takes the lines net/http and the reverse proxy write themselves
-	// (a broken stream mid-body, a failed TLS handshake, an accept error);
-	// nil discards them. The engine sets it to its Config.Log.
+	// Log takes the lines the reverse proxy writes itself (a broken
+	// stream mid-body); nil discards them. The engine sets it to its
+	// Config.Log.
 	Log *slog.Logger
 
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
@@ -127,21 +66,10 @@ func DefaultRetryBudget() RetryBudget {
 
 // Defaults of Config.
 const (
-	DefaultListenAddress                 = "127.0.0.1:7080"
-	DefaultMaxReplayBody                 = 1 << 20
-	DefaultReadHeaderTimeout             = 10 * time.Second
-	DefaultIdleTimeout                   = 120 * time.Second
-	DefaultMaxHeaderBytes                = 1 << 20
-	DefaultMaxConcurrentStreams          = 1000
-	DefaultMaxReceiveBufferPerStream     = 1 << 20
-	DefaultMaxReceiveBufferPerConnection = 4 << 20
-	DefaultRetryBudgetRatio              = 0.1
-	DefaultRetryBudgetMin                = 10
-	DefaultRetryBudgetWindow             = 10 * time.Second
-	DefaultMaxConnections                = 8192
-	DefaultMaxInflight                   = 1000
-	DefaultMaxLongRunning                = 4096
-	DefaultRequestBodyTimeout            = 60 * time.Second
+	DefaultMaxReplayBody     = 1 << 20
+	DefaultRetryBudgetRatio  = 0.1
+	DefaultRetryBudgetMin    = 10
+	DefaultRetryBudgetWindow = 10 * time.Second
 )
 
 // MaxReplayBodyLimit caps MaxReplayBody: kube-apiserver rejects bodies over
@@ -151,30 +79,6 @@ const MaxReplayBodyLimit = 3 << 20
 
 // Validate reports the first field that cannot work.
 func (c Config) Validate() error {
-	if c.ListenAddress != "" {
-		if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
-			return fmt.Errorf("proxy listen address %q is not host:port: %v", c.ListenAddress, err)
-		}
-	}
-	if c.ShutdownGrace < 0 {
-		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
-	}
-	if c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
-		return fmt.Errorf("proxy timeouts must not be negative, got read-header %v and idle %v", c.ReadHeaderTimeout, c.IdleTimeout)
-	}
-	if c.MaxHeaderBytes < 0 || c.MaxConcurrentStreams < 0 {
-		return fmt.Errorf("proxy max header bytes and max concurrent streams must not be negative, got %d and %d", c.MaxHeaderBytes, c.MaxConcurrentStreams)
-	}
-	if c.MaxReceiveBufferPerConnection != 0 && c.MaxReceiveBufferPerConnection < 65535 {
-		return fmt.Errorf("proxy HTTP/2 connection receive buffer must be at least 65535 bytes (the initial window), got %d", c.MaxReceiveBufferPerConnection)
-	}
-	if c.MaxConnections < 0 || c.MaxInflight < 0 || c.MaxLongRunning < 0 || c.RequestBodyTimeout < 0 {
-		return fmt.Errorf("proxy limits must not be negative, got max connections %d, max in-flight %d, max long-running %d, request body timeout %v",
-			c.MaxConnections, c.MaxInflight, c.MaxLongRunning, c.RequestBodyTimeout)
-	}
-	if c.MaxReceiveBufferPerStream < 0 {
-		return fmt.Errorf("proxy HTTP/2 stream receive buffer must not be negative, got %d", c.MaxReceiveBufferPerStream)
-	}
 	if b := c.RetryBudget; b != nil && (b.Ratio < 0 || b.Ratio > 1 || b.Min < 0 || b.Window < time.Second) {
 		return fmt.Errorf("--retry-budget must be within [0, 1] and --retry-budget-min at least 0, with a window of at least 1s; got %v, %d and %v (RetryBudget; nil means the defaults)", b.Ratio, b.Min, b.Window)
 	}
@@ -182,9 +86,6 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	if c.ListenAddress == "" {
-		c.ListenAddress = DefaultListenAddress
-	}
 	switch {
 	case c.MaxReplayBody == 0:
 		c.MaxReplayBody = DefaultMaxReplayBody
@@ -193,39 +94,9 @@ func (c Config) withDefaults() Config {
 	case c.MaxReplayBody > MaxReplayBodyLimit:
 		c.MaxReplayBody = MaxReplayBodyLimit
 	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = DefaultIdleTimeout
-	}
-	if c.MaxHeaderBytes <= 0 {
-		c.MaxHeaderBytes = DefaultMaxHeaderBytes
-	}
-	if c.MaxConcurrentStreams <= 0 {
-		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
-	}
-	if c.MaxReceiveBufferPerStream <= 0 {
-		c.MaxReceiveBufferPerStream = DefaultMaxReceiveBufferPerStream
-	}
-	if c.MaxReceiveBufferPerConnection <= 0 {
-		c.MaxReceiveBufferPerConnection = DefaultMaxReceiveBufferPerConnection
-	}
 	if c.RetryBudget == nil {
 		b := DefaultRetryBudget()
 		c.RetryBudget = &b
-	}
-	if c.MaxConnections <= 0 {
-		c.MaxConnections = DefaultMaxConnections
-	}
-	if c.MaxInflight <= 0 {
-		c.MaxInflight = DefaultMaxInflight
-	}
-	if c.MaxLongRunning <= 0 {
-		c.MaxLongRunning = DefaultMaxLongRunning
-	}
-	if c.RequestBodyTimeout <= 0 {
-		c.RequestBodyTimeout = DefaultRequestBodyTimeout
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

@@ -10,6 +10,7 @@ import (
 // requestPath is the packages of the request path: what the sidecar links
 // to serve a request.
 var requestPath = []string{
+	"github.com/fanout-dev/fanout/components/listener",
 	"github.com/fanout-dev/fanout/components/proxy",
 	"github.com/fanout-dev/fanout/internal/reqinfo",
 	"github.com/fanout-dev/fanout/components/watch",
@@ -52,7 +53,7 @@ func TestRequestPathLinksNoKubernetes(t *testing.T) {
 	for pkg, imps := range importers {
 		if !slices.Contains(kubernetesImportersPending, pkg) {
 			t.Errorf("%s imports %s: the request path must not link Kubernetes libraries; "+
-				"parse or encode what is needed in fanout (as reqinfo, status.go and watch/gone.go do), "+
+				"parse or encode what is needed in fanout (as reqinfo, kstatus and watch/gone.go do), "+
 				"or import them from _test.go files only", pkg, strings.Join(imps, ", "))
 		}
 	}

@@ -1,10 +1,12 @@
-// Package proxy is the loopback side of fanout: the http.Handler a client-go
-// controller talks to, and the server it runs in.
+// Package proxy is the request policy of fanout: the http.Handler a
+// client-go controller talks to (served by components/listener in the
+// sidecar) and the RoundTripper the library links.
 //
 // Every request is classified once, at the edge (package reqinfo: short or
 // long-running, verb, whose answer it is, whether it brings its own
-// credentials; classify.go maps that to the balancer's kind and class and
-// the transport's credentials mode); everything behind reads that result. The forwarder then runs
+// credentials); the listener hands that to Handler.WithRequestInfo, and
+// classify.go maps it to the balancer's kind and class and the transport's
+// credentials mode; everything behind reads that result. The forwarder then runs
 // the one attempt policy (attempt.go): it asks the balancer for an
 // endpoint, sends the request through the transport for that endpoint (or,
 // for an upgrade, over its own HTTP/1.1 connection), looks at the answer,

@@ -124,3 +124,7 @@ func (b *streamBody) Read(p []byte) (int, error) {
 }
 
 func (b *streamBody) Close() error { return b.body.Close() }
+
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}

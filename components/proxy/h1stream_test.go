@@ -9,6 +9,8 @@ import (
 	"runtime/pprof"
 	"strings"
 	"testing"
+
+	"github.com/fanout-dev/fanout/components/listener"
 )
 
 // handlersServingLong counts the goroutines inside Handler.serveLong: a
@@ -47,9 +49,10 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	u := newFakeUpstream()
 	u.set(addr, rt)
 	m, _ := NewMetrics(nil)
-	s, _, base := startProxy(t, Config{MaxLongRunning: 1}, p, u, m)
+	lm, _ := listener.NewMetrics(nil)
+	s, _, base := startProxyOn(t, listener.Config{MaxLongRunning: 1}, lm, Config{}, p, u, m)
 	client := newClient(t, false)
-	longInflight := m.limits.inflight.WithLabelValues("long")
+	longInflight := listenerValue(t, lm, "fanout_downstream_inflight_requests", "long")
 
 	resp, err := client.Get(base + "/api/v1/pods?watch=true")
 	if err != nil {
@@ -69,7 +72,7 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	if got := gaugeValue(t, m.openLong); got != 1 {
 		t.Errorf("fanout_open_long_running_requests = %v during the watch, want 1", got)
 	}
-	if got := gaugeValue(t, longInflight); got != 1 {
+	if got := longInflight(); got != 1 {
 		t.Errorf("fanout_downstream_inflight_requests{kind=long} = %v during the watch, want 1", got)
 	}
 	second, err := client.Get(base + "/api/v1/pods?watch=true")
@@ -90,7 +93,7 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 		t.Errorf("after the apiserver ended the watch: %q, %v; want a clean end of the chunked body", rest, err)
 	}
 	waitDone(t, p, 1)
-	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 && gaugeValue(t, longInflight) == 0 },
+	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 && longInflight() == 0 },
 		"the long-running gauges to return to 0")
 	third, err := client.Get(base + "/api/v1/pods?watch=true")
 	if err != nil {
@@ -175,7 +178,7 @@ func BenchmarkRequestOnNewConnection(b *testing.B) {
 	u := newFakeUpstream()
 	u.set(addr, rt)
 	h := New(Config{}, p, u, nil)
-	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, h)
+	s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0"}, h, nil)
 	if err := s.Start(b.Context()); err != nil {
 		b.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st, ok := r.Context().Value(stateKey{}).(*reqState)
 	if !ok {
-		// Served without the Server's edge (withRequestState): classify
+		// Served without the listener's edge (WithRequestInfo): classify
 		// here, once, as the edge would have.
 		var ctx context.Context
 		ctx, st = withState(r.Context(), classify(reqinfo.New(r)), h.now())
@@ -206,8 +206,8 @@ func (h *Handler) StopLongRunning() {
 	h.longBodies.stopAll()
 }
 
-// reqState travels with one request in its context, from the edge of the
-// Server (withRequestState) through the limits, ServeHTTP, the reverse
+// reqState travels with one request in its context, from the listener's
+// edge (WithRequestInfo) through its limits, ServeHTTP, the reverse
 // proxy's RoundTrip and handleError. It holds the request's one
 // classification and what the forwarder learns on the way. All of them run
 // on the request's goroutine, so it needs no lock.
@@ -257,27 +257,14 @@ func withState(ctx context.Context, cl classified, start time.Time) (context.Con
 	return c, &c.st
 }
 
-// withRequestState is the edge of the Server, as kube-apiserver's
-// WithRequestInfo is of its own: it classifies each request once
-// (reqinfo.New, classify) and puts the result in the request's context, where the
-// limits, the handler, the forwarder, the watch hook and the metrics read
-// it.
-func withRequestState(next http.Handler, now func() time.Time) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, _ := withState(r.Context(), classify(reqinfo.New(r)), now())
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// stateOf returns the state withRequestState put in r's context, and true.
-// A handler served on its own (a test, or a program that mounts it in its
-// own server) has none: then the request is classified here, as the edge
-// would have, and ok is false.
-func stateOf(r *http.Request, now func() time.Time) (st *reqState, ok bool) {
-	if st, ok := r.Context().Value(stateKey{}).(*reqState); ok {
-		return st, true
-	}
-	return &reqState{classified: classify(reqinfo.New(r)), start: now()}, false
+// WithRequestInfo returns ctx carrying info, the request's one
+// classification (reqinfo.New, made by the listener at its edge as
+// kube-apiserver's WithRequestInfo is at its own), and the time the request
+// arrived. ServeHTTP, the forwarder, the watch hook and the metrics read it
+// from there instead of classifying again.
+func (h *Handler) WithRequestInfo(ctx context.Context, info reqinfo.Info, start time.Time) context.Context {
+	ctx, _ = withState(ctx, classify(info), start)
+	return ctx
 }
 
 func stateFrom(ctx context.Context) *reqState {

@@ -13,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/internal/testkit"
+
 	"go.uber.org/goleak"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -174,13 +179,23 @@ func newBackend(t testing.TB, h http.Handler, h1 bool) (string, http.RoundTrippe
 
 // startProxy runs a Server for a Handler over p and u on a free port and
 // stops it when the test ends, then checks that p saw every Done once.
-func startProxy(t *testing.T, cfg Config, p *fakePicker, u Upstream, m *Metrics) (*Server, *Handler, string) {
+func startProxy(t *testing.T, cfg Config, p *fakePicker, u Upstream, m *Metrics) (*listener.Server, *Handler, string) {
 	t.Helper()
-	if cfg.ListenAddress == "" {
-		cfg.ListenAddress = "127.0.0.1:0"
+	return startProxyOn(t, listener.Config{}, nil, cfg, p, u, m)
+}
+
+// startProxyOn is startProxy behind a listener configured by lcfg (on a
+// free port unless it names one), counting into lm (nil: unregistered).
+func startProxyOn(t *testing.T, lcfg listener.Config, lm *listener.Metrics, cfg Config, p *fakePicker, u Upstream, m *Metrics) (*listener.Server, *Handler, string) {
+	t.Helper()
+	if lcfg.ListenAddress == "" {
+		lcfg.ListenAddress = "127.0.0.1:0"
+	}
+	if lcfg.Now == nil {
+		lcfg.Now = cfg.Now
 	}
 	h := New(cfg, p, u, m)
-	s := NewServer(cfg, h)
+	s := listener.New(lcfg, h, lm)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -195,19 +210,8 @@ func startProxy(t *testing.T, cfg Config, p *fakePicker, u Upstream, m *Metrics)
 	return s, h, "http://" + s.Addr().String()
 }
 
-// newClient is an HTTP/1.1 client, or an h2c prior-knowledge one, like
-// client-go pointed at http://127.0.0.1:7080.
-func newClient(t *testing.T, h2c bool) *http.Client {
-	t.Helper()
-	tr := &http.Transport{}
-	if h2c {
-		var p http.Protocols
-		p.SetUnencryptedHTTP2(true)
-		tr.Protocols = &p
-	}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
+// newClient is testkit.NewClient: client-go pointed at http://127.0.0.1:7080.
+func newClient(t *testing.T, h2c bool) *http.Client { return testkit.NewClient(t, h2c) }
 
 // readStatus decodes a metav1.Status answer and checks its envelope.
 func readStatus(t *testing.T, resp *http.Response) metav1.Status {
@@ -267,6 +271,13 @@ type cancelWatchProxy struct {
 
 func startCancelWatchProxy(t *testing.T, cfg Config) cancelWatchProxy {
 	t.Helper()
+	return startCancelWatchProxyOn(t, listener.Config{}, cfg)
+}
+
+// startCancelWatchProxyOn is startCancelWatchProxy behind a listener
+// configured by lcfg.
+func startCancelWatchProxyOn(t *testing.T, lcfg listener.Config, cfg Config) cancelWatchProxy {
+	t.Helper()
 	canceled := make(chan struct{})
 	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"ADDED"}`+"\n")
@@ -278,6 +289,56 @@ func startCancelWatchProxy(t *testing.T, cfg Config) cancelWatchProxy {
 	u := newFakeUpstream()
 	u.set(addr, rt)
 	m, _ := NewMetrics(nil)
-	_, h, base := startProxy(t, cfg, p, u, m)
+	_, h, base := startProxyOn(t, lcfg, nil, cfg, p, u, m)
 	return cancelWatchProxy{h: h, base: base, p: p, m: m, canceled: canceled}
+}
+
+// listenerValue reads the listener's metric name (the series whose one
+// label has value label; any series when label is ""), through a registry
+// as /metrics would.
+func listenerValue(t *testing.T, lm *listener.Metrics, name, label string) func() float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	for _, c := range lm.Collectors() {
+		reg.MustRegister(c)
+	}
+	return func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if label != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != label) {
+					continue
+				}
+				if g := m.GetGauge(); g != nil {
+					return g.GetValue()
+				}
+				return m.GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("no series %s{%q}", name, label)
+		return 0
+	}
+}
+
+// okBackend is one backend that answers "ok", behind a picker and
+// upstream that know only it.
+func okBackend(t *testing.T) (*fakePicker, *fakeUpstream) {
+	t.Helper()
+	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}), false)
+	u := newFakeUpstream()
+	u.set(addr, rt)
+	return newFakePicker(addr), u
+}
+
+// rawRequest is testkit.RawRequest.
+func rawRequest(t *testing.T, addr, raw string) *http.Response {
+	return testkit.RawRequest(t, addr, raw)
 }

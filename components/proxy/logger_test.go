@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout-dev/fanout/components/listener"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/balancer"
@@ -115,12 +117,12 @@ func TestHandlerLogsToConfigLog(t *testing.T) {
 func TestServerLogsToConfigLog(t *testing.T) {
 	global := recordDefault(t)
 	injected, log := newLogBuffer()
-	cfg := Config{ListenAddress: "127.0.0.1:0", Log: log}
+	cfg := Config{Log: log}
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := NewServer(cfg, New(cfg, panickingPicker{}, brokenUpstream{}, m))
+	srv := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", Log: log}, New(cfg, panickingPicker{}, brokenUpstream{}, m), nil)
 	if err := srv.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,6 @@ type Metrics struct {
 	upstreamErrors *prometheus.CounterVec
 	openLong       prometheus.Gauge
 	upgrades       upgradeMetrics
-	limits         limitMetrics
 
 	// series caches the fanout_requests_total child per (kind, code,
 	// endpoint), resolved on first use as WithLabelValues would: that
@@ -85,7 +84,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Long-running requests (watch, logs, exec, proxy) currently open.",
 		}),
 		upgrades: newUpgradeMetrics(),
-		limits:   newLimitMetrics(),
 	}
 	// Known label values start at 0 so that a rate() or an alert sees the
 	// series before its first event, not only after it.
@@ -94,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.budgetOut.WithLabelValues(reason)
 	}
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong}, append(m.upgrades.collectors(), m.limits.collectors()...)...) {
+		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong}, m.upgrades.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

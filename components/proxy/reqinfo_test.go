@@ -15,9 +15,9 @@ import (
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
-// TestOneClassification: the limits and the handler act on the
-// classification in the request context (withRequestState, at the edge)
-// and parse nothing themselves. A context that says "long-running list"
+// TestOneClassification: the handler acts on the classification in the
+// request context (WithRequestInfo, which the listener calls at its edge)
+// and parses nothing itself. A context that says "long-running list"
 // for the path of a short GET shows which one they used.
 func TestOneClassification(t *testing.T) {
 	const addr = "10.0.0.1:6443"
@@ -28,26 +28,17 @@ func TestOneClassification(t *testing.T) {
 	}))
 	m, _ := NewMetrics(nil)
 	h := New(Config{}, p, u, m)
-	var longInflight float64
-	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		longInflight = testutil.ToFloat64(m.limits.inflight.WithLabelValues(balancer.Long.String()))
-		h.ServeHTTP(w, r)
-	})
-	limited := withLimits(inner, 10, 10, time.Minute, time.Now, m.limits)
 
 	req := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/configmaps/x", nil)
-	info := classify(reqinfo.New(req))
-	if info.Kind != balancer.Short || info.Class != balancer.ClassGet {
-		t.Fatalf("classify(reqinfo.New) = %+v, want a short get (the test relies on it)", info)
+	info := reqinfo.New(req)
+	if info.LongRunning || info.Verb != "get" {
+		t.Fatalf("reqinfo.New = %+v, want a short get (the test relies on it)", info)
 	}
-	info.Kind, info.Class = balancer.Long, balancer.ClassList
+	info.LongRunning, info.Verb = true, "list"
 	rec := httptest.NewRecorder()
-	limited.ServeHTTP(rec, req.WithContext(context.WithValue(req.Context(), stateKey{}, &reqState{classified: info, start: time.Now()})))
+	h.ServeHTTP(rec, req.WithContext(h.WithRequestInfo(req.Context(), info, time.Now())))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
-	}
-	if longInflight != 1 {
-		t.Errorf("long-running requests in flight while served = %v, want 1: the limits classified the request again", longInflight)
 	}
 	recs := p.records()
 	if len(recs) != 1 || recs[0].info.Kind != balancer.Long || recs[0].info.Class != balancer.ClassList {
@@ -58,18 +49,18 @@ func TestOneClassification(t *testing.T) {
 	}
 }
 
-// TestEdgeClassifies: the Server's chain starts with withRequestState,
-// which puts the request's one classification in its context.
-func TestEdgeClassifies(t *testing.T) {
-	var got *reqState
-	edge := withRequestState(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		got, _ = r.Context().Value(stateKey{}).(*reqState)
-	}), time.Now)
+// TestWithRequestInfo: the listener's edge hands the handler its one
+// classification through WithRequestInfo, which puts the handler's view of
+// it (classify) and the start time in the context.
+func TestWithRequestInfo(t *testing.T) {
+	m, _ := NewMetrics(nil)
+	h := New(Config{}, newFakePicker(), newFakeUpstream(), m)
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
 	r.Header.Set("Connection", "Upgrade")
 	r.Header.Set("Upgrade", "SPDY/3.1")
-	edge.ServeHTTP(nil, r)
-	if want := classify(reqinfo.New(r)); got == nil || got.classified != want || got.start.IsZero() {
-		t.Fatalf("state in the context = %+v, want %+v and a start time", got, want)
+	start := time.Unix(1e9, 0)
+	got, _ := h.WithRequestInfo(context.Background(), reqinfo.New(r), start).Value(stateKey{}).(*reqState)
+	if want := classify(reqinfo.New(r)); got == nil || got.classified != want || !got.start.Equal(start) {
+		t.Fatalf("state in the context = %+v, want %+v and start %v", got, want, start)
 	}
 }

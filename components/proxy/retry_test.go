@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout-dev/fanout/components/listener"
+
 	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -221,10 +223,7 @@ func newRealCluster(t *testing.T, cfg Config, handlers ...http.Handler) *realClu
 	}
 	b.Update(eps)
 	c.m, _ = NewMetrics(nil)
-	if cfg.ListenAddress == "" {
-		cfg.ListenAddress = "127.0.0.1:0"
-	}
-	s := NewServer(cfg, New(cfg, b, u, c.m))
+	s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", Now: cfg.Now}, New(cfg, b, u, c.m), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ func closeRequestBody(r *http.Request) {
 	}
 }
 
-// statusResponse is the response writeStatus would send, as the client
+// statusResponse is the response writeStatus (internal/kstatus) would send, as the client
 // receives it.
 func statusResponse(r *http.Request, code int, reason statusReason, msg string) *http.Response {
 	rec := &recorder{header: http.Header{}}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fanout-dev/fanout/components/listener"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
@@ -17,7 +18,7 @@ import (
 // hang-up still ends the upstream request and the gauges.
 func TestH1WatchOverTLS(t *testing.T) {
 	ca := testkit.NewCA(t)
-	cw := startCancelWatchProxy(t, Config{TLS: ca.ServerTLSConfig(ca.Serving("127.0.0.1"), tls.NoClientCert)})
+	cw := startCancelWatchProxyOn(t, listener.Config{TLS: ca.ServerTLSConfig(ca.Serving("127.0.0.1"), tls.NoClientCert)}, Config{})
 	canceled, m := cw.canceled, cw.m
 	base := cw.base
 	base = strings.Replace(base, "http://", "https://", 1)

@@ -464,7 +464,7 @@ func (s *upgradeSet) remove(u *upgradeConns) {
 // CloseUpgrades waits until every upgraded connection has ended by itself
 // or ctx is done, then closes those still open (both their client and
 // apiserver sides) and refuses new ones. It returns ctx's error when it had
-// to close any. Server.Stop calls it after Shutdown, with what is left of
+// to close any. listener.Server.Stop calls it after Shutdown, with what is left of
 // the shutdown grace.
 func (h *Handler) CloseUpgrades(ctx context.Context) error {
 	s := &h.upgrades

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout-dev/fanout/components/listener"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -117,13 +119,20 @@ func (b *upgradeBackend) serve(w http.ResponseWriter, r *http.Request) {
 type upgradeRig struct {
 	ca     *testkit.CA
 	picker *fakePicker
-	srv    *Server
+	srv    *listener.Server
 	reg    *prometheus.Registry
 	m      *Metrics
 	proxy  string // host:port of the proxy
 }
 
 func newUpgradeRig(t *testing.T, ca *testkit.CA, cfg Config, addrs ...string) *upgradeRig {
+	t.Helper()
+	return newUpgradeRigOn(t, ca, listener.Config{}, nil, cfg, addrs...)
+}
+
+// newUpgradeRigOn is newUpgradeRig behind a listener configured by lcfg,
+// counting into lm (nil: unregistered).
+func newUpgradeRigOn(t *testing.T, ca *testkit.CA, lcfg listener.Config, lm *listener.Metrics, cfg Config, addrs ...string) *upgradeRig {
 	t.Helper()
 	cert := ca.Client("fanout-client")
 	tr, err := transport.New(transport.Config{ServerName: upgradeServerName}, &upgradeCreds{roots: ca.Pool, cert: &cert.TLS, token: "sidecar-token"})
@@ -138,7 +147,7 @@ func newUpgradeRig(t *testing.T, ca *testkit.CA, cfg Config, addrs ...string) *u
 	}
 	p := newFakePicker(addrs...)
 	cfg.Upgrades = tr
-	s, _, base := startProxy(t, cfg, p, tr, m)
+	s, _, base := startProxyOn(t, lcfg, lm, cfg, p, tr, m)
 	return &upgradeRig{ca: ca, picker: p, srv: s, reg: reg, m: m, proxy: strings.TrimPrefix(base, "http://")}
 }
 
@@ -404,7 +413,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 		t.Run(fmt.Sprintf("endsItself=%v", endsItself), func(t *testing.T) {
 			ca := testkit.NewCA(t)
 			b := newUpgradeBackend(t, ca, 0)
-			rig := newUpgradeRig(t, ca, Config{ShutdownGrace: grace}, b.addr)
+			rig := newUpgradeRigOn(t, ca, listener.Config{ShutdownGrace: grace}, nil, Config{}, b.addr)
 			c, br, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
 			if resp.StatusCode != http.StatusSwitchingProtocols {
 				t.Fatalf("status = %d", resp.StatusCode)
@@ -482,7 +491,7 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 	u := newFakeUpstream()
 	u.set(addr, rt)
 	// Timeouts far below the pause between lines: none may cut the stream.
-	_, _, base := startProxy(t, Config{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond}, p, u, nil)
+	_, _, base := startProxyOn(t, listener.Config{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond}, nil, Config{}, p, u, nil)
 	resp, err := newClient(t, false).Get(base + "/api/v1/namespaces/ns/pods/p/log?follow=true")
 	if err != nil {
 		t.Fatal(err)

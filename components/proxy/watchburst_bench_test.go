@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/fanout-dev/fanout/components/listener"
 )
 
 // BenchmarkWatchBurst streams a watch of back-to-back events through the
@@ -35,7 +37,7 @@ func BenchmarkWatchBurst(b *testing.B) {
 			u.set(addr, rt)
 			p := newFakePicker(addr)
 			h := New(Config{}, p, u, nil)
-			s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, h)
+			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0"}, h, nil)
 			if err := s.Start(b.Context()); err != nil {
 				b.Fatal(err)
 			}

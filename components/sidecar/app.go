@@ -20,7 +20,7 @@ import (
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/engine"
-	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/listener"
 	"github.com/fanout-dev/fanout/internal/metrics"
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -39,7 +39,7 @@ func App(c Config, log *slog.Logger) fx.Option {
 	}
 	// startup turns /startupz green once the hook below has run.
 	startup := admin.NewStartup()
-	listener, localCA, err := listenerConfig(&c)
+	lcfg, localCA, err := listenerConfig(&c)
 	if err != nil {
 		return fx.Error(err)
 	}
@@ -53,21 +53,20 @@ func App(c Config, log *slog.Logger) fx.Option {
 		// Watches end at once on stop; the grace period is for short
 		// requests, plus a little for the rest of the teardown.
 		fx.StopTimeout(c.Listener.ShutdownGrace+5*time.Second),
-		fx.Supply(log, ecfg, c.Admin, startup),
+		fx.Supply(log, ecfg, c.Admin, startup, lcfg),
 		Metrics,
 		engine.Module,
 		fx.Provide(
 			func(e *engine.Engine) admin.State { return e },
 			func(e *engine.Engine) admin.ResolverStatus { return e.ResolverStatus() },
-			func(lc fx.Lifecycle, e *engine.Engine, _ *admin.Server) *proxy.Server {
-				s := e.NewServer(listener)
-				lc.Append(fx.StartStopHook(s.Start, s.Stop))
-				return s
-			},
+			// The listener serves the engine's handler, and takes the
+			// admin server too so that it starts after and stops before it.
+			func(e *engine.Engine, _ *admin.Server) listener.Handler { return e.Handler() },
 		),
+		listener.Module,
 		admin.Module,
 		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(&c, log, reg) }),
-		fx.Invoke(func(lc fx.Lifecycle, s *proxy.Server) {
+		fx.Invoke(func(lc fx.Lifecycle, s *listener.Server) {
 			lc.Append(fx.StartHook(func() error {
 				// The listener's start hook has run: it is bound.
 				addr := s.Addr().String()

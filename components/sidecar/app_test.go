@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/listener"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
@@ -75,7 +75,7 @@ func (a *apiserver) last() testkit.Request {
 
 type fixture struct {
 	servers    []*apiserver
-	proxy      *proxy.Server
+	proxy      *listener.Server
 	kubeconfig string // the one fanout wrote for the client
 	clientKey  []byte // PEM of the client key in the upstream kubeconfig
 	app        *fxtest.App

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/engine"
+	"github.com/fanout-dev/fanout/components/listener"
 	"github.com/fanout-dev/fanout/components/proxy"
 )
 
@@ -53,7 +54,7 @@ type Config struct {
 	// Listener is the loopback server's: --listen-address,
 	// --allow-remote (AllowAnyHost), the limits, the timeouts and
 	// --shutdown-grace. TLS is filled in by App for --listen-tls.
-	Listener proxy.Config
+	Listener listener.Config
 	// Admin is the admin server's: --admin-address, --enable-pprof.
 	Admin admin.Config
 }
@@ -74,18 +75,18 @@ func NewConfig() *Config {
 
 // DefaultListener is the loopback server's configuration with every
 // default spelled out, so that --help shows them.
-func DefaultListener() proxy.Config {
-	return proxy.Config{
-		ListenAddress:        proxy.DefaultListenAddress,
+func DefaultListener() listener.Config {
+	return listener.Config{
+		ListenAddress:        listener.DefaultListenAddress,
 		ShutdownGrace:        30 * time.Second,
-		MaxConnections:       proxy.DefaultMaxConnections,
-		MaxInflight:          proxy.DefaultMaxInflight,
-		MaxLongRunning:       proxy.DefaultMaxLongRunning,
-		MaxConcurrentStreams: proxy.DefaultMaxConcurrentStreams,
-		MaxHeaderBytes:       proxy.DefaultMaxHeaderBytes,
-		ReadHeaderTimeout:    proxy.DefaultReadHeaderTimeout,
-		RequestBodyTimeout:   proxy.DefaultRequestBodyTimeout,
-		IdleTimeout:          proxy.DefaultIdleTimeout,
+		MaxConnections:       listener.DefaultMaxConnections,
+		MaxInflight:          listener.DefaultMaxInflight,
+		MaxLongRunning:       listener.DefaultMaxLongRunning,
+		MaxConcurrentStreams: listener.DefaultMaxConcurrentStreams,
+		MaxHeaderBytes:       listener.DefaultMaxHeaderBytes,
+		ReadHeaderTimeout:    listener.DefaultReadHeaderTimeout,
+		RequestBodyTimeout:   listener.DefaultRequestBodyTimeout,
+		IdleTimeout:          listener.DefaultIdleTimeout,
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/engine"
-	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/listener"
 )
 
 // serveSlices answers the EndpointSlice list and watch of the resolver:
@@ -90,7 +90,7 @@ func checkDiscovery(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var p *proxy.Server
+	var p *listener.Server
 	var b *engine.Engine
 	var reg prometheus.Gatherer
 	app := fxtest.New(t, App(*o, slog.New(slog.DiscardHandler)), fx.Populate(&p, &b, &reg))

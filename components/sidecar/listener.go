@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/certs"
-	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/listener"
 )
 
 // listenerConfig is the loopback server's configuration from the flags
-// (engine.NewServer; the handler's part is EngineConfig's). With
+// (listener.Module; the handler's part is EngineConfig's). With
 // --listen-tls it also makes the per-pod CA whose client certificate the
 // listener requires; nil otherwise.
-func listenerConfig(c *Config) (proxy.Config, *certs.LocalCA, error) {
+func listenerConfig(c *Config) (listener.Config, *certs.LocalCA, error) {
 	cfg := c.Listener
 	if !c.ListenTLS {
 		return cfg, nil, nil

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/listener"
 )
 
 // TestListenerConfig: the listener's flags land in the listener's
@@ -21,7 +21,7 @@ func TestListenerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := proxy.Config{
+	want := listener.Config{
 		ListenAddress: "127.0.0.1:7081", ShutdownGrace: 9 * time.Second,
 		MaxConnections: 1, MaxInflight: 2, MaxLongRunning: 3, MaxConcurrentStreams: 4, MaxHeaderBytes: 5,
 		ReadHeaderTimeout: 6 * time.Second, RequestBodyTimeout: 7 * time.Second, IdleTimeout: 8 * time.Second,
@@ -30,7 +30,7 @@ func TestListenerConfig(t *testing.T) {
 		t.Error("TLS without --listen-tls")
 	}
 	if !reflect.DeepEqual(cfg, want) {
-		t.Errorf("proxy config = %+v, want %+v", cfg, want)
+		t.Errorf("listener config = %+v, want %+v", cfg, want)
 	}
 	o.ListenTLS, o.WriteKubeconfig = true, "/x"
 	cfg, ca, err = listenerConfig(o)

@@ -15,6 +15,8 @@
 //     that report what the server saw (Echo) or stream (Streaming), a
 //     TCP proxy whose connections can go silent (FreezeProxy), and
 //     request helpers (NewRequest, RoundTrip, WaitFor).
+//   - HTTP clients as client-go is one of fanout's listener (NewClient),
+//     and raw requests no http.Client sends (RawRequest).
 //
 // # synctest or Clock
 //

@@ -1,9 +1,11 @@
-package proxy
+package listener
 
 import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/fanout-dev/fanout/internal/kstatus"
 )
 
 // withLoopbackHost refuses requests whose Host is not a loopback name or
@@ -22,7 +24,7 @@ import (
 func withLoopbackHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isLoopbackHost(r.Host) {
-			writeStatus(w, http.StatusForbidden, statusReasonForbidden,
+			kstatus.Write(w, http.StatusForbidden, kstatus.ReasonForbidden,
 				"fanout answers requests addressed to a loopback name or address only (localhost, 127.0.0.1, [::1]), against DNS rebinding; got Host "+
 					quoteURI(r.Host)+". Point the client at http://127.0.0.1:PORT (the kubeconfig fanout writes does), "+
 					"or start fanout with --allow-remote if it is meant to be reached by other names")

@@ -1,4 +1,4 @@
-package proxy
+package listener
 
 import (
 	"context"
@@ -11,10 +11,30 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fanout-dev/fanout/internal/h1server"
+	"github.com/fanout-dev/fanout/internal/kstatus"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 	"github.com/fanout-dev/fanout/internal/serve"
 )
+
+// Handler is what the Server needs of the request path; *proxy.Handler is
+// one (the engine's Handler()).
+type Handler interface {
+	// ServeHTTP serves a request whose context WithRequestInfo made.
+	http.Handler
+	// WithRequestInfo returns ctx carrying info, the request's one
+	// classification, made here at the edge, and the time it arrived, so
+	// that nothing behind classifies it again.
+	WithRequestInfo(ctx context.Context, info reqinfo.Info, start time.Time) context.Context
+	// StopLongRunning ends the open long-running responses cleanly and
+	// refuses new requests; Stop calls it when shutdown begins.
+	StopLongRunning()
+	// CloseUpgrades waits for upgraded connections (exec, attach,
+	// port-forward) until ctx is done, then closes them.
+	CloseUpgrades(ctx context.Context) error
+}
 
 // Server serves a Handler on the loopback address client-go is pointed at.
 // HTTP/1.1 and HTTP/2 with prior knowledge (h2c) share the port: client-go
@@ -22,7 +42,8 @@ import (
 // a client that is told so multiplex all its watches on one connection.
 type Server struct {
 	cfg     Config
-	handler *Handler
+	handler Handler
+	metrics *Metrics
 	// srv is net/http's server: TLS (HTTP/2 by ALPN and HTTP/1.1), and
 	// h2c handed over by h1.
 	srv *http.Server
@@ -36,8 +57,12 @@ type Server struct {
 	serveErr error
 }
 
-// NewServer prepares a Server for h; Start listens.
-func NewServer(cfg Config, h *Handler) *Server {
+// New prepares a Server for h, counting into m (NewMetrics; nil counts
+// into collectors nobody registered); Start listens.
+func New(cfg Config, h Handler, m *Metrics) *Server {
+	if m == nil {
+		m = newMetrics()
+	}
 	cfg = cfg.withDefaults()
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
@@ -58,8 +83,8 @@ func NewServer(cfg Config, h *Handler) *Server {
 	srv := &http.Server{
 		Addr: cfg.ListenAddress,
 		// Classified once, here at the edge; everything behind reads it.
-		Handler: withRequestState(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
-			cfg.RequestBodyTimeout, cfg.Now, h.metrics.limits), cfg.Now),
+		Handler: withRequestInfo(h, withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
+			cfg.RequestBodyTimeout, cfg.Now, m), cfg.Now),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,
@@ -77,7 +102,18 @@ func NewServer(cfg Config, h *Handler) *Server {
 	// then watches end (clients re-watch elsewhere), then short requests
 	// drain.
 	srv.RegisterOnShutdown(h.StopLongRunning)
-	return &Server{cfg: cfg, handler: h, srv: srv}
+	return &Server{cfg: cfg, handler: h, metrics: m, srv: srv}
+}
+
+// withRequestInfo is the edge, as kube-apiserver's WithRequestInfo is of
+// its own: it classifies each request once (reqinfo.New) and hands the
+// result to h for its context, where the handler, the forwarder, the watch
+// hook and the metrics read it; the limits get it as an argument.
+func withRequestInfo(h Handler, next limitedHandler, now func() time.Time) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info := reqinfo.New(r)
+		next.serve(w, r.WithContext(h.WithRequestInfo(r.Context(), info, now())), limitKind(&info), info.Upgrade)
+	})
 }
 
 // route serves ln until it is closed, and is the one place that says which
@@ -114,7 +150,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ln != nil {
-		return errors.New("proxy server already started")
+		return errors.New("listener: server already started")
 	}
 	if err := s.cfg.Validate(); err != nil {
 		return err
@@ -122,11 +158,10 @@ func (s *Server) Start(ctx context.Context) error {
 	lc := listenConfig(s.cfg.ListenAddress)
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)
 	if err != nil {
-		return fmt.Errorf("proxy: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
+		return fmt.Errorf("listener: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
 	}
-	lm := s.handler.metrics.limits
 	ln = serve.LimitListener(ln, s.cfg.MaxConnections, serve.ListenerMetrics{
-		Rejected: lm.rejected.WithLabelValues(rejectConnections), Open: lm.connections})
+		Rejected: s.metrics.rejected.WithLabelValues(rejectConnections), Open: s.metrics.connections})
 	s.ln = ln
 	s.served = make(chan struct{})
 	if s.cfg.TLS == nil {
@@ -162,6 +197,10 @@ func listenConfig(addr string) net.ListenConfig {
 	return lc
 }
 
+// Handler is the chain the server serves, from the edge's classification
+// to the handler, for benchmarks that drive it without a socket.
+func (s *Server) Handler() http.Handler { return s.srv.Handler }
+
 // Addr is the address the server listens on, nil before Start. With port 0
 // in ListenAddress it tells the port actually chosen.
 func (s *Server) Addr() net.Addr {
@@ -196,7 +235,8 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	// Both servers stop accepting at once; srv's Shutdown ends the
 	// long-running responses (StopLongRunning), so that h1's, which waits
-	// for the streams it serves detached (h1stream.go), can return.
+	// for the streams it serves detached (components/proxy/h1stream.go),
+	// can return.
 	h1Done := make(chan error, 1)
 	if s.h1 != nil {
 		go func() { h1Done <- s.h1.Shutdown(ctx) }()
@@ -231,14 +271,14 @@ func (s *Server) Stop(ctx context.Context) error {
 func WithRejectProxyRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodConnect {
-			writeStatus(w, http.StatusMethodNotAllowed, statusReasonMethodNotAllowed,
+			kstatus.Write(w, http.StatusMethodNotAllowed, kstatus.ReasonMethodNotAllowed,
 				"fanout is not an open proxy: CONNECT is not allowed; send Kubernetes API requests to fanout directly")
 			return
 		}
 		// Absolute-form ("GET http://host/ HTTP/1.1") is how clients talk to
 		// a forward proxy; client-go pointed at fanout sends origin-form.
 		if r.URL.Host != "" || !strings.HasPrefix(r.RequestURI, "/") {
-			writeStatus(w, http.StatusBadRequest, statusReasonBadRequest,
+			kstatus.Write(w, http.StatusBadRequest, kstatus.ReasonBadRequest,
 				"fanout is not an open proxy: the request URI must be a path such as /api/v1/pods, got "+quoteURI(r.RequestURI))
 			return
 		}

@@ -1,4 +1,4 @@
-package proxy
+package listener
 
 import (
 	"bufio"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // okBackend answers every request with 200 "ok".
@@ -25,23 +28,9 @@ func okBackend(t *testing.T) (*fakePicker, *fakeUpstream) {
 	return newFakePicker(addr), u
 }
 
-// rawRequest writes raw bytes on a new connection and reads one response.
+// rawRequest is testkit.RawRequest.
 func rawRequest(t *testing.T, addr, raw string) *http.Response {
-	t.Helper()
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	conn.SetDeadline(time.Now().Add(waitLimit))
-	if _, err := io.WriteString(conn, raw); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatalf("reading the answer to %q: %v", raw[:min(len(raw), 40)], err)
-	}
-	return resp
+	return testkit.RawRequest(t, addr, raw)
 }
 
 func TestRejectProxyRequests(t *testing.T) {
@@ -180,8 +169,7 @@ func TestStopEndsWatchesAndDrainsShortRequests(t *testing.T) {
 			p := newFakePicker(addr)
 			u := newFakeUpstream()
 			u.set(addr, rt)
-			h := New(Config{}, p, u, nil)
-			s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, h)
+			s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -273,7 +261,7 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 	p := newFakePicker(addr)
 	u := newFakeUpstream()
 	u.set(addr, rt)
-	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, New(Config{}, p, u, nil))
+	s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +288,7 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 
 func TestServerStartStop(t *testing.T) {
 	p, u := okBackend(t)
-	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, New(Config{}, p, u, nil))
+	s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if s.Addr() != nil {
 		t.Error("Addr before Start is not nil")
 	}
@@ -313,7 +301,7 @@ func TestServerStartStop(t *testing.T) {
 	if err := s.Start(context.Background()); err == nil {
 		t.Error("second Start succeeded")
 	}
-	busy := NewServer(Config{ListenAddress: s.Addr().String()}, New(Config{}, p, u, nil))
+	busy := New(Config{ListenAddress: s.Addr().String()}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := busy.Start(context.Background()); err == nil || !strings.Contains(err.Error(), s.Addr().String()) {
 		t.Errorf("Start on a busy port = %v, want an error naming the address", err)
 	}
@@ -323,7 +311,7 @@ func TestServerStartStop(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Errorf("second Stop = %v", err)
 	}
-	bad := NewServer(Config{ListenAddress: "no-port"}, New(Config{}, p, u, nil))
+	bad := New(Config{ListenAddress: "no-port"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := bad.Start(context.Background()); err == nil {
 		t.Error("Start with an invalid address succeeded")
 	}

@@ -1,4 +1,4 @@
-package proxy
+package kstatus
 
 import (
 	"bytes"
@@ -13,13 +13,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// FuzzWriteStatus checks the error body every fanout failure ends in:
+// FuzzWrite checks the error body every fanout failure ends in:
 // whatever the message (it quotes upstream errors, URLs and addresses),
 // the answer is a metav1.Status client-go can decode, with the code and
 // reason given, the message intact (as valid UTF-8), an exact
 // Content-Length, and nothing the client could mistake for HTML. The body
 // is byte for byte what apimachinery writes for the same metav1.Status.
-func FuzzWriteStatus(f *testing.F) {
+func FuzzWrite(f *testing.F) {
 	codes := []int{http.StatusBadRequest, http.StatusNotImplemented, http.StatusBadGateway,
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests}
 	f.Add(uint8(0), "ServiceUnavailable", "no kube-apiserver endpoint is available")
@@ -28,7 +28,7 @@ func FuzzWriteStatus(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ci uint8, reason, msg string) {
 		code := codes[int(ci)%len(codes)]
 		rec := httptest.NewRecorder()
-		writeStatus(rec, code, statusReason(reason), msg)
+		Write(rec, code, Reason(reason), msg)
 		if rec.Code != code {
 			t.Fatalf("status %d, want %d", rec.Code, code)
 		}
@@ -71,27 +71,27 @@ func FuzzWriteStatus(f *testing.F) {
 func TestStatusMatchesMetav1(t *testing.T) {
 	tests := []struct {
 		code   int
-		reason statusReason
+		reason Reason
 		want   metav1.StatusReason
 		is     func(error) bool
 	}{
-		{http.StatusBadRequest, statusReasonBadRequest, metav1.StatusReasonBadRequest, apierrors.IsBadRequest},
-		{http.StatusForbidden, statusReasonForbidden, metav1.StatusReasonForbidden, apierrors.IsForbidden},
-		{http.StatusMethodNotAllowed, statusReasonMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, apierrors.IsMethodNotSupported},
-		{http.StatusTooManyRequests, statusReasonTooManyRequests, metav1.StatusReasonTooManyRequests, apierrors.IsTooManyRequests},
-		{http.StatusServiceUnavailable, statusReasonServiceUnavailable, metav1.StatusReasonServiceUnavailable, apierrors.IsServiceUnavailable},
-		{http.StatusGatewayTimeout, statusReasonTimeout, metav1.StatusReasonTimeout, apierrors.IsTimeout},
-		{http.StatusBadGateway, statusReasonInternalError, metav1.StatusReasonInternalError, apierrors.IsInternalError},
-		{http.StatusNotImplemented, statusReasonUnknown, metav1.StatusReasonUnknown, func(err error) bool {
+		{http.StatusBadRequest, ReasonBadRequest, metav1.StatusReasonBadRequest, apierrors.IsBadRequest},
+		{http.StatusForbidden, ReasonForbidden, metav1.StatusReasonForbidden, apierrors.IsForbidden},
+		{http.StatusMethodNotAllowed, ReasonMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, apierrors.IsMethodNotSupported},
+		{http.StatusTooManyRequests, ReasonTooManyRequests, metav1.StatusReasonTooManyRequests, apierrors.IsTooManyRequests},
+		{http.StatusServiceUnavailable, ReasonServiceUnavailable, metav1.StatusReasonServiceUnavailable, apierrors.IsServiceUnavailable},
+		{http.StatusGatewayTimeout, ReasonTimeout, metav1.StatusReasonTimeout, apierrors.IsTimeout},
+		{http.StatusBadGateway, ReasonInternalError, metav1.StatusReasonInternalError, apierrors.IsInternalError},
+		{http.StatusNotImplemented, ReasonUnknown, metav1.StatusReasonUnknown, func(err error) bool {
 			return apierrors.ReasonForError(err) == metav1.StatusReasonUnknown
 		}},
-		{statusClientClosedRequest, statusReasonUnknown, metav1.StatusReasonUnknown, func(err error) bool {
+		{ClientClosedRequest, ReasonUnknown, metav1.StatusReasonUnknown, func(err error) bool {
 			return apierrors.ReasonForError(err) == metav1.StatusReasonUnknown
 		}},
 	}
 	for _, tc := range tests {
 		rec := httptest.NewRecorder()
-		writeStatus(rec, tc.code, tc.reason, "fanout: it failed")
+		Write(rec, tc.code, tc.reason, "fanout: it failed")
 		want, err := json.Marshal(metav1.Status{
 			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 			Status:   metav1.StatusFailure, Message: "fanout: it failed", Reason: tc.want, Code: int32(tc.code),

@@ -1,6 +1,6 @@
 //lint:file-ignore SA1019 golang.org/x/net v0.60 deprecates its http2 package in favour of net/http's own HTTP/2; this test's h2c client still uses it, like the transport.
 
-package proxy
+package listener
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/fanout-dev/fanout/internal/testkit"
+	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // gateBackend answers "ok" at once, except paths containing "block", which
@@ -138,13 +140,13 @@ func TestInflightBudgets(t *testing.T) {
 			}
 			expect429("/api/v1/namespaces", "short")
 
-			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectLong)); got != 1 {
+			if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectLong)); got != 1 {
 				t.Errorf("fanout_rejected_total{reason=long_inflight} = %v, want 1", got)
 			}
-			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectShort)); got != 1 {
+			if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectShort)); got != 1 {
 				t.Errorf("fanout_rejected_total{reason=short_inflight} = %v, want 1", got)
 			}
-			if got := testutil.ToFloat64(m.limits.inflight.WithLabelValues("long")); got != 3 {
+			if got := testutil.ToFloat64(m.inflight.WithLabelValues("long")); got != 3 {
 				t.Errorf("fanout_downstream_inflight_requests{kind=long} = %v, want 3", got)
 			}
 
@@ -155,7 +157,7 @@ func TestInflightBudgets(t *testing.T) {
 				r.Body.Close()
 			}
 			deadline := time.Now().Add(waitLimit)
-			for testutil.ToFloat64(m.limits.inflight.WithLabelValues("short")) != 0 && time.Now().Before(deadline) {
+			for testutil.ToFloat64(m.inflight.WithLabelValues("short")) != 0 && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			expectOK("/api/v1/namespaces")
@@ -194,14 +196,14 @@ func TestConnectionLimit(t *testing.T) {
 		}
 		held = append(held, c)
 	}
-	if got := testutil.ToFloat64(m.limits.connections); got != 2 {
+	if got := testutil.ToFloat64(m.connections); got != 2 {
 		t.Errorf("fanout_downstream_connections = %v, want 2", got)
 	}
 	if c, err := keepAlive(); err == nil {
 		c.Close()
 		t.Fatal("a third connection was served with --max-connections 2")
 	}
-	if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectConnections)); got != 1 {
+	if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectConnections)); got != 1 {
 		t.Errorf("fanout_rejected_total{reason=connections} = %v, want 1", got)
 	}
 	// A closed connection frees its slot.
@@ -244,7 +246,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 		if el := time.Since(start); el > waitLimit/2 {
 			t.Fatalf("the stalled body was held for %v", el)
 		}
-		if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {
+		if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {
 			t.Errorf("fanout_rejected_total{reason=body_timeout} = %v, want 1", got)
 		}
 		if n := g.bodyCount(); n != 0 {
@@ -285,7 +287,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 					t.Fatalf("slow answer after a quick body: %d %q", resp.StatusCode, b)
 				}
 			}
-			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectBodyTimeout)); got != 0 {
+			if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectBodyTimeout)); got != 0 {
 				t.Errorf("fanout_rejected_total{reason=body_timeout} = %v, want 0", got)
 			}
 		})
@@ -319,7 +321,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 			if el := time.Since(start); el < timeout || el > waitLimit/2 {
 				t.Errorf("%q: cut after %v, want at the %v deadline", raw[:30], el, timeout)
 			}
-			if got := testutil.ToFloat64(m.limits.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {
+			if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {
 				t.Errorf("%q: fanout_rejected_total{reason=body_timeout} = %v, want 1", raw[:30], got)
 			}
 			if n := g.bodyCount(); n != 0 {
@@ -422,48 +424,6 @@ func TestMaxConcurrentStreams(t *testing.T) {
 	}
 }
 
-// TestUpgradesCountAgainstLimits: an upgraded (hijacked) exec session
-// holds a connection slot and a long-running slot until it ends.
-func TestUpgradesCountAgainstLimits(t *testing.T) {
-	ca := testkit.NewCA(t)
-	b := newUpgradeBackend(t, ca, 0)
-	rig := newUpgradeRig(t, ca, Config{MaxConnections: 1, MaxLongRunning: 1}, b.addr)
-	spdy := upgradeRequest{upgrade: "SPDY/3.1", headers: map[string]string{"X-Stream-Protocol-Version": "v4.channel.k8s.io"}}
-	c, br, resp := dialUpgrade(t, rig.proxy, spdy)
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("status = %d, want 101", resp.StatusCode)
-	}
-	echoLine(t, c, br, "hello")
-	if got := testutil.ToFloat64(rig.m.limits.inflight.WithLabelValues("long")); got != 1 {
-		t.Errorf("long-running in flight during an exec session = %v, want 1", got)
-	}
-	// The session's connection is the only one allowed.
-	c2, err := net.Dial("tcp", rig.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2.SetDeadline(time.Now().Add(waitLimit))
-	io.WriteString(c2, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	if _, err := http.ReadResponse(bufio.NewReader(c2), nil); err == nil {
-		t.Error("a second connection was served while an exec session held the only slot")
-	}
-	c2.Close()
-	if got := testutil.ToFloat64(rig.m.limits.rejected.WithLabelValues(rejectConnections)); got != 1 {
-		t.Errorf("fanout_rejected_total{reason=connections} = %v, want 1", got)
-	}
-	echoLine(t, c, br, "still there")
-	// Ending the session frees both slots.
-	c.Close()
-	eventually(t, "the exec session's slots to be freed", func() bool {
-		return testutil.ToFloat64(rig.m.limits.connections) == 0 && testutil.ToFloat64(rig.m.limits.inflight.WithLabelValues("long")) == 0
-	})
-	c3, br3, resp := dialUpgrade(t, rig.proxy, spdy)
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("after the first session ended: status = %d, want 101", resp.StatusCode)
-	}
-	echoLine(t, c3, br3, "again")
-}
-
 func TestServerLogWriter(t *testing.T) {
 	var buf strings.Builder
 	w := serverLogWriter{slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
@@ -472,5 +432,63 @@ func TestServerLogWriter(t *testing.T) {
 	out := buf.String()
 	if !strings.Contains(out, "level=DEBUG msg=\"http: TLS handshake error") || !strings.Contains(out, "level=WARN msg=\"http: Accept error") {
 		t.Errorf("server log lines:\n%s\nwant the handshake error at debug and the accept error as a warning", out)
+	}
+}
+
+// TestLimitKind: the budget a request counts against, from its one
+// classification: every upgrade is long-running whatever its path.
+func TestLimitKind(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		method  string
+		path    string
+		headers map[string]string
+		want    balancer.Kind
+	}{
+		{"get", http.MethodGet, "/api/v1/namespaces/ns/pods/p", nil, balancer.Short},
+		{"watch", http.MethodGet, "/api/v1/pods?watch=true", nil, balancer.Long},
+		{"Connection: Upgrade without Upgrade", http.MethodGet, "/api/v1/pods", map[string]string{"Connection": "Upgrade"}, balancer.Short},
+		{"exec", http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", map[string]string{"Connection": "Upgrade", "Upgrade": "SPDY/3.1"}, balancer.Long},
+		{"upgrade on a short path", http.MethodGet, "/api/v1/pods", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, balancer.Long},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, tc.path, nil)
+			for k, v := range tc.headers {
+				r.Header.Set(k, v)
+			}
+			info := reqinfo.New(r)
+			if got := limitKind(&info); got != tc.want {
+				t.Errorf("limitKind(%+v) = %v, want %v", info, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEdgeClassifiesOnce: the server classifies each request once, hands
+// that classification to the handler (WithRequestInfo), and its limits
+// count the request by the same one.
+func TestEdgeClassifiesOnce(t *testing.T) {
+	h := &recordingHandler{}
+	m, _ := NewMetrics(nil)
+	var longWhileServed float64
+	served := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		longWhileServed = testutil.ToFloat64(m.inflight.WithLabelValues("long"))
+		h.ServeHTTP(w, r)
+	})
+	edge := withRequestInfo(h, withLimits(served, 1, 1, 0, time.Now, m), time.Now)
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true", nil)
+	rec := httptest.NewRecorder()
+	edge.ServeHTTP(rec, req)
+	if rec.Code != http.StatusNoContent {
+		t.Fatalf("status %d, want the handler's 204", rec.Code)
+	}
+	if n := h.classified.Load(); n != 1 {
+		t.Errorf("WithRequestInfo called %d times, want once", n)
+	}
+	if info := h.lastInfo.Load(); info == nil || !info.LongRunning {
+		t.Errorf("classification handed to the handler = %+v, want the watch's", info)
+	}
+	if longWhileServed != 1 {
+		t.Errorf("long-running requests in flight while served = %v, want 1", longWhileServed)
 	}
 }

@@ -1,0 +1,167 @@
+package listener
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Config configures the Server. The zero value of every field means its
+// default.
+type Config struct {
+	// ListenAddress is where the loopback server listens, host:port.
+	// Default 127.0.0.1:7080.
+	ListenAddress string
+
+	// AllowAnyHost turns off the Host check: by default the Server answers
+	// 403 to a request whose Host is not localhost or a loopback address
+	// (DNS rebinding; see withLoopbackHost). The sidecar sets it with
+	// --allow-remote, where clients use names fanout cannot know.
+	AllowAnyHost bool
+
+	// ReadHeaderTimeout cuts clients that do not finish their request
+	// headers in time (slowloris). Default 10s. There is deliberately no
+	// read or write timeout: watches and logs last for hours.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections without requests.
+	// Default 120s.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes bounds request headers; larger ones get 431.
+	// Default 1 MiB, like kube-apiserver.
+	MaxHeaderBytes int
+
+	// MaxConcurrentStreams is the HTTP/2 (h2c) stream limit per client
+	// connection. Default 1000: one client-go connection carries all of a
+	// controller's watches, and the 100 that HTTP/2 allows by default are
+	// used up by a controller with many informers.
+	MaxConcurrentStreams int
+	// MaxReceiveBufferPerStream and MaxReceiveBufferPerConnection are the
+	// HTTP/2 flow-control windows for request bodies. Defaults 1 MiB and
+	// 4 MiB: kube-apiserver bodies are small, and the windows bound what a
+	// client can make fanout hold.
+	MaxReceiveBufferPerStream     int
+	MaxReceiveBufferPerConnection int
+
+	// MaxConnections bounds open client connections, upgraded ones
+	// included; more are closed at accept. Default 8192. With HTTP/1.1,
+	// client-go opens one connection per watch.
+	MaxConnections int
+	// MaxInflight bounds short requests served at once, MaxLongRunning
+	// long-running ones (watch, logs, exec, attach, port-forward, proxy);
+	// over either budget fanout answers 429 with Retry-After. Defaults 1000
+	// and 4096. The budgets are apart so that many watches never starve
+	// short requests, and a burst of short requests never stops watches.
+	MaxInflight    int
+	MaxLongRunning int
+	// RequestBodyTimeout bounds how long a request may take to send its
+	// body, long-running requests (watch, logs, proxy) included. Default
+	// 60s, kube-apiserver's own request timeout. Upgrades are exempt: exec
+	// and port-forward stream their input for hours.
+	RequestBodyTimeout time.Duration
+
+	// TLS, when set, makes the listener serve TLS with it (HTTP/1.1 and
+	// HTTP/2 by ALPN) instead of plaintext HTTP/1.1 and h2c
+	// (--listen-tls). Set ClientAuth in it to require client certificates.
+	TLS *tls.Config
+
+	// ShutdownGrace bounds how long Stop waits for short requests
+	// (--shutdown-grace); zero means until Stop's context is done.
+	// Long-running requests are ended at once either way.
+	ShutdownGrace time.Duration
+
+	// Log takes the lines net/http writes itself (a failed TLS handshake,
+	// an accept error); nil discards them.
+	Log *slog.Logger
+
+	// Now is the clock; nil means time.Now. Tests inject a fake clock.
+	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultListenAddress                 = "127.0.0.1:7080"
+	DefaultReadHeaderTimeout             = 10 * time.Second
+	DefaultIdleTimeout                   = 120 * time.Second
+	DefaultMaxHeaderBytes                = 1 << 20
+	DefaultMaxConcurrentStreams          = 1000
+	DefaultMaxReceiveBufferPerStream     = 1 << 20
+	DefaultMaxReceiveBufferPerConnection = 4 << 20
+	DefaultMaxConnections                = 8192
+	DefaultMaxInflight                   = 1000
+	DefaultMaxLongRunning                = 4096
+	DefaultRequestBodyTimeout            = 60 * time.Second
+)
+
+// Validate reports the first field that cannot work.
+func (c Config) Validate() error {
+	if c.ListenAddress != "" {
+		if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
+			return fmt.Errorf("proxy listen address %q is not host:port: %v", c.ListenAddress, err)
+		}
+	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
+	}
+	if c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 {
+		return fmt.Errorf("proxy timeouts must not be negative, got read-header %v and idle %v", c.ReadHeaderTimeout, c.IdleTimeout)
+	}
+	if c.MaxHeaderBytes < 0 || c.MaxConcurrentStreams < 0 {
+		return fmt.Errorf("proxy max header bytes and max concurrent streams must not be negative, got %d and %d", c.MaxHeaderBytes, c.MaxConcurrentStreams)
+	}
+	if c.MaxReceiveBufferPerConnection != 0 && c.MaxReceiveBufferPerConnection < 65535 {
+		return fmt.Errorf("proxy HTTP/2 connection receive buffer must be at least 65535 bytes (the initial window), got %d", c.MaxReceiveBufferPerConnection)
+	}
+	if c.MaxConnections < 0 || c.MaxInflight < 0 || c.MaxLongRunning < 0 || c.RequestBodyTimeout < 0 {
+		return fmt.Errorf("proxy limits must not be negative, got max connections %d, max in-flight %d, max long-running %d, request body timeout %v",
+			c.MaxConnections, c.MaxInflight, c.MaxLongRunning, c.RequestBodyTimeout)
+	}
+	if c.MaxReceiveBufferPerStream < 0 {
+		return fmt.Errorf("proxy HTTP/2 stream receive buffer must not be negative, got %d", c.MaxReceiveBufferPerStream)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.ListenAddress == "" {
+		c.ListenAddress = DefaultListenAddress
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.MaxConcurrentStreams <= 0 {
+		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if c.MaxReceiveBufferPerStream <= 0 {
+		c.MaxReceiveBufferPerStream = DefaultMaxReceiveBufferPerStream
+	}
+	if c.MaxReceiveBufferPerConnection <= 0 {
+		c.MaxReceiveBufferPerConnection = DefaultMaxReceiveBufferPerConnection
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
+	if c.MaxInflight <= 0 {
+		c.MaxInflight = DefaultMaxInflight
+	}
+	if c.MaxLongRunning <= 0 {
+		c.MaxLongRunning = DefaultMaxLongRunning
+	}
+	if c.RequestBodyTimeout <= 0 {
+		c.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
