@@ -145,15 +145,13 @@ func (s *Server) route(ln net.Listener) error {
 }
 
 // Start listens and serves in the background. It returns once the listener
-// is open, so a client can connect as soon as it returns.
+// is open, so a client can connect as soon as it returns. The Config passed
+// Validate where it was built (the sidecar's Config.Validate).
 func (s *Server) Start(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ln != nil {
 		return errors.New("listener: server already started")
-	}
-	if err := s.cfg.Validate(); err != nil {
-		return err
 	}
 	lc := listenConfig(s.cfg.ListenAddress)
 	ln, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)

@@ -68,3 +68,41 @@ func TestRequestPathLinksNoKubernetes(t *testing.T) {
 func isKubernetes(pkg string) bool {
 	return strings.HasPrefix(pkg, "k8s.io/") || strings.HasPrefix(pkg, "sigs.k8s.io/")
 }
+
+// TestLayering keeps the arrows of docs/architecture.md pointing one way:
+// the protocol packages know nothing of fanout, and no package reaches
+// back up the request's path (listener → proxy → balancer → transport).
+func TestLayering(t *testing.T) {
+	const mod = "github.com/fanout-dev/fanout/"
+	forbidden := map[string][]string{
+		// Protocol code and vocabulary: no fanout package at all.
+		"internal/h1server": {""},
+		"internal/h2conn":   {""},
+		"internal/reqinfo":  {""},
+		"internal/kstatus":  {""},
+		// The request's path, downstream never importing upstream.
+		"components/proxy":     {"components/listener", "components/engine", "components/sidecar"},
+		"components/watch":     {"components/proxy", "components/listener", "components/engine", "components/sidecar"},
+		"components/balancer":  {"components/proxy", "components/listener", "components/watch", "components/transport", "components/engine", "components/sidecar"},
+		"components/transport": {"components/proxy", "components/listener", "components/watch", "components/balancer", "components/engine", "components/sidecar"},
+		"components/listener":  {"components/proxy", "components/engine", "components/sidecar"},
+		"components/engine":    {"components/listener", "components/sidecar", "components/admin"},
+	}
+	for pkg, bad := range forbidden {
+		out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+pkg).Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for dep := range strings.FieldsSeq(string(out)) {
+			rel, ok := strings.CutPrefix(dep, mod)
+			if !ok || rel == pkg {
+				continue
+			}
+			for _, b := range bad {
+				if b == "" || rel == b || strings.HasPrefix(rel, b+"/") {
+					t.Errorf("%s depends on %s: see docs/architecture.md, the arrows point down the request's path and the protocol packages know nothing of fanout", pkg, rel)
+				}
+			}
+		}
+	}
+}
