@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 type lookupResult struct {
@@ -155,7 +157,7 @@ func TestDNSResolveNow(t *testing.T) {
 	// In a bubble, "no lookup" is checked once every goroutine is idle
 	// (synctest.Wait), not after a guessed real-time pause.
 	synctest.Test(t, func(t *testing.T) {
-		clk := newTestClock(time.Unix(1000, 0))
+		clk := testkit.NewClock(time.Unix(1000, 0))
 		lookups := make(chan time.Time, 16)
 		d := &DNS{
 			Host: "kube.example", Port: "6443", Interval: 5 * time.Second, Clock: clk,
