@@ -9,19 +9,9 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/fanout-dev/fanout/internal/clock"
 )
-
-// Clock is the time source of the file watchers, replaced in tests.
-// After must be safe to call from any goroutine.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Timings of the watchers.
 const (
@@ -54,8 +44,9 @@ type Options struct {
 	Metrics *Metrics
 	// PollInterval is how often files are re-read without an event.
 	PollInterval time.Duration
-	// Clock is replaced in tests.
-	Clock Clock
+	// Clock times polls, retries and the settling of event bursts, and
+	// tells when a certificate is due for renewal; nil is the real clock.
+	Clock clock.Clock
 }
 
 func (o Options) withDefaults() Options {
@@ -65,9 +56,7 @@ func (o Options) withDefaults() Options {
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
 	}
-	if o.Clock == nil {
-		o.Clock = realClock{}
-	}
+	o.Clock = clock.Or(o.Clock)
 	return o
 }
 
@@ -181,13 +170,14 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 		defer fsw.Close()
 		events, errs = fsw.Events, fsw.Errors
 	}
+	after := func(d time.Duration) <-chan time.Time { return w.opts.Clock.NewTimer(d).C() }
 	// apply watches the directories of r's files and returns when to
 	// poll next.
 	apply := func(r checkResult) <-chan time.Time {
 		w.watch(fsw, r.files)
-		return w.opts.Clock.After(w.wait(r))
+		return after(w.wait(r))
 	}
-	poll := w.opts.Clock.After(w.wait(first))
+	poll := after(w.wait(first))
 	var settle <-chan time.Time
 	for {
 		select {
@@ -204,7 +194,7 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 				delete(w.watched, ev.Name)
 			}
 			if settle == nil {
-				settle = w.opts.Clock.After(settleDelay)
+				settle = after(settleDelay)
 			}
 		case err, ok := <-errs:
 			if !ok {
@@ -215,7 +205,7 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 			// look at the files now rather than at the next poll.
 			w.opts.Log.Debug("credential file watcher error; re-reading the files", "error", err)
 			if settle == nil {
-				settle = w.opts.Clock.After(settleDelay)
+				settle = after(settleDelay)
 			}
 		case <-settle:
 			settle = nil

@@ -96,8 +96,8 @@ func settings(c engine.Config) engine.Config {
 	up := *c.Upstream
 	up.Kubeconfig = ""
 	c.Upstream = &up
-	c.Discovery, c.Log, c.Registerer, c.Now = nil, nil, nil, nil
-	c.Transport.Now, c.Balancer.Now, c.Proxy.Now, c.Proxy.Log, c.Rebalance.Now = nil, nil, nil, nil, nil
+	c.Discovery, c.Log, c.Registerer, c.Clock = nil, nil, nil, nil
+	c.Transport.Now, c.Balancer.Now, c.Proxy.Now, c.Proxy.Log, c.Rebalance.Now, c.Probe.Clock = nil, nil, nil, nil, nil, nil
 	return c
 }
 

@@ -7,6 +7,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // DefaultDNSInterval is how often the dns resolver looks the name up again.
@@ -31,7 +33,7 @@ type DNS struct {
 	Lookup func(ctx context.Context, host string) ([]net.IPAddr, error)
 	// Fallback is published if the first lookups fail.
 	Fallback []Endpoint
-	Clock    Clock        // the real clock if nil
+	Clock    clock.Clock  // the real clock if nil
 	Log      *slog.Logger // discards if nil
 	Metrics  *Metrics
 
@@ -61,7 +63,7 @@ func (d *DNS) kickChan() chan struct{} {
 // Run looks the name up at once, then every Interval and on ResolveNow,
 // until ctx is done.
 func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
-	clk := clockOrReal(d.Clock)
+	clk := clock.Or(d.Clock)
 	interval := d.Interval
 	if interval <= 0 {
 		interval = DefaultDNSInterval
@@ -78,7 +80,7 @@ func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
 	defer t.Stop()
 	// delayed holds a ResolveNow that came too soon after the last lookup
 	// until MinResolveNowGap has passed; nil when none waits.
-	var delayed Timer
+	var delayed clock.Timer
 	defer func() {
 		if delayed != nil {
 			delayed.Stop()
@@ -121,7 +123,7 @@ func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
 // ResolveNow, or when a ResolveNow delayed to MinResolveNowGap after
 // lastStart is due. It returns false when ctx is done. *delayed is the
 // pending delay timer, which waitNext may set or clear.
-func waitNext(ctx context.Context, clk Clock, tick <-chan time.Time, kick <-chan struct{}, lastStart time.Time, delayed *Timer) bool {
+func waitNext(ctx context.Context, clk clock.Clock, tick <-chan time.Time, kick <-chan struct{}, lastStart time.Time, delayed *clock.Timer) bool {
 	for {
 		var due <-chan time.Time
 		if *delayed != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // stubDNS is a DNS server on loopback UDP that answers A and AAAA queries
@@ -165,7 +167,7 @@ func TestDNSWithStubServer(t *testing.T) {
 	stub := newStubDNS(t)
 	stub.set(name, "10.0.0.2", "fd00::1", "10.0.0.1")
 
-	clk := newTestClock(time.Unix(1000, 0))
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	lookupErrs := make(chan error, 16)
 	m := NewMetrics()
 	stubLookup := stub.lookup()

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // DefaultDebounce is how long the endpointslice resolver waits after a
@@ -41,7 +43,7 @@ type EndpointSlices struct {
 	Debounce time.Duration
 	// Fallback is published if the first resolutions fail or find nothing.
 	Fallback []Endpoint
-	Clock    Clock        // the real clock if nil
+	Clock    clock.Clock  // the real clock if nil
 	Log      *slog.Logger // discards if nil
 	Metrics  *Metrics
 
@@ -53,7 +55,7 @@ var _ Resolver = (*EndpointSlices)(nil)
 // Run lists and watches the slices and publishes until ctx is done. It
 // returns only once its list/watch goroutine has ended.
 func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error {
-	clk := clockOrReal(r.Clock)
+	clk := clock.Or(r.Clock)
 	debounce := r.Debounce
 	if debounce <= 0 {
 		debounce = DefaultDebounce
@@ -100,7 +102,7 @@ func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error
 	}()
 	wg.Go(func() { lw.run(lctx) })
 
-	var timer Timer
+	var timer clock.Timer
 	var fire <-chan time.Time
 	defer func() {
 		if timer != nil {
@@ -144,7 +146,7 @@ func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error
 //     (failed) and then handled the same way.
 type listWatch struct {
 	client  *sliceClient
-	clock   Clock
+	clock   clock.Clock
 	changed func()      // the set may have changed
 	failed  func(error) // a failure to report
 	onEvent func()      // tests; may be nil

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // ep is an endpoint of a test slice. cond is "" (conditions unset),
@@ -158,7 +160,7 @@ func TestEndpointSlices(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeAPIServer(t, tt.objects...)
 			f.failNextLists(tt.failLists, http.StatusServiceUnavailable)
-			clk := newTestClock(time.Unix(1000, 0))
+			clk := testkit.NewClock(time.Unix(1000, 0))
 			m := NewMetrics()
 			r := &EndpointSlices{
 				APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", PortName: tt.portName,
@@ -194,7 +196,7 @@ func TestEndpointSlices(t *testing.T) {
 // the debounce delay has passed, and a burst once.
 func TestEndpointSlicesDebounce(t *testing.T) {
 	f := newFakeAPIServer(t, slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
-	clk := newTestClock(time.Unix(1000, 0))
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	var events atomic.Int32
 	r := &EndpointSlices{APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", Clock: clk, Debounce: time.Second,
 		onEvent: func() { events.Add(1) }}
@@ -205,7 +207,7 @@ func TestEndpointSlicesDebounce(t *testing.T) {
 	base := events.Load()
 
 	f.create(slice("k-2", "kubernetes", https, ep{"10.0.0.2", "ready", ""}))
-	waitFor(t, clk.pending)
+	waitFor(t, func() bool { return clk.Waiters() > 0 })
 	clk.Advance(500 * time.Millisecond)
 	f.create(slice("k-3", "kubernetes", https, ep{"10.0.0.3", "ready", ""}))
 	// Let the watch deliver the second event before the delay ends.
@@ -235,7 +237,7 @@ func TestEndpointSlicesDebounce(t *testing.T) {
 
 // waitUpdate steps the fake clock past any pending debounce until an
 // update arrives.
-func waitUpdate(t *testing.T, clk testClock, updates <-chan []Endpoint) []Endpoint {
+func waitUpdate(t *testing.T, clk *testkit.Clock, updates <-chan []Endpoint) []Endpoint {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -245,7 +247,7 @@ func waitUpdate(t *testing.T, clk testClock, updates <-chan []Endpoint) []Endpoi
 		case <-deadline:
 			t.Fatal("no update within 10s")
 		case <-time.After(5 * time.Millisecond):
-			if clk.pending() {
+			if clk.Waiters() > 0 {
 				clk.Advance(DefaultDebounce)
 			}
 		}
@@ -253,7 +255,7 @@ func waitUpdate(t *testing.T, clk testClock, updates <-chan []Endpoint) []Endpoi
 }
 
 // expectNone steps the fake clock for a while and fails on any update.
-func expectNone(t *testing.T, clk testClock, updates <-chan []Endpoint) {
+func expectNone(t *testing.T, clk *testkit.Clock, updates <-chan []Endpoint) {
 	t.Helper()
 	end := time.After(300 * time.Millisecond)
 	for {
@@ -263,7 +265,7 @@ func expectNone(t *testing.T, clk testClock, updates <-chan []Endpoint) {
 		case <-end:
 			return
 		case <-time.After(5 * time.Millisecond):
-			if clk.pending() {
+			if clk.Waiters() > 0 {
 				clk.Advance(DefaultDebounce)
 			}
 		}
@@ -288,7 +290,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // reported with what to do.
 func TestEndpointSlicesListWatch(t *testing.T) {
 	f := newFakeAPIServer(t, slice("k-1", "kubernetes", https, ep{"10.0.0.1", "ready", ""}))
-	clk := newTestClock(time.Unix(1000, 0))
+	clk := testkit.NewClock(time.Unix(1000, 0))
 	m := NewMetrics()
 	r := &EndpointSlices{APIServer: f.apiServer(), Namespace: "default", Service: "kubernetes", Clock: clk, Metrics: m}
 	updates, stop := runResolver(t, r)
@@ -343,7 +345,7 @@ func TestEndpointSlicesListWatch(t *testing.T) {
 
 	// A watch the server ends at once is not opened again at once.
 	f.endWatches("clean")
-	waitFor(t, clk.pending) // the backoff, with the clock not moved since the watch began
+	waitFor(t, func() bool { return clk.Waiters() > 0 }) // the backoff, with the clock not moved since the watch began
 	stepUntil(t, clk, func() bool { return len(f.calls()) == 9 })
 	calls("list", "watch@101", "watch@102", "list", "watch@103", "list", "watch@104", "list", "watch@104")
 	if got := testutil.ToFloat64(m.errors.WithLabelValues("endpointslice")); got != 0 {
@@ -367,7 +369,7 @@ func TestEndpointSlicesListWatch(t *testing.T) {
 }
 
 // stepUntil steps the fake clock a second at a time until cond holds.
-func stepUntil(t *testing.T, clk testClock, cond func() bool) {
+func stepUntil(t *testing.T, clk *testkit.Clock, cond func() bool) {
 	t.Helper()
 	for start := time.Now(); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Since(start) > 10*time.Second {

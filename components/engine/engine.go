@@ -25,7 +25,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,6 +34,7 @@ import (
 	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/components/watch"
+	"github.com/fanout-dev/fanout/internal/clock"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -75,9 +75,11 @@ type Config struct {
 	// Registerer takes the fanout_* metrics, which Stop unregisters; nil
 	// registers nothing.
 	Registerer prometheus.Registerer
-	// Now is the clock of the balancer, the handler, the transports and
-	// the rebalancer, unless their own Config sets one; nil is time.Now.
-	Now func() time.Time
+	// Clock is the one clock of every part: the resolver, the credential
+	// watchers and the prober take it, and the balancer, the handler, the
+	// transports, the rebalancer and the server take its Now, unless
+	// their own Config sets one. nil is the real clock.
+	Clock clock.Clock
 }
 
 // Defaults returns the sidecar's defaults, which are the library's: the
@@ -213,26 +215,27 @@ func (c Config) withDefaults() Config {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Clock = clock.Or(c.Clock)
 	if c.Transport.ServerName == "" {
 		c.Transport.ServerName = c.Upstream.ServerName
 	}
 	if c.Transport.Now == nil {
-		c.Transport.Now = c.Now
+		c.Transport.Now = c.Clock.Now
 	}
 	if c.Balancer.Now == nil {
-		c.Balancer.Now = c.Now
+		c.Balancer.Now = c.Clock.Now
 	}
 	if c.Proxy.Now == nil {
-		c.Proxy.Now = c.Now
+		c.Proxy.Now = c.Clock.Now
 	}
 	if c.Proxy.Log == nil {
 		c.Proxy.Log = c.Log
 	}
 	if c.Rebalance.Now == nil {
-		c.Rebalance.Now = c.Now
+		c.Rebalance.Now = c.Clock.Now
+	}
+	if c.Probe.Clock == nil {
+		c.Probe.Clock = c.Clock
 	}
 	return c
 }
@@ -247,7 +250,7 @@ func (e *Engine) build() error {
 		}
 	}
 	var err error
-	e.creds, err = certs.NewCredentialsWithOptions(cfg.Upstream, certs.Options{Log: e.log, Metrics: certMetrics})
+	e.creds, err = certs.NewCredentialsWithOptions(cfg.Upstream, certs.Options{Log: e.log, Metrics: certMetrics, Clock: cfg.Clock})
 	if err != nil {
 		return err
 	}
@@ -258,6 +261,7 @@ func (e *Engine) build() error {
 		Discovery: cfg.Discovery,
 		Log:       e.log,
 		Metrics:   e.resolved,
+		Clock:     cfg.Clock,
 	})
 	if err != nil {
 		return &EndpointsError{Err: err}
@@ -369,7 +373,7 @@ func (e *Engine) Start(context.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.run(ctx, PartResolver, e.runResolver)
-	e.run(ctx, PartStateLog, func(ctx context.Context) { logEndpointStates(ctx, e.balancer, e.log, stateLogInterval) })
+	e.run(ctx, PartStateLog, func(ctx context.Context) { logEndpointStates(ctx, e.balancer, e.log, e.cfg.Clock, stateLogInterval) })
 	return nil
 }
 

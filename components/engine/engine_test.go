@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,7 @@ import (
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/internal/clock"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
@@ -243,46 +245,44 @@ func TestValidate(t *testing.T) {
 }
 
 // TestStateLogRuns: the state log compares the balancer's snapshots on
-// its own until its context ends, and logs an ejection it sees.
+// its own, every interval of the real clock, until its context ends, and
+// logs an ejection it sees. Nothing in it touches the network, so it runs
+// in a synctest bubble, where the interval passes at once.
 func TestStateLogRuns(t *testing.T) {
-	st := &fakeStates{read: make(chan struct{}, 1)}
-	st.set([]balancer.EndpointStatus{{Address: "a:1", State: balancer.StateReady}})
-	lines := make(chan string, 10)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		logEndpointStates(ctx, st, slog.New(lineHandler{lines}), time.Millisecond)
-	}()
-	<-st.read // the loop took its first snapshot
-	st.set([]balancer.EndpointStatus{{Address: "a:1", State: balancer.StateEjected, EjectedUntil: "T1"}})
-	select {
-	case l := <-lines:
-		if !strings.Contains(l, "endpoint ejected") {
-			t.Errorf("logged %q, want the ejection", l)
+	synctest.Test(t, func(t *testing.T) {
+		st := &fakeStates{}
+		st.set([]balancer.EndpointStatus{{Address: "a:1", State: balancer.StateReady}})
+		lines := make(chan string, 10)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			logEndpointStates(ctx, st, slog.New(lineHandler{lines}), clock.Real, stateLogInterval)
+		}()
+		synctest.Wait() // the loop took its first snapshot and waits for a tick
+		st.set([]balancer.EndpointStatus{{Address: "a:1", State: balancer.StateEjected, EjectedUntil: "T1"}})
+		time.Sleep(stateLogInterval)
+		synctest.Wait() // the tick was handled
+		select {
+		case l := <-lines:
+			if !strings.Contains(l, "endpoint ejected") {
+				t.Errorf("logged %q, want the ejection", l)
+			}
+		default:
+			t.Fatalf("the ejection was not logged after one interval (%s)", stateLogInterval)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the ejection was not logged within 10s")
-	}
-	cancel()
-	<-done
+		cancel()
+		<-done
+	})
 }
 
 type fakeStates struct {
-	v    atomic.Pointer[[]balancer.EndpointStatus]
-	read chan struct{} // a token per Endpoints call, dropped when full
+	v atomic.Pointer[[]balancer.EndpointStatus]
 }
 
 func (f *fakeStates) set(s []balancer.EndpointStatus) { f.v.Store(&s) }
 
-func (f *fakeStates) Endpoints() []balancer.EndpointStatus {
-	s := *f.v.Load()
-	select {
-	case f.read <- struct{}{}:
-	default:
-	}
-	return s
-}
+func (f *fakeStates) Endpoints() []balancer.EndpointStatus { return *f.v.Load() }
 
 // lineHandler sends each record's message to a channel.
 type lineHandler struct{ ch chan<- string }
@@ -328,5 +328,28 @@ func TestUpgradesAreDialed(t *testing.T) {
 	}
 	if got := servers[0].upgrades.Load() + servers[1].upgrades.Load(); got != 1 {
 		t.Errorf("the apiservers saw %d upgrades, want 1", got)
+	}
+}
+
+// TestOneClock: the engine hands its Clock to every part that waits on
+// time and its Now to every part that only reads it, so that all of them
+// agree on what time it is; nil is the real clock.
+func TestOneClock(t *testing.T) {
+	at := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	clk := testkit.NewClock(at)
+	c := Config{Upstream: &certs.Upstream{}, Clock: clk}.withDefaults()
+	for name, now := range map[string]func() time.Time{
+		"Transport": c.Transport.Now, "Balancer": c.Balancer.Now,
+		"Proxy": c.Proxy.Now, "Rebalance": c.Rebalance.Now,
+	} {
+		if got := now(); !got.Equal(at) {
+			t.Errorf("%s.Now() = %v, want the engine's clock (%v)", name, got, at)
+		}
+	}
+	if c.Probe.Clock != clock.Clock(clk) {
+		t.Errorf("Probe.Clock = %v, want the engine's clock", c.Probe.Clock)
+	}
+	if d := (Config{Upstream: &certs.Upstream{}}).withDefaults(); d.Clock != clock.Real || d.Probe.Clock != clock.Real {
+		t.Errorf("a nil Clock gives %v (probe %v), want clock.Real", d.Clock, d.Probe.Clock)
 	}
 }

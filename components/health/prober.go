@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/clock"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -44,13 +45,6 @@ type Sink interface {
 	SetReady(address string, ready bool)
 }
 
-// Ticker is the part of *time.Ticker a probe loop uses; tests inject their
-// own.
-type Ticker interface {
-	C() <-chan time.Time
-	Stop()
-}
-
 // Config configures a Prober.
 type Config struct {
 	// Interval between probes of one endpoint. Zero means DefaultInterval.
@@ -64,8 +58,9 @@ type Config struct {
 	// An endpoint starts ready, so that startup waits for nothing.
 	Rise int
 	Fall int
-	// NewTicker returns a ticker firing every d; nil means time.NewTicker.
-	NewTicker func(d time.Duration) Ticker
+	// Clock ticks the probes of each endpoint every Interval; nil is the
+	// real clock.
+	Clock clock.Clock
 }
 
 // Defaults of Config.Rise and Config.Fall. One passing probe of a
@@ -105,16 +100,9 @@ func (c Config) withDefaults() Config {
 	if c.Fall == 0 {
 		c.Fall = DefaultFall
 	}
-	if c.NewTicker == nil {
-		c.NewTicker = func(d time.Duration) Ticker { return realTicker{time.NewTicker(d)} }
-	}
+	c.Clock = clock.Or(c.Clock)
 	return c
 }
-
-type realTicker struct{ t *time.Ticker }
-
-func (r realTicker) C() <-chan time.Time { return r.t.C }
-func (r realTicker) Stop()               { r.t.Stop() }
 
 // Prober runs one probe goroutine per endpoint of the latest snapshot.
 //
@@ -247,7 +235,7 @@ func (p *Prober) syncLocked() {
 // run probes addr at once and then every Interval until ctx ends.
 func (p *Prober) run(ctx context.Context, addr string, done chan<- struct{}) {
 	defer close(done)
-	t := p.cfg.NewTicker(p.cfg.Interval)
+	t := p.cfg.Clock.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	ready := true
 	streak := 0 // probes in a row that disagree with ready

@@ -104,52 +104,19 @@ func (s *sink) next(t *testing.T, addr string) bool {
 	}
 }
 
-// tickers is a NewTicker whose tickers fire only when the test says so.
+// tickers is the probes' clock: their tickers fire only when the test
+// says so.
 type tickers struct {
-	mu   sync.Mutex
-	live map[*fakeTicker]bool
+	*testkit.Clock
+	every time.Duration
 }
 
-type fakeTicker struct {
-	owner *tickers
-	c     chan time.Time
-}
+// tick fires every live ticker, all of which tick every interval; like
+// time.Ticker, a tick nobody took yet is not doubled.
+func (ts tickers) tick() { ts.Advance(ts.every) }
 
-func (f *fakeTicker) C() <-chan time.Time { return f.c }
-func (f *fakeTicker) Stop() {
-	f.owner.mu.Lock()
-	delete(f.owner.live, f)
-	f.owner.mu.Unlock()
-}
-
-func newTickers() *tickers { return &tickers{live: map[*fakeTicker]bool{}} }
-
-func (ts *tickers) New(time.Duration) Ticker {
-	f := &fakeTicker{owner: ts, c: make(chan time.Time, 1)}
-	ts.mu.Lock()
-	ts.live[f] = true
-	ts.mu.Unlock()
-	return f
-}
-
-// tick fires every live ticker; like time.Ticker, a tick nobody took yet
-// is not doubled.
-func (ts *tickers) tick() {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	for f := range ts.live {
-		select {
-		case f.c <- time.Now():
-		default:
-		}
-	}
-}
-
-func (ts *tickers) count() int {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return len(ts.live)
-}
+// count is the number of live tickers.
+func (ts tickers) count() int { return ts.Waiters() }
 
 func eps(addrs ...string) []resolver.Endpoint {
 	out := make([]resolver.Endpoint, len(addrs))
@@ -177,10 +144,10 @@ func (l *logBuffer) String() string {
 	return l.sb.String()
 }
 
-func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *logBuffer) (*Prober, *tickers) {
+func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *logBuffer) (*Prober, tickers) {
 	t.Helper()
-	ts := newTickers()
-	cfg.NewTicker = ts.New
+	ts := tickers{testkit.NewClock(time.Now()), cfg.withDefaults().Interval}
+	cfg.Clock = ts.Clock
 	// Tests not about thresholds see every probe's result at once.
 	if cfg.Rise == 0 {
 		cfg.Rise = 1

@@ -3,11 +3,15 @@ package testkit
 import (
 	"sync"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/clock"
 )
 
-// Clock is a clock that moves only when the test advances it, for code
-// that takes its time source as a value (a Now func, or an interface with
-// timers). It is safe for concurrent use.
+var _ clock.Clock = (*Clock)(nil)
+
+// Clock is a clock.Clock that moves only when the test advances it, for
+// code that takes its time source as a value (a clock.Clock, or a Now func
+// taken from one). It is safe for concurrent use.
 //
 // Its timers and tickers behave like k8s.io/utils/clock/testing's: a
 // timer fires once when its time is reached; a ticker's channel holds one
@@ -15,7 +19,7 @@ import (
 type Clock struct {
 	mu      sync.Mutex
 	now     time.Time
-	waiters []*Timer
+	waiters []*timer
 }
 
 // NewClock returns a Clock that reads start until advanced.
@@ -73,25 +77,22 @@ func (c *Clock) Waiters() int {
 	return len(c.waiters)
 }
 
-// After is time.After on this clock.
-func (c *Clock) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
-
 // NewTimer is time.NewTimer on this clock.
-func (c *Clock) NewTimer(d time.Duration) *Timer { return c.add(d, 0) }
+func (c *Clock) NewTimer(d time.Duration) clock.Timer { return c.add(d, 0) }
 
 // NewTicker is time.NewTicker on this clock.
-func (c *Clock) NewTicker(d time.Duration) *Ticker { return &Ticker{c.add(d, d)} }
+func (c *Clock) NewTicker(d time.Duration) clock.Ticker { return &ticker{c.add(d, d)} }
 
-func (c *Clock) add(d, period time.Duration) *Timer {
+func (c *Clock) add(d, period time.Duration) *timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	w := &Timer{c: c, at: c.now.Add(d), period: period, ch: make(chan time.Time, 1)}
+	w := &timer{c: c, at: c.now.Add(d), period: period, ch: make(chan time.Time, 1)}
 	c.waiters = append(c.waiters, w)
 	return w
 }
 
-// Timer is a time.Timer on a Clock.
-type Timer struct {
+// timer is a clock.Timer on a Clock, and the state of a ticker.
+type timer struct {
 	c      *Clock
 	at     time.Time
 	period time.Duration // 0 for a timer
@@ -99,10 +100,10 @@ type Timer struct {
 }
 
 // C is the channel the timer fires on.
-func (t *Timer) C() <-chan time.Time { return t.ch }
+func (t *timer) C() <-chan time.Time { return t.ch }
 
 // Stop keeps the timer from firing; it reports whether it was pending.
-func (t *Timer) Stop() bool {
+func (t *timer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
 	for i, w := range t.c.waiters {
@@ -114,11 +115,11 @@ func (t *Timer) Stop() bool {
 	return false
 }
 
-// Ticker is a time.Ticker on a Clock.
-type Ticker struct{ t *Timer }
+// ticker is a clock.Ticker on a Clock.
+type ticker struct{ t *timer }
 
 // C is the channel the ticker ticks on.
-func (t *Ticker) C() <-chan time.Time { return t.t.C() }
+func (t *ticker) C() <-chan time.Time { return t.t.C() }
 
 // Stop ends the ticker.
-func (t *Ticker) Stop() { t.t.Stop() }
+func (t *ticker) Stop() { t.t.Stop() }

@@ -60,8 +60,8 @@ func TestClockTimersAndTickers(t *testing.T) {
 		t.Error("Set did not move the clock")
 	}
 	select {
-	case <-c.After(0):
-		t.Error("After fired before Advance")
+	case <-c.NewTimer(0).C():
+		t.Error("a timer of 0 fired before Advance")
 	default:
 	}
 }

@@ -9,8 +9,8 @@
 //     serving certificate from the PKI, /readyz answered as told, a
 //     handler of the test's own for everything else, and a record of who
 //     asked;
-//   - a manual clock (Clock) for code that takes its time source as a
-//     value;
+//   - a manual clock (Clock), a clock.Clock for code that takes its time
+//     source as a value;
 //   - what the tests of an HTTP client need around that server: handlers
 //     that report what the server saw (Echo) or stream (Streaming), a
 //     TCP proxy whose connections can go silent (FreezeProxy), and
@@ -20,18 +20,24 @@
 //
 // # synctest or Clock
 //
+// Production code reads time through internal/clock's clock.Clock (or a
+// Now func taken from one, where it only reads the time). Tests use
+// testing/synctest where the code waits on time and nothing blocks on
+// the network inside the bubble; the code then keeps clock.Real. Else
+// they inject a Clock.
+//
 // A test that waits on real time (sleeps, tickers, timeouts, polling
 // until a deadline) should rather run inside testing/synctest's
 // synctest.Test: time in the bubble is virtual and moves only when every
 // goroutine in it is blocked, so such a test is fast and deterministic,
-// and the code under test keeps using the time package directly.
+// and the code under test keeps the real clock (clock.Real).
 //
 // A bubble cannot wait for the network: a goroutine blocked on a socket,
 // loopback included, is not durably blocked, so time stops and the test
 // hangs. Tests that talk to an APIServer (or any listener) therefore stay
 // outside bubbles, and where they need to control time they inject a
-// Clock: its Now, After, NewTimer and NewTicker fit the Now funcs and
-// clock interfaces of the packages under test, and Advance moves it.
+// Clock: it implements clock.Clock, its Now fits the Now funcs of the
+// packages under test, and Advance moves it.
 //
 // Nothing here is fit for production use.
 package testkit
