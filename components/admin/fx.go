@@ -11,28 +11,32 @@ import (
 // prometheus.Gatherer and a *slog.Logger, and optionally a ResolverStatus.
 var Module = fx.Module("admin",
 	fx.Provide(
+		// The hook is appended where the server is built, so whatever
+		// depends on *Server starts after it and stops before it.
 		func(p Params) *Server {
 			h := NewHandler(p.State, p.Gatherer, p.Resolver)
 			if p.Config.EnablePprof {
 				h = WithPprof(h)
 			}
-			return NewServer(p.Config, p.Startup.Wrap(h), p.Log)
+			s := NewServer(p.Config, p.Startup.Wrap(h), p.Log)
+			p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
+			return s
 		},
 	),
-	fx.Invoke(func(lc fx.Lifecycle, s *Server) {
-		lc.Append(fx.StartStopHook(s.Start, s.Stop))
-	}),
+	// Serves even when nothing depends on the server.
+	fx.Invoke(func(*Server) {}),
 )
 
 // Params are the admin server's dependencies.
 type Params struct {
 	fx.In
 
-	Config   Config
-	State    State
-	Gatherer prometheus.Gatherer
-	Log      *slog.Logger
-	Resolver ResolverStatus `optional:"true"`
+	Lifecycle fx.Lifecycle
+	Config    Config
+	State     State
+	Gatherer  prometheus.Gatherer
+	Log       *slog.Logger
+	Resolver  ResolverStatus `optional:"true"`
 	// Startup serves /startupz when supplied.
 	Startup *Startup `optional:"true"`
 }
