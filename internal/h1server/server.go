@@ -497,23 +497,17 @@ func (c *conn) readRequest() (*http.Request, error) {
 	if req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
 		return nil, errMalformedHost
 	}
+	// net/http's server counts header lines while it reads them, before
+	// it checks any name (so too many lines is 431 even when one of them
+	// has a bad name), and http.ReadRequest takes some out of the header:
+	// Host (unless the target is an absolute URI, whose host it takes
+	// instead), Transfer-Encoding (one line at most) and, on a chunked
+	// request, Trailer (counted as one line). It caps the trailer names
+	// declared as it caps values.
 	values := 0
-	for k, vv := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return nil, errInvalidHeaderName
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return nil, errInvalidHeaderVal
-			}
-		}
+	for _, vv := range req.Header {
 		values += len(vv)
 	}
-	// net/http's server counts header lines, and http.ReadRequest takes
-	// some out of the header: Host (unless the target is an absolute URI,
-	// whose host it takes instead), Transfer-Encoding (one line at most)
-	// and, on a chunked request, Trailer (counted as one line). It caps
-	// the trailer names declared as it caps values.
 	if req.Host != "" && !req.URL.IsAbs() {
 		values++
 	}
@@ -525,6 +519,16 @@ func (c *conn) readRequest() (*http.Request, error) {
 	}
 	if values > maxHeaderValues || len(req.Trailer) > maxHeaderValues {
 		return nil, errTooManyHeaders
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return nil, errInvalidHeaderName
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return nil, errInvalidHeaderVal
+			}
+		}
 	}
 	req.RemoteAddr = c.remote
 	return req, nil
