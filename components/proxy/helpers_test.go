@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -213,25 +212,8 @@ func startProxyOn(t *testing.T, lcfg listener.Config, lm *listener.Metrics, cfg 
 // newClient is testkit.NewClient: client-go pointed at http://127.0.0.1:7080.
 func newClient(t *testing.T, h2c bool) *http.Client { return testkit.NewClient(t, h2c) }
 
-// readStatus decodes a metav1.Status answer and checks its envelope.
-func readStatus(t *testing.T, resp *http.Response) metav1.Status {
-	t.Helper()
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("Content-Type = %q, want application/json", ct)
-	}
-	var st metav1.Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatalf("decoding Status: %v", err)
-	}
-	if st.Kind != "Status" || st.APIVersion != "v1" || st.Status != metav1.StatusFailure {
-		t.Errorf("Status envelope = %q %q %q, want Status v1 Failure", st.Kind, st.APIVersion, st.Status)
-	}
-	if int(st.Code) != resp.StatusCode {
-		t.Errorf("Status code %d differs from HTTP status %d", st.Code, resp.StatusCode)
-	}
-	return st
-}
+// readStatus is testkit.ReadStatus.
+func readStatus(t *testing.T, resp *http.Response) metav1.Status { return testkit.ReadStatus(t, resp) }
 
 // stepClock advances by step on every reading, so durations measured
 // between two readings are exact multiples of step.
@@ -248,15 +230,8 @@ func (c *stepClock) Now() time.Time {
 	return c.t
 }
 
-// wait fails the test if ch is not closed within waitLimit.
-func wait(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(waitLimit):
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
+// wait is testkit.Wait.
+func wait(t testing.TB, ch <-chan struct{}, what string) { testkit.Wait(t, ch, what) }
 
 // cancelWatchProxy is a proxy before a backend that answers a watch with
 // one event, then holds it until the request is canceled, which closes
