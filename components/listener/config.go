@@ -92,7 +92,27 @@ const (
 	DefaultMaxInflight                   = 1000
 	DefaultMaxLongRunning                = 4096
 	DefaultRequestBodyTimeout            = 60 * time.Second
+	// DefaultShutdownGrace is --shutdown-grace's default; a zero
+	// ShutdownGrace waits until Stop's context is done.
+	DefaultShutdownGrace = 30 * time.Second
 )
+
+// Defaults is the Config with every default spelled out, as the sidecar's
+// flags start from it (so --help shows them).
+func Defaults() Config {
+	return Config{
+		ListenAddress:        DefaultListenAddress,
+		ShutdownGrace:        DefaultShutdownGrace,
+		MaxConnections:       DefaultMaxConnections,
+		MaxInflight:          DefaultMaxInflight,
+		MaxLongRunning:       DefaultMaxLongRunning,
+		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
+		MaxHeaderBytes:       DefaultMaxHeaderBytes,
+		ReadHeaderTimeout:    DefaultReadHeaderTimeout,
+		RequestBodyTimeout:   DefaultRequestBodyTimeout,
+		IdleTimeout:          DefaultIdleTimeout,
+	}
+}
 
 // Validate reports the first field that cannot work.
 func (c Config) Validate() error {

@@ -21,7 +21,7 @@ import (
 // straight into it (AddFlags), so a flag's default is the value the
 // engine, the listener and the admin server are built with:
 // engine.Defaults(), which the library (package client) starts from too,
-// DefaultListener() and the admin server's defaults. Validate checks it
+// listener.Defaults() and the admin server's defaults. Validate checks it
 // once, after the flags are parsed; nothing downstream checks a value
 // again. The flag names are fanout's public interface: keep them.
 type Config struct {
@@ -68,25 +68,8 @@ func NewConfig() *Config {
 	return &Config{
 		LogFormat: "text",
 		Engine:    engine.Defaults(),
-		Listener:  DefaultListener(),
+		Listener:  listener.Defaults(),
 		Admin:     admin.Config{ListenAddress: ":7081"},
-	}
-}
-
-// DefaultListener is the loopback server's configuration with every
-// default spelled out, so that --help shows them.
-func DefaultListener() listener.Config {
-	return listener.Config{
-		ListenAddress:        listener.DefaultListenAddress,
-		ShutdownGrace:        30 * time.Second,
-		MaxConnections:       listener.DefaultMaxConnections,
-		MaxInflight:          listener.DefaultMaxInflight,
-		MaxLongRunning:       listener.DefaultMaxLongRunning,
-		MaxConcurrentStreams: listener.DefaultMaxConcurrentStreams,
-		MaxHeaderBytes:       listener.DefaultMaxHeaderBytes,
-		ReadHeaderTimeout:    listener.DefaultReadHeaderTimeout,
-		RequestBodyTimeout:   listener.DefaultRequestBodyTimeout,
-		IdleTimeout:          listener.DefaultIdleTimeout,
 	}
 }
 
