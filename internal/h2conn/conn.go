@@ -84,10 +84,13 @@ type Conn struct {
 	connUnacked int // bytes read by bodies, not yet given back to the connection window
 
 	// reads counts the frames read; the timer's check compares it with
-	// what it saw last (seen) to tell a silent connection.
+	// what it saw last (seen, at seenAt: the first check that saw that
+	// count) to tell how long the connection has been silent, without a
+	// clock read per frame.
 	reads    atomic.Uint64
 	timer    *time.Timer // health and idle checks
 	seen     uint64      // the timer's own
+	seenAt   time.Time   // the timer's own
 	pingSent time.Time   // the timer's own: an unanswered PING
 	// writeStuck is the timer's own: when it first found a write holding
 	// wmu with the connection silent.
@@ -106,7 +109,11 @@ type stream struct {
 	headers chan struct{} // closed when res is set or err is
 	buf     []byte        // data received, not yet read
 	off     int
-	got     int64 // data bytes received, checked against Content-Length
+	got     int64 // data bytes received, checked against wantLen
+	// wantLen is the answer's Content-Length, -1 if none: the read loop's
+	// own copy, since RoundTrip's caller may change res.ContentLength
+	// (transparent gzip does) while data still arrives.
+	wantLen int64
 	// sendWindow is what fanout may still send of the request body.
 	sendWindow int
 	// trailer holds the answer's trailers until the body's EOF, when
@@ -170,14 +177,25 @@ func New(nc net.Conn, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("writing the HTTP/2 preface: %w", err)
 	}
+	cc.seenAt = time.Now()
 	cc.timer = time.AfterFunc(cc.checkEvery(), cc.check)
 	go cc.readLoop()
 	return cc, nil
 }
 
+// checkEvery is the timer's period: a fifth of ReadIdleTimeout, so that a
+// connection that falls silent gets its PING between ReadIdleTimeout and
+// 1.2 × ReadIdleTimeout after its last frame, and is closed at most
+// 1.2 × ReadIdleTimeout + PingTimeout after it (9 s with the defaults),
+// whatever the phase of the timer when it fell silent. A period of
+// ReadIdleTimeout itself would let that be anything up to
+// 2 × ReadIdleTimeout + PingTimeout.
 func (cc *Conn) checkEvery() time.Duration {
-	return min(cc.cfg.ReadIdleTimeout, cc.cfg.IdleConnTimeout)
+	return max(min(cc.cfg.ReadIdleTimeout/silenceSteps, cc.cfg.IdleConnTimeout), time.Millisecond)
 }
+
+// silenceSteps is how many checks a ReadIdleTimeout spans.
+const silenceSteps = 5
 
 // CanTakeStream reports whether a RoundTrip now would get a stream: the
 // connection is open, neither going away nor closing, and below the
@@ -733,7 +751,7 @@ func (cc *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	} else {
 		res.Body = &responseBody{s: s}
 	}
-	s.res = res
+	s.res, s.wantLen = res, res.ContentLength
 	close(s.headers)
 	if f.StreamEnded() {
 		s.ended = true
@@ -778,7 +796,7 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 	s.unacked += pad
 	cc.connUnacked += pad
 	s.got += int64(len(data))
-	if cl := s.res.ContentLength; cl >= 0 && s.got > cl {
+	if cl := s.wantLen; cl >= 0 && s.got > cl {
 		cc.mu.Unlock()
 		return cc.streamError(s, "more data than its Content-Length")
 	}
@@ -802,7 +820,7 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 	if f.StreamEnded() {
 		s.ended = true
 		var err error
-		if cl := s.res.ContentLength; cl >= 0 && s.got < cl {
+		if cl := s.wantLen; cl >= 0 && s.got < cl {
 			err = io.ErrUnexpectedEOF
 		}
 		cc.endStreamLocked(s, err)
@@ -853,7 +871,13 @@ func (cc *Conn) check() {
 		return
 	case cc.pinged.Load() && reads == cc.seen:
 		next = cc.cfg.PingTimeout - now.Sub(cc.pingSent)
-	case reads == cc.seen:
+	case reads != cc.seen:
+		// Frames arrived since the last check: silent from now on at most.
+		cc.pinged.Store(false)
+		cc.seen, cc.seenAt = reads, now
+	case now.Sub(cc.seenAt) < cc.cfg.ReadIdleTimeout:
+		// Silent, not yet for long enough to ask.
+	default:
 		if !cc.wmu.TryLock() {
 			// A write is under way. One stuck for PingTimeout (the
 			// server reads nothing) ends the connection, which
@@ -880,10 +904,7 @@ func (cc *Conn) check() {
 			return
 		}
 		next = min(next, cc.cfg.PingTimeout)
-	default:
-		cc.pinged.Store(false)
 	}
-	cc.seen = cc.reads.Load()
 	cc.mu.Lock()
 	idle := len(cc.streams) == 0 && now.Sub(cc.idleSince) >= cc.cfg.IdleConnTimeout
 	failed := cc.err != nil

@@ -878,6 +878,90 @@ func TestH2ClientHealthCheck(t *testing.T) {
 	})
 }
 
+// TestH2ClientSilenceBoundWhateverThePhase: a busy connection that falls
+// silent is closed within 1.2 × ReadIdleTimeout + PingTimeout of the last
+// frame it read, whatever the phase of its timer at that moment. Eight
+// connections fall silent at phases an eighth of ReadIdleTimeout apart;
+// a check every ReadIdleTimeout (not every fifth of it) lets one of them
+// run up to 2 × ReadIdleTimeout + PingTimeout, which is how a write in
+// flight on a cut host once took 12.9 s to fail (TestResilience's
+// network cut wants at most 10 s).
+func TestH2ClientSilenceBoundWhateverThePhase(t *testing.T) {
+	p := newPKI(t)
+	const (
+		readIdle = 1500 * time.Millisecond
+		ping     = 500 * time.Millisecond
+		conns    = 8
+		// slack covers timer and scheduling delays on a loaded machine;
+		// the bad phase of a ReadIdleTimeout period overshoots the bound
+		// by more than twice as much.
+		slack = 400 * time.Millisecond
+	)
+	bound := readIdle*6/5 + ping + slack
+	// A line every 20 ms until the request ends: the connection is
+	// never silent on its own.
+	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			io.WriteString(w, "{}\n")
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}))
+	type result struct {
+		silence time.Duration // from the last byte read to the error
+		err     error
+	}
+	results := make(chan result, conns)
+	start := time.Now()
+	for i := range conns {
+		proxy := newFreezeProxy(t, srv.addr)
+		tr := newClients(t, p, Config{ReadIdleTimeout: readIdle, PingTimeout: ping})
+		res, err := tr.For(proxy.addr).RoundTrip(newRequest(t, context.Background(), proxy.addr, "/watch"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { res.Body.Close() })
+		go func() {
+			buf := make([]byte, 512)
+			var last time.Time
+			for {
+				n, err := res.Body.Read(buf)
+				if n > 0 {
+					last = time.Now()
+				}
+				if err != nil {
+					results <- result{time.Since(last), err}
+					return
+				}
+			}
+		}()
+		// Freeze connection i at phase i/conns of a ReadIdleTimeout,
+		// one period and more after the first connection was made.
+		at := start.Add(readIdle + readIdle*time.Duration(i)/conns)
+		time.AfterFunc(time.Until(at), proxy.Freeze)
+	}
+	var worst time.Duration
+	for range conns {
+		r := within(t, 10*readIdle, results, "a frozen connection to fail")
+		if r.err == nil || r.err == io.EOF {
+			t.Fatalf("a stream on a frozen connection ended cleanly (%v), want an error", r.err)
+		}
+		worst = max(worst, r.silence)
+	}
+	t.Logf("longest from the last frame read to the error: %v (bound %v)", worst.Round(time.Millisecond), bound)
+	if worst > bound {
+		t.Errorf("a silent connection failed %v after its last frame, want at most 1.2 × ReadIdleTimeout + PingTimeout (+ %v slack) = %v",
+			worst.Round(time.Millisecond), slack, bound)
+	}
+}
+
 // TestH2ClientIdleConnTimeout: a connection that carries no stream for
 // IdleConnTimeout is closed; one carrying a (silent) watch is not.
 func TestH2ClientIdleConnTimeout(t *testing.T) {
