@@ -126,7 +126,7 @@ func component(ua string) string {
 		end = len(ua)
 	}
 	program := ua[:end]
-	if program == "" || checked(program, maxComponent, isComponentByte) == Unknown {
+	if program == "" || program == Other || checked(program, maxComponent, isComponentByte) == Unknown {
 		return Unknown
 	}
 	_, rest, ok := strings.Cut(ua, ") kubernetes/")
