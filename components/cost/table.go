@@ -29,6 +29,9 @@ const (
 	// MaxSize bounds Size: a row is about 300 bytes with its key, so the
 	// largest table holds under 40 MiB.
 	MaxSize = 100_000
+	// MaxMetricsTop bounds MetricsTop: 11 series a key, 5,500 at most.
+	// More than Size exports Size.
+	MaxMetricsTop = 500
 )
 
 // Validate reports the first field that cannot work, naming its flag.
@@ -36,8 +39,8 @@ func (c Config) Validate() error {
 	if c.Size < 0 || c.Size > MaxSize {
 		return fmt.Errorf("--cost-table-size must be within [0, %d] (0 turns the cost table off), got %d", MaxSize, c.Size)
 	}
-	if c.MetricsTop < 0 || c.MetricsTop > c.Size {
-		return fmt.Errorf("--cost-metrics-top must be within [0, --cost-table-size=%d], got %d; every exported key is a dozen series", c.Size, c.MetricsTop)
+	if c.MetricsTop < 0 || c.MetricsTop > MaxMetricsTop {
+		return fmt.Errorf("--cost-metrics-top must be within [0, %d], got %d: every exported key is 11 series", MaxMetricsTop, c.MetricsTop)
 	}
 	return nil
 }

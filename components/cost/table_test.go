@@ -154,7 +154,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{Config{Size: -1}, "--cost-table-size"},
 		{Config{Size: MaxSize + 1}, "--cost-table-size"},
-		{Config{Size: 10, MetricsTop: 11}, "--cost-metrics-top"},
+		{Config{Size: 10, MetricsTop: MaxMetricsTop + 1}, "--cost-metrics-top"},
 		{Config{Size: 10, MetricsTop: -1}, "--cost-metrics-top"},
 	} {
 		err := tc.c.Validate()
@@ -162,8 +162,10 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: error %v, want one naming %s", tc.c, err, tc.flag)
 		}
 	}
-	if err := (Config{Size: DefaultSize, MetricsTop: DefaultMetricsTop}).Validate(); err != nil {
-		t.Errorf("defaults: %v", err)
+	for _, c := range []Config{{Size: DefaultSize, MetricsTop: DefaultMetricsTop}, {Size: 0, MetricsTop: DefaultMetricsTop}, {Size: 5, MetricsTop: DefaultMetricsTop}} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: %v", c, err)
+		}
 	}
 	if tab, err := New(Config{}, nil); tab != nil || err != nil {
 		t.Errorf("New with Size 0 = %v, %v; want the nil table (off)", tab, err)
