@@ -170,6 +170,11 @@ func costCounts(t *testing.T, admin string, controllers []string) map[string]map
 	for _, c := range controllers {
 		out[c] = map[string]int64{}
 	}
+	components := map[string]int64{}
+	for _, r := range s.Rows {
+		components[r.Component] += r.Requests
+	}
+	t.Logf("/debug/cost: %d rows, requests per component: %v", len(s.Rows), components)
 	for _, r := range s.Rows {
 		c, ok := strings.CutPrefix(r.Component, "kube-controller-manager/")
 		if !ok || out[c] == nil {
