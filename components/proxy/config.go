@@ -38,7 +38,8 @@ type Config struct {
 
 	// Cost, when set, is told what each request cost (components/cost:
 	// the table of who costs what); nil turns the accounting off and
-	// costs nothing.
+	// costs nothing. A nil *cost.Table (a table that is off) must be left
+	// out, not set: the interface would not be nil.
 	Cost CostTable
 
 	// Log takes the lines the reverse proxy writes itself (a broken
