@@ -5,6 +5,7 @@ go 1.27.3
 require (
 	github.com/KimMachineGun/automemlimit v1.0.2
 	github.com/fsnotify/fsnotify v1.10.1
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/spf13/pflag v1.0.10

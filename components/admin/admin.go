@@ -1,5 +1,5 @@
 // Package admin serves fanout's operational endpoints: /metrics, /healthz,
-// /readyz and /debug/endpoints. It proxies nothing and holds no credentials,
+// /readyz, /debug/endpoints and /debug/cost. It proxies nothing and holds no credentials,
 // which is why it may listen on every interface: kubelet probes and
 // Prometheus reach a pod on its IP, not on 127.0.0.1.
 package admin
@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/internal/serve"
 )
 
@@ -103,6 +104,31 @@ func NewHandler(state State, gatherer prometheus.Gatherer, resolver ResolverStat
 		}{state.Ready(), state.Endpoints()})
 	})))
 	return mux
+}
+
+// Cost is the table of who costs what; *cost.Table satisfies it, a nil
+// one included (the table is off). Snapshot is safe for concurrent use.
+type Cost interface {
+	Snapshot() cost.Snapshot
+}
+
+// WithCost serves the cost table as JSON at /debug/cost in front of next,
+// to loopback clients only, as /debug/endpoints: it names the clients'
+// components and what they ask for (docs/cost.md).
+func WithCost(next http.Handler, c Cost) http.Handler {
+	costs := WithLoopbackOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(c.Snapshot())
+	}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/debug/cost" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			costs.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // resolverDetail is the resolver's status line, preceded by a newline, or

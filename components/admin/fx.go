@@ -8,13 +8,17 @@ import (
 )
 
 // Module serves the admin endpoints. The app supplies Config, a State, a
-// prometheus.Gatherer and a *slog.Logger, and optionally a ResolverStatus.
+// prometheus.Gatherer and a *slog.Logger, and optionally a ResolverStatus
+// and a Cost.
 var Module = fx.Module("admin",
 	fx.Provide(
 		// The hook is appended where the server is built, so whatever
 		// depends on *Server starts after it and stops before it.
 		func(p Params) *Server {
 			h := NewHandler(p.State, p.Gatherer, p.Resolver)
+			if p.Cost != nil {
+				h = WithCost(h, p.Cost)
+			}
 			if p.Config.EnablePprof {
 				h = WithPprof(h)
 			}
@@ -37,6 +41,8 @@ type Params struct {
 	Gatherer  prometheus.Gatherer
 	Log       *slog.Logger
 	Resolver  ResolverStatus `optional:"true"`
+	// Cost serves /debug/cost when supplied.
+	Cost Cost `optional:"true"`
 	// Startup serves /startupz when supplied.
 	Startup *Startup `optional:"true"`
 }

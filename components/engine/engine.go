@@ -30,6 +30,7 @@ import (
 
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/components/transport"
@@ -68,6 +69,9 @@ type Config struct {
 	// configured by Rebalance.
 	WatchRebalance bool
 	Rebalance      watch.RebalanceConfig
+	// Cost configures the table of who costs what (components/cost): its
+	// size (0 turns it off) and how many keys go to Prometheus.
+	Cost cost.Config
 
 	// Log receives the engine's lines (endpoint changes, ejections,
 	// readiness, credential reloads); nil discards them.
@@ -97,6 +101,7 @@ func Defaults() Config {
 		Probe:          health.Config{Interval: health.DefaultInterval, Rise: health.DefaultRise, Fall: health.DefaultFall},
 		WatchRebalance: true,
 		Rebalance:      watch.RebalanceConfig{Rate: watch.DefaultRebalanceRate, Tolerance: watch.DefaultRebalanceTolerance},
+		Cost:           cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop},
 	}
 }
 
@@ -112,6 +117,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Proxy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Cost.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Probe.Interval < 0 {
@@ -171,6 +179,7 @@ type Engine struct {
 	probes     *transport.Transports
 	prober     *health.Prober
 	rebalancer *watch.Rebalancer // nil when rebalancing is off
+	cost       *cost.Table       // nil when the table is off
 	metrics    *tracking
 
 	// first closes after the resolver's first snapshot reached every part.
@@ -305,6 +314,15 @@ func (e *Engine) build() error {
 		}
 		proxyCfg.Rebalancer = e.rebalancer
 	}
+	e.cost, err = cost.New(cfg.Cost, cfg.Clock.Now)
+	if err != nil {
+		return err
+	}
+	if e.cost != nil {
+		proxyCfg.Cost = e.cost
+	}
+	// Registered with the table off too: its size and evictions are 0.
+	collectors = append(collectors, cost.NewCollector(e.cost, cfg.Cost.MetricsTop))
 	// The handler comes last: it takes the rebalancer, if any, as a
 	// dependency.
 	e.handler = proxy.New(proxyCfg, e.balancer, e.transports, proxyMetrics)
@@ -443,6 +461,10 @@ func (e *Engine) RoundTripper() http.RoundTripper { return e.handler.RoundTrippe
 // Endpoints returns the balancer's view of every endpoint, as
 // /debug/endpoints serves it.
 func (e *Engine) Endpoints() []balancer.EndpointStatus { return e.balancer.Endpoints() }
+
+// Cost returns the table of who costs what, nil when it is off
+// (Config.Cost.Size 0); a nil table's Snapshot reports it off.
+func (e *Engine) Cost() *cost.Table { return e.cost }
 
 // Ready reports whether at least one endpoint is usable (/readyz).
 func (e *Engine) Ready() bool { return e.balancer.Ready() }

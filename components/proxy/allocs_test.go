@@ -48,7 +48,9 @@ type recycledBody struct{ strings.Reader }
 
 func (*recycledBody) Close() error { return nil }
 
-func TestShortRequestAllocations(t *testing.T) {
+func TestShortRequestAllocations(t *testing.T) { testShortRequestAllocations(t, Config{}) }
+
+func testShortRequestAllocations(t *testing.T, cfg Config) {
 	if raceEnabled || testing.CoverMode() != "" {
 		t.Skip("the race detector and coverage instrumentation change allocations")
 	}
@@ -71,7 +73,7 @@ func TestShortRequestAllocations(t *testing.T) {
 		}
 		return resp, nil
 	})
-	h := New(Config{}, bal, oneUpstream{rt}, nil)
+	h := New(cfg, bal, oneUpstream{rt}, nil)
 	s := listener.New(listener.Config{}, h, nil)
 
 	// As client-go sends a GET.

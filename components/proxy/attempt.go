@@ -152,6 +152,7 @@ func (a *attempts) run() (answer, error) {
 		if a.retrying != "" {
 			h.budget.spend()
 			h.metrics.retried(a.retrying)
+			st.outcome.Retries++
 			a.retrying = ""
 		}
 		a.n++
@@ -252,7 +253,7 @@ func (a *attempts) retryGone(from string) (*http.Response, string, error) {
 		ans.pick.Done(ans.info)
 		return nil, "", errNoOlder
 	}
-	ans.resp.Body = a.h.watchBody(nil, ans.resp.Body, a.st.Kind, ans.pick, ans.info)
+	ans.resp.Body = a.h.watchBody(nil, ans.resp.Body, a.st, ans.pick, ans.info)
 	forgetRequest(ans.resp)
 	return ans.resp, ans.addr, nil
 }

@@ -7,21 +7,35 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/listener"
 )
 
 // BenchmarkServeShort measures the proxy's own cost per short request:
 // classification, pick, rewrite, Done and the Status-free happy path, with
 // an in-memory upstream so no network time is counted.
-func BenchmarkServeShort(b *testing.B) {
+func BenchmarkServeShort(b *testing.B) { benchServeShort(b, Config{}) }
+
+// BenchmarkServeShortCost is BenchmarkServeShort reporting to a cost
+// table: the difference is the table's cost per request (docs/cost.md).
+func BenchmarkServeShortCost(b *testing.B) {
+	tab, err := cost.New(cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchServeShort(b, Config{Cost: tab})
+}
+
+func benchServeShort(b *testing.B, cfg Config) {
 	const addr = "10.0.0.1:6443"
 	p := newFakePicker(addr)
 	u := newFakeUpstream()
 	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), ContentLength: 2, Request: r}, nil
 	}))
-	h := New(Config{}, p, u, nil)
+	h := New(cfg, p, u, nil)
 	req := httptest.NewRequest("GET", "/api/v1/namespaces/kube-system/configmaps/x", nil)
+	req.Header.Set("User-Agent", "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/0123abc/replicaset-controller")
 	b.ReportAllocs()
 	for b.Loop() {
 		h.ServeHTTP(httptest.NewRecorder(), req)

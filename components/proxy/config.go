@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/watch"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // Config configures the Handler (the listener in front of it is
@@ -34,6 +36,12 @@ type Config struct {
 	// a Ratio of 0 means no retries beyond Min (--retry-budget 0).
 	RetryBudget *RetryBudget
 
+	// Cost, when set, is told what each request cost (components/cost:
+	// the table of who costs what); nil turns the accounting off and
+	// costs nothing. A nil *cost.Table (a table that is off) must be left
+	// out, not set: the interface would not be nil.
+	Cost CostTable
+
 	// Log takes the lines the reverse proxy writes itself (a broken
 	// stream mid-body); nil discards them. The engine sets it to its
 	// Config.Log.
@@ -42,6 +50,19 @@ type Config struct {
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time
 }
+
+// CostTable is where the Handler reports what each request cost; it is
+// satisfied by *cost.Table. Every method is called on the request path,
+// concurrently, and must be cheap. A short request is reported once its
+// answer has ended (Short); a long-running one once it is answered (Open)
+// and again when it ends (Close, with the Row Open returned).
+type CostTable interface {
+	Short(info *reqinfo.Info, userAgent string, o *cost.Outcome)
+	Open(info *reqinfo.Info, userAgent string, o *cost.Outcome) *cost.Row
+	Close(r *cost.Row, o *cost.Outcome)
+}
+
+var _ CostTable = (*cost.Table)(nil)
 
 // RetryBudget caps the retries to another endpoint (after a shutdown
 // answer, an overload or other 429, or an unprocessed request) at Ratio of

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/components/watch"
 	"github.com/fanout-dev/fanout/internal/h1server"
@@ -75,6 +76,8 @@ type Handler struct {
 	// watch is the hook into the watch features (package watch):
 	// rebalancing and the 410 retry.
 	watch watch.Hook
+	// cost is told what each request cost (cost.go); nil is off.
+	cost CostTable
 
 	now func() time.Time
 }
@@ -93,6 +96,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		now:      cfg.Now,
 		upgrader: cfg.Upgrades,
 		watch:    watch.NewHook(cfg.Rebalancer),
+		cost:     cfg.Cost,
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.proxy = &httputil.ReverseProxy{
@@ -147,6 +151,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
 		writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
+		if h.cost != nil {
+			st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
+			h.costEnded(r.Header, st)
+		}
 		return
 	}
 	if st.H2COffer {
@@ -169,16 +177,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.proxy.ServeHTTP(w, r)
+	h.costEnded(r.Header, st)
 }
 
 func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState) {
 	h.metrics.openLong.Inc()
+	end := h.metrics.openLong.Dec
+	if h.cost != nil {
+		end = func() {
+			h.metrics.openLong.Dec()
+			h.costEnded(r.Header, st)
+		}
+	}
 	defer func(server http.ResponseWriter) {
 		if h1server.Detached(server) {
-			h1server.OnStreamEnd(server, h.metrics.openLong.Dec)
+			h1server.OnStreamEnd(server, end)
 			return
 		}
-		h.metrics.openLong.Dec()
+		end()
 	}(w)
 	fw := newFlushWriter(w, longCopyBuffer) // copybuf.go
 	defer fw.stop()
@@ -229,6 +245,16 @@ type reqState struct {
 	// itself once the response headers are in: an HTTP/1.1 long-running
 	// GET (h1stream.go).
 	stream *h1Stream
+
+	// What the request cost, for the cost table (cost.go). received is
+	// added to by the answer's body, which a detached stream reads on a
+	// goroutine of the server's.
+	outcome  cost.Outcome
+	received atomic.Int64
+	// costRow is a long-running request's row from its answer on;
+	// openRetries the retries counted then.
+	costRow     *cost.Row
+	openRetries int
 }
 
 type stateKey struct{}
@@ -286,6 +312,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.outcome.Sent = sentBytes(&body)
 	if st.Kind == balancer.Long {
 		h.watch.Prepare(out, &st.Info)
 	}
@@ -296,6 +323,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	}
 	resp := ans.resp
 	h.metrics.answered(st.Kind, resp.StatusCode, ans.addr, ans.headers.Sub(st.start))
+	h.costAnswered(out.Header, st, resp.StatusCode, false)
 	if ans.pick.Endpoint == nil {
 		return resp, nil // a held rejection: the balancer heard of it
 	}
@@ -303,7 +331,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	if !st.bodyUsed {
 		into, st.bodyUsed = &st.body, true
 	}
-	resp.Body = h.watchBody(into, resp.Body, st.Kind, ans.pick, ans.info)
+	resp.Body = h.watchBody(into, resp.Body, st, ans.pick, ans.info)
 	if st.Kind == balancer.Long {
 		forgetRequest(resp)
 		// A 410 retry continues this request's attempts, on its
@@ -311,7 +339,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		// on the heap keeps the short path's on the stack.
 		more := new(attempts)
 		*more = a
-		resp.Body = h.watch.Track(out, resp, &st.Info, ans.addr, more.retryGone)
+		resp.Body = h.watch.Track(out, resp, &st.Info, ans.addr, more.retryGone, st.costRow.Events())
 		if s := st.stream; s != nil {
 			// The reverse proxy reads the body through the stream, which
 			// hands it to a goroutine of its own if it takes over.
@@ -450,15 +478,16 @@ func (b *outBody) request(out *http.Request, addr string, apart bool) *http.Requ
 }
 
 // watchBody makes the response body report to the balancer when it ends,
-// and lets StopLongRunning end long-running ones. into, if not nil, is an
-// unused doneBody to fill in instead of allocating one (reqState.body).
-func (h *Handler) watchBody(into *doneBody, rc io.ReadCloser, kind balancer.Kind, pick balancer.Pick, info balancer.DoneInfo) io.ReadCloser {
+// count its bytes into st, and lets StopLongRunning end long-running
+// ones. into, if not nil, is an unused doneBody to fill in instead of
+// allocating one (reqState.body).
+func (h *Handler) watchBody(into *doneBody, rc io.ReadCloser, st *reqState, pick balancer.Pick, info balancer.DoneInfo) io.ReadCloser {
 	b := into
 	if b == nil {
 		b = new(doneBody)
 	}
-	b.rc, b.pick, b.info = rc, pick, info
-	if kind == balancer.Long {
+	b.rc, b.pick, b.info, b.received = rc, pick, info, &st.received
+	if st.Kind == balancer.Long {
 		// Added after StopLongRunning ran (shutdown began while the
 		// request waited for headers), it is stopped at once and the
 		// client gets an empty, complete response.
@@ -474,6 +503,7 @@ type doneBody struct {
 	rc       io.ReadCloser
 	pick     balancer.Pick
 	info     balancer.DoneInfo
+	received *atomic.Int64 // the request's answer bytes (reqState.received)
 	reported atomic.Bool
 	stopped  atomic.Bool
 	// set is the bodySet of a long-running response (nil for others),
@@ -493,6 +523,7 @@ func (b *doneBody) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := b.rc.Read(p)
+	b.received.Add(int64(n))
 	if err != nil {
 		if b.stopped.Load() {
 			// The error is our own Close from stopNow: end the stream as if
@@ -581,6 +612,7 @@ func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error)
 	st := stateFrom(r.Context())
 	code, reason, msg := describeError(r.Context(), err)
 	h.metrics.answered(st.Kind, code, st.endpoint, h.now().Sub(st.start))
+	h.costAnswered(r.Header, st, code, fanoutFailed(code))
 	if code == statusClientClosedRequest {
 		return // nobody is listening
 	}

@@ -608,7 +608,7 @@ func TestStopLongRunning(t *testing.T) {
 func TestLongBodyClosedFromTwoGoroutines(t *testing.T) {
 	h := New(Config{}, newFakePicker("a"), newFakeUpstream(), nil)
 	for range 100 {
-		b := h.watchBody(nil, io.NopCloser(strings.NewReader("")), balancer.Long, balancer.Pick{}, balancer.DoneInfo{})
+		b := h.watchBody(nil, io.NopCloser(strings.NewReader("")), &reqState{classified: classified{Kind: balancer.Long}}, balancer.Pick{}, balancer.DoneInfo{})
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Go(func() { _ = b.Close() })

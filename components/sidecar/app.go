@@ -59,6 +59,7 @@ func App(c Config, log *slog.Logger) fx.Option {
 		fx.Provide(
 			func(e *engine.Engine) admin.State { return e },
 			func(e *engine.Engine) admin.ResolverStatus { return e.ResolverStatus() },
+			func(e *engine.Engine) admin.Cost { return e.Cost() },
 			// The listener serves the engine's handler, and takes the
 			// admin server too so that it starts after and stops before it.
 			func(e *engine.Engine, _ *admin.Server) listener.Handler { return e.Handler() },

@@ -139,6 +139,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"Most watches --watch-rebalance ends per second, on average.")
 	fs.Float64Var(&c.Engine.Rebalance.Tolerance, "watch-rebalance-tolerance", c.Engine.Rebalance.Tolerance,
 		"Watches are moved while the most and least loaded apiservers differ by more than this fraction of the fair share (and by more than 1).")
+	fs.IntVar(&c.Engine.Cost.Size, "cost-table-size", c.Engine.Cost.Size,
+		"Keys (component from the User-Agent, verb, group, resource, subresource, scope) the table of who costs what holds, served at the admin server's /debug/cost; "+
+			"the least recently used key's counts fold into one \"other\" row. 0 turns the table off (docs/cost.md).")
+	fs.IntVar(&c.Engine.Cost.MetricsTop, "cost-metrics-top", c.Engine.Cost.MetricsTop,
+		"Costliest keys of the cost table exported as fanout_cost_* series (11 each); the others are summed into component=\"other\". At most 500.")
 	fs.IntVar(&c.Listener.MaxConnections, "max-connections", c.Listener.MaxConnections,
 		"Most client connections open at once on the listener, exec and port-forward connections included; more are closed at accept (fanout_rejected_total{reason=\"connections\"}). Over HTTP/1.1 client-go opens one connection per watch.")
 	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,

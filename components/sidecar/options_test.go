@@ -4,6 +4,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/fanout-dev/fanout/components/cost"
+	"github.com/fanout-dev/fanout/components/engine"
 )
 
 func TestValidate(t *testing.T) {
@@ -44,6 +49,9 @@ func TestValidate(t *testing.T) {
 		{"zero body timeout", func(o *Config) { o.Listener.RequestBodyTimeout = 0 }, "--request-body-timeout must be positive"},
 		{"zero idle timeout", func(o *Config) { o.Listener.IdleTimeout = 0 }, "--idle-timeout must be positive"},
 		{"negative probe interval", func(o *Config) { o.Engine.Probe.Interval = -time.Second }, "--probe-interval must not be negative"},
+		{"negative cost table size", func(o *Config) { o.Engine.Cost.Size = -1 }, "--cost-table-size must be within"},
+		{"cost table off", func(o *Config) { o.Engine.Cost.Size = 0 }, ""},
+		{"too many cost keys exported", func(o *Config) { o.Engine.Cost.MetricsTop = 100_000 }, "--cost-metrics-top must be within"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,5 +68,22 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want error containing %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestCostFlags: the cost table's flags bind into the engine's Config,
+// with the engine's defaults.
+func TestCostFlags(t *testing.T) {
+	o := NewConfig()
+	if o.Engine.Cost != engine.Defaults().Cost || o.Engine.Cost.Size != cost.DefaultSize || o.Engine.Cost.MetricsTop != cost.DefaultMetricsTop {
+		t.Errorf("defaults %+v, want the engine's %+v", o.Engine.Cost, engine.Defaults().Cost)
+	}
+	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{"--cost-table-size=5", "--cost-metrics-top=2"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := (cost.Config{Size: 5, MetricsTop: 2}); o.Engine.Cost != want {
+		t.Errorf("flags gave %+v, want %+v", o.Engine.Cost, want)
 	}
 }

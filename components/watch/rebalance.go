@@ -218,7 +218,7 @@ func (r *Rebalancer) Stop() {
 // track wraps the body of a response to out, served by endpoint, so that
 // it can be rebalanced, if it is a watch in a framing fanout can cut:
 // never an upgrade (those do not come here), a log, exec or proxy stream.
-func (r *Rebalancer) track(out *http.Request, resp *http.Response, verb, endpoint string) io.ReadCloser {
+func (r *Rebalancer) track(out *http.Request, resp *http.Response, verb, endpoint string, events *atomic.Int64) io.ReadCloser {
 	if resp.StatusCode != http.StatusOK {
 		return resp.Body
 	}
@@ -237,7 +237,7 @@ func (r *Rebalancer) track(out *http.Request, resp *http.Response, verb, endpoin
 	initial := q.Get("sendInitialEvents") == "true"
 	w := &watchStream{
 		rc: resp.Body, sc: newScanner(f, initial), framing: f, endpoint: endpoint,
-		opened: r.cfg.Now(), now: r.cfg.Now, set: &r.set, maxRV: &r.maxRV,
+		opened: r.cfg.Now(), now: r.cfg.Now, set: &r.set, maxRV: &r.maxRV, events: events,
 		onEnd: func(f framing) { r.rebalanced.WithLabelValues(f.String()).Inc() },
 	}
 	w.initialDone.Store(!initial)

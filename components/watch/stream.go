@@ -38,6 +38,9 @@ type watchStream struct {
 	// maxRV, shared by all streams of a rebalancer, is the highest
 	// resourceVersion any of them passed on.
 	maxRV *atomic.Uint64
+	// events, when not nil, counts the events passed on (bookmarks
+	// included): the cost table's (Hook.Track).
+	events *atomic.Int64
 
 	// Read goroutine only.
 	ended      bool
@@ -124,6 +127,9 @@ func (w *watchStream) finish(k int) (int, error) {
 // delivered records a complete event.
 func (w *watchStream) delivered(now int64, fi frameInfo) {
 	w.lastAt.Store(now)
+	if w.events != nil {
+		w.events.Add(1)
+	}
 	if fi.rv > 0 {
 		w.lastRV.Store(fi.rv)
 		raiseUint(w.maxRV, fi.rv)

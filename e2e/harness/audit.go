@@ -30,6 +30,12 @@ type AuditEvent struct {
 	} `json:"responseStatus"`
 	// StageTimestamp is when the apiserver reached Stage.
 	StageTimestamp time.Time `json:"stageTimestamp"`
+	// ObjectRef is what a resource request is about; nil for others.
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		APIGroup    string `json:"apiGroup"`
+	} `json:"objectRef"`
 }
 
 // Served reports whether e marks one request served, counting each request

@@ -209,3 +209,41 @@ func FuzzLongRunningMatchesApiserver(f *testing.F) {
 		}
 	})
 }
+
+// TestWhatFields: New names the group, resource, subresource and scope of
+// a resource request as the apiserver's RequestInfo does, and nothing for
+// the others (the cost table keys on them).
+func TestWhatFields(t *testing.T) {
+	tests := []struct {
+		method, target  string
+		group, res, sub string
+		namespaced      bool
+	}{
+		{"GET", "/api/v1/namespaces/ns/pods/p/log", "", "pods", "log", true},
+		{"PUT", "/apis/apps/v1/namespaces/ns/replicasets/r/status", "apps", "replicasets", "status", true},
+		{"GET", "/apis/apps/v1/replicasets?watch=true", "apps", "replicasets", "", false},
+		{"GET", "/api/v1/nodes/n", "", "nodes", "", false},
+		{"GET", "/api/v1/namespaces/ns", "", "namespaces", "", false},
+		{"PUT", "/api/v1/namespaces/ns/finalize", "", "namespaces", "finalize", false},
+		{"GET", "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/l", "coordination.k8s.io", "leases", "", true},
+		{"GET", "/version", "", "", "", false},
+		{"GET", "/apis/apps/v1", "", "", "", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			r, err := http.NewRequest(tc.method, "http://127.0.0.1:7080"+tc.target, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := New(r)
+			if got.Group != tc.group || got.APIResource != tc.res || got.Subresource != tc.sub || got.Namespaced != tc.namespaced {
+				t.Errorf("New(r) = group %q resource %q subresource %q namespaced %v, want %q %q %q %v",
+					got.Group, got.APIResource, got.Subresource, got.Namespaced, tc.group, tc.res, tc.sub, tc.namespaced)
+			}
+			if ri, err := apiserverFactory.NewRequestInfo(r); err == nil && ri.IsResourceRequest &&
+				(ri.APIGroup != got.Group || ri.Resource != got.APIResource || ri.Subresource != got.Subresource) {
+				t.Errorf("apiserver says group %q resource %q subresource %q", ri.APIGroup, ri.Resource, ri.Subresource)
+			}
+		})
+	}
+}
