@@ -142,9 +142,9 @@ func Table(v View, f Frame) string {
 	var b strings.Builder
 	window := "over the last " + v.Window.Round(100*time.Millisecond).String()
 	if v.SinceStart {
-		window = "averaged since the table started (" + v.Since.UTC().Format(time.RFC3339) + "); next refresh: over the interval"
+		window = "averaged since the table started (" + v.Since.UTC().Format(time.RFC3339) + ") until the first refresh"
 	}
-	fmt.Fprintf(&b, "fanout top: rates %s, sorted by %s\n", window, f.Sort.label())
+	fmt.Fprintf(&b, "fanout top: sorted by %s, rates %s\n", f.Sort.label(), window)
 	if f.Keys {
 		b.WriteString("keys: r requests/s  b bytes/s  p p99  e errors/s  q quit\n")
 	}
@@ -191,7 +191,7 @@ func Table(v View, f Frame) string {
 		lines = append(lines, fmt.Sprintf("... %d more rows: %s req/s, %s err/s, received %sB/s", len(rest), rate(s.Requests), rate(s.Errors), bytes(s.BytesReceived)))
 	}
 	for i, l := range lines {
-		lines[i] = cut(l, f.Width)
+		lines[i] = cut(strings.TrimRight(l, " "), f.Width)
 	}
 	return strings.Join(lines, "\n") + "\n"
 }
@@ -232,7 +232,7 @@ func tableLines(rows []Rates, width int) []string {
 		compW = min(compW, room-resW)
 	}
 	pad := func(s string, w int) string {
-		s = cut(s, w)
+		s = cutMiddle(s, w)
 		return s + strings.Repeat(" ", w-utf8.RuneCountInString(s))
 	}
 	line := func(comp, verb, res, scope string, cells []string) string {
@@ -265,6 +265,18 @@ func cut(s string, w int) string {
 	}
 	r := []rune(s)
 	return string(r[:w-1]) + "…"
+}
+
+// cutMiddle shortens s to w runes by taking out its middle: a component's
+// program and the end of its controller's name, a resource's group and
+// subresource, stay in sight.
+func cutMiddle(s string, w int) string {
+	r := []rune(s)
+	if w <= 0 || len(r) <= w {
+		return s
+	}
+	head := (w - 1) / 2
+	return string(r[:head]) + "…" + string(r[len(r)-(w-1-head):])
 }
 
 func scope(s string) string {
