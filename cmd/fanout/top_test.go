@@ -85,6 +85,7 @@ func TestTopOnce(t *testing.T) {
 		t.Fatalf("exit %d, stderr %s", code, errs.String())
 	}
 	got := out.String()
+	t.Logf("fanout top --sort errors:\n%s", got)
 	for _, want := range []string{
 		"sorted by errors/s, rates over the last 2s",
 		"apiserver 10.0.0.1:6443  ready    share 75.0%  45.0 req/s",
