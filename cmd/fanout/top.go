@@ -208,7 +208,11 @@ func live(ctx context.Context, scr *screen, stdout io.Writer, tick <-chan time.T
 	cur, note := first, ""
 	draw := func() error {
 		w, h := scr.size()
-		frame := "\x1b[H\x1b[2J" + top.Render(prev, cur, top.Frame{Sort: by, Width: w, Height: h, Keys: scr.keys != nil, Note: note})
+		n := note
+		if scr.keys == nil && n == "" {
+			n = "no keys: stdin is not a terminal (use kubectl exec -it); Ctrl-C quits"
+		}
+		frame := "\x1b[H\x1b[2J" + top.Render(prev, cur, top.Frame{Sort: by, Width: w, Height: h, Keys: scr.keys != nil, Note: n})
 		if scr.raw {
 			frame = strings.ReplaceAll(frame, "\n", "\r\n")
 		}
@@ -238,6 +242,7 @@ func live(ctx context.Context, scr *screen, stdout io.Writer, tick <-chan time.T
 				}
 			}
 		case <-tick:
+			// Keys wait for the fetch, which the client's timeout bounds.
 			next, err := fetch()
 			if ctx.Err() != nil {
 				return 0

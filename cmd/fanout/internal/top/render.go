@@ -72,7 +72,7 @@ func Sort(rows []Rates, s SortKey) {
 	})
 }
 
-// Resource is group/resource/subresource as kubectl spells it, e.g.
+// ResourcePath is group/resource/subresource as kubectl spells it, e.g.
 // "apps/replicasets/status"; the core group shows as the resource alone.
 func (k Key) ResourcePath() string {
 	s := k.Resource
