@@ -250,3 +250,40 @@ func TestTopLive(t *testing.T) {
 		t.Error("the terminal was not restored")
 	}
 }
+
+// TestTopLiveSignal: without keys (stdin not a terminal) the header says
+// so, and a signal (the context ending) restores the terminal and exits 0.
+func TestTopLiveSignal(t *testing.T) {
+	addr := adminServer(t, http.StatusOK, costSnapshot)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	restored := make(chan struct{})
+	scr := &screen{size: func() (int, int) { return 0, 0 }, restore: func() { close(restored) }}
+	w := &screenWriter{frames: make(chan string, 1)}
+	done := make(chan int, 1)
+	go func() {
+		done <- runTop(ctx, []string{"--admin-address", addr, "--interval", "1h"}, w, io.Discard, func() (*screen, error) { return scr, nil })
+	}()
+	select {
+	case f := <-w.frames:
+		if !strings.Contains(f, "no keys: stdin is not a terminal (use kubectl exec -it); Ctrl-C quits") || strings.Contains(f, "\r\n") {
+			t.Errorf("frame lacks the no-keys hint, or has CRLF out of raw mode:\n%s", f)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no frame")
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("exit %d after the signal", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the signal did not end fanout top")
+	}
+	select {
+	case <-restored:
+	default:
+		t.Error("the terminal was not restored")
+	}
+}
