@@ -139,7 +139,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer, open f
 	if err != nil {
 		return fail(1, "%v", err)
 	}
-	print := func(prev *top.Snapshot, cur top.Snapshot) error {
+	emit := func(prev *top.Snapshot, cur top.Snapshot) error {
 		if *output == "json" {
 			b, err := top.JSON(top.Compute(prev, cur), by)
 			if err != nil {
@@ -153,9 +153,9 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer, open f
 	}
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
-	if *once || open == nil {
-		// A pipe: one result, or with --once=false one per interval, each
-		// over the interval before it.
+	if *once || open == nil || *output == "json" {
+		// A pipe or JSON: one result, or with --once=false one per
+		// interval, each over the interval before it.
 		for prev := first; ; {
 			cur, err := waitAndFetch(ctx, tick.C, fetch, "fanout top", stderr)
 			if err != nil {
@@ -164,7 +164,7 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer, open f
 			if !*once {
 				fmt.Fprintf(stdout, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
 			}
-			if err := print(&prev, cur); err != nil {
+			if err := emit(&prev, cur); err != nil {
 				return 1 // the reader went away (a closed pipe)
 			}
 			if *once {
