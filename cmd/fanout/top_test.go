@@ -287,3 +287,29 @@ func TestTopLiveSignal(t *testing.T) {
 		t.Error("the terminal was not restored")
 	}
 }
+
+// TestTopStream: --once=false into a pipe appends one table per interval,
+// each after a "--- time" line and over the interval before it.
+func TestTopStream(t *testing.T) {
+	addr := adminServer(t, http.StatusOK, costSnapshot)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errs strings.Builder
+	w := &notifyWriter{w: &out, each: func(n int) {
+		if n == 4 { // two separators, two tables
+			cancel()
+		}
+	}}
+	if code := runTop(ctx, []string{"--admin-address", addr, "--interval", "100ms", "--once=false"}, w, &errs, nil); code != 0 {
+		t.Fatalf("exit %d, stderr %s", code, errs.String())
+	}
+	tables := strings.Split(out.String(), "--- ")[1:]
+	if len(tables) != 2 {
+		t.Fatalf("%d tables, want 2:\n%s", len(tables), out.String())
+	}
+	for _, tb := range tables {
+		if !strings.Contains(tb, "rates over the last 2s") {
+			t.Errorf("table not over the interval:\n%s", tb)
+		}
+	}
+}
