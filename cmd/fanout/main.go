@@ -17,8 +17,13 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "status" {
-		os.Exit(statusMain(os.Args[2:]))
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "status":
+			os.Exit(statusMain(os.Args[2:]))
+		case "top":
+			os.Exit(topMain(os.Args[2:]))
+		}
 	}
 	o, rt := sidecar.NewConfig(), runtimetune.NewOptions()
 	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)

@@ -93,7 +93,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer, isT
 		if _, err := stdout.Write(buf.Bytes()); err != nil {
 			return 1 // the reader went away (a closed pipe)
 		}
-		next, err := waitAndFetch(ctx, t.C, fetch, stderr)
+		next, err := waitAndFetch(ctx, t.C, fetch, "fanout status", stderr)
 		if err != nil {
 			return 0 // interrupted
 		}
@@ -104,13 +104,15 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer, isT
 }
 
 // waitAndFetch waits for the next tick and fetches a snapshot, reporting
-// and skipping failed fetches (a sidecar restarting is worth seeing, not
-// worth quitting). It returns an error only when ctx ends.
-func waitAndFetch(ctx context.Context, tick <-chan time.Time, fetch func() (admin.Snapshot, error), stderr io.Writer) (admin.Snapshot, error) {
+// failed fetches on stderr after the command's name and skipping them (a
+// sidecar restarting is worth seeing, not worth quitting). It returns an
+// error only when ctx ends.
+func waitAndFetch[S any](ctx context.Context, tick <-chan time.Time, fetch func() (S, error), command string, stderr io.Writer) (S, error) {
+	var none S
 	for {
 		select {
 		case <-ctx.Done():
-			return admin.Snapshot{}, ctx.Err()
+			return none, ctx.Err()
 		case <-tick:
 		}
 		s, err := fetch()
@@ -118,9 +120,9 @@ func waitAndFetch(ctx context.Context, tick <-chan time.Time, fetch func() (admi
 			return s, nil
 		}
 		if ctx.Err() != nil {
-			return admin.Snapshot{}, ctx.Err()
+			return none, ctx.Err()
 		}
-		fmt.Fprintf(stderr, "fanout status: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", command, err)
 	}
 }
 
