@@ -115,14 +115,6 @@ func TestMonitoringReferencesExistingMetrics(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no monitoring manifests found: %v", err)
 	}
-	// The cost table's series (issue 34) come from another branch: until
-	// it is merged this build declares none of them, and the dashboard may
-	// name them as the contract fixes them. Once any is declared, every
-	// one the manifests name must be.
-	costDeclared := false
-	for n := range names {
-		costDeclared = costDeclared || strings.HasPrefix(n, "fanout_cost_")
-	}
 	seen := map[string]bool{}
 	for _, file := range files {
 		b, err := os.ReadFile(file)
@@ -131,7 +123,7 @@ func TestMonitoringReferencesExistingMetrics(t *testing.T) {
 		}
 		for _, ref := range metricRef.FindAllString(string(b), -1) {
 			seen[ref] = true
-			if names[ref] || !costDeclared && costContract[ref] {
+			if names[ref] {
 				continue
 			}
 			base := ref
@@ -154,8 +146,7 @@ func TestMonitoringReferencesExistingMetrics(t *testing.T) {
 	}
 }
 
-// costContract is the cost table's series as the contract of issue 34
-// (the cost table's /metrics, "bounded by the same table") names them,
+// costContract is the cost table's series (components/cost, docs/cost.md),
 // and costLabels the labels they carry, plus namespace and pod, which
 // Prometheus adds.
 var (
