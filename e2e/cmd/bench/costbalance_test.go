@@ -82,7 +82,7 @@ func TestRenderCostBalance(t *testing.T) {
 	r := &CostBalanceResult{
 		APIServers: []string{"https://10.0.0.1:6443", "https://10.0.0.2:6443", "https://10.0.0.3:6443"},
 		Objects:    3000, ObjectBytes: 1024, GetRate: 50, ListRateA: 0.2, ListRateB: 2,
-		Warmup: 3 * time.Second, Phase: time.Minute,
+		Warmup: 3 * time.Second, Phase: time.Minute, LoadStart: "2.00 1.50 1.00", LoadEnd: "3.00 2.00 1.00",
 		Rows: []CostBalanceRow{
 			{Target: costFanout, CPU: []float64{6, 4, 5}, Gets: []int{1000, 1010, 990}, Lists: []int{40, 44, 48},
 				Streams: []CostStream{{Name: "A GET", Offered: 50, Sent: 3000, OK: 3000, Achieved: 50}, {Name: "B LIST", Offered: 2, Sent: 120, OK: 118, Errors: 2, Achieved: 1.97, FirstErr: "boom"}}},
@@ -95,7 +95,7 @@ func TestRenderCostBalance(t *testing.T) {
 	for _, want := range []string{
 		"## 6. Apiserver CPU under a mixed GET/LIST workload",
 		"### Apiserver CPU under a mixed GET/LIST workload\n",
-		"Command: `fanout-bench -sections costbalance` in `e2e/`\n",
+		"Command: `fanout-bench -sections costbalance` in `e2e/`. Load average (1, 5, 15 min) at the start of the section 2.00 1.50 1.00, at its end 3.00 2.00 1.00.\n",
 		"3000 ConfigMaps of 1024 bytes",
 		"GETs of one of them at 50 req/s and LISTs of all at 0.2 req/s, client B only LISTs of all at 2 req/s",
 		"a 3s warm-up and a 1m0s phase",
@@ -117,7 +117,7 @@ func TestRenderCostBalance(t *testing.T) {
 	}
 	// The report carries the section, with the run's command.
 	rep := Render(&Report{CostBalance: r, Command: "fanout-bench -sections costbalance", Via: "make bench BENCH_ARGS='-sections costbalance'"})
-	if !strings.Contains(rep, "Command: `make bench BENCH_ARGS='-sections costbalance'`, which ran `fanout-bench -sections costbalance` in `e2e/`\n\n### Apiserver CPU") {
+	if !strings.Contains(rep, "Command: `make bench BENCH_ARGS='-sections costbalance'`, which ran `fanout-bench -sections costbalance` in `e2e/`. Load average") {
 		t.Errorf("report lacks the section with its command:\n%s", rep)
 	}
 }
