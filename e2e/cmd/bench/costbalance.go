@@ -425,7 +425,7 @@ func renderCostBalance(b *strings.Builder, r *CostBalanceResult, command string)
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("\n## 6. Apiserver CPU under a mixed GET/LIST workload (e2e control plane)\n\n")
 	if r == nil {
-		p("Not measured. Run it alone with `make bench BENCH_ARGS='-sections costbalance'`.\n")
+		p("Not measured (not in a default run). Run it alone with `make bench BENCH_ARGS='-sections costbalance -out /tmp/costbalance.md'`: without -out it rewrites this whole file.\n")
 		return
 	}
 	p("Does balancing by request count spread the apiservers' work when requests differ in cost? ")

@@ -112,7 +112,7 @@ func TestRenderCostBalance(t *testing.T) {
 
 	b.Reset()
 	renderCostBalance(&b, nil, "")
-	if got := b.String(); !strings.Contains(got, "Not measured.") || !strings.Contains(got, "-sections costbalance") {
+	if got := b.String(); !strings.Contains(got, "Not measured") || !strings.Contains(got, "-sections costbalance -out") {
 		t.Errorf("unmeasured section = %q", got)
 	}
 	// The report carries the section, with the run's command.

@@ -20,7 +20,8 @@
 //     thousands of objects through fanout, HAProxy leastconn, HAProxy
 //     roundrobin and direct, to see whether balancing by count balances
 //     the work. Run it alone with `make bench BENCH_ARGS='-sections
-//     costbalance'`.
+//     costbalance -out /tmp/costbalance.md'` (about six minutes); -out
+//     keeps docs/benchmarks.md, which every run rewrites whole.
 //
 // Every figure in the report is computed from what this run measured; the
 // Targets table too. Run it with `make bench` (as root: the control plane's
