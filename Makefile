@@ -128,6 +128,9 @@ vulncheck:
 ## and writes docs/benchmarks.md, with the footprint's heap and goroutine
 ## profiles and the proxies' perf reports in docs/profiles/bench/.
 ## `make bench BENCH_ARGS=-quick` is a short smoke run, labelled as such.
+## The costbalance section (each real apiserver's CPU under cheap GETs plus
+## big LISTs, through fanout, HAProxy leastconn/roundrobin and direct) is
+## not in the default run: BENCH_ARGS='-sections costbalance -out FILE'.
 BENCH_ARGS ?=
 bench: build
 	@command -v haproxy >/dev/null || apt-get install -y haproxy || { apt-get update && apt-get install -y haproxy; }

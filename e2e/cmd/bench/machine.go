@@ -39,13 +39,22 @@ func describeMachine() Machine {
 	if out, err := exec.Command("go", "version").Output(); err == nil {
 		m.Go = strings.TrimSpace(string(out))
 	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		f := strings.Fields(string(b))
-		if len(f) >= 3 {
-			m.LoadAvg = strings.Join(f[:3], " ")
-		}
-	}
+	m.LoadAvg = loadAvg()
 	return m
+}
+
+// loadAvg is the 1, 5 and 15 minute load averages of /proc/loadavg, "" if
+// unreadable.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // CPUInfoModel returns the first "model name" of /proc/cpuinfo (or, on

@@ -14,7 +14,14 @@
 //     --listen-tls) and HAProxy, with the client connections each needed,
 //     and a LIST of 100 MiB streamed through each;
 //  4. the Go micro benchmarks of Pick and the proxy's hot path, with the top
-//     of a CPU profile.
+//     of a CPU profile;
+//  5. cost balance (section costbalance, not run by default): each real
+//     apiserver's CPU under a mixed workload of cheap GETs and LISTs of
+//     thousands of objects through fanout, HAProxy leastconn, HAProxy
+//     roundrobin and direct, to see whether balancing by count balances
+//     the work. Run it alone with `make bench BENCH_ARGS='-sections
+//     costbalance -out /tmp/costbalance.md'` (about six minutes); -out
+//     keeps docs/benchmarks.md, which every run rewrites whole.
 //
 // Every figure in the report is computed from what this run measured; the
 // Targets table too. Run it with `make bench` (as root: the control plane's
@@ -67,9 +74,19 @@ type Options struct {
 	// Profiles where that section writes its heap and goroutine profiles.
 	FootprintWatches int
 	Profiles         string
+	// The costbalance section: CostObjects ConfigMaps, client A's GETs
+	// and LISTs per second, client B's LISTs per second, the phase per
+	// target.
+	CostObjects                               int
+	CostGetRate, CostListRateA, CostListRateB float64
+	CostPhase                                 time.Duration
 }
 
-var allSections = []string{"micro", "overhead", "scale", "realapi", "footprint"}
+var allSections = []string{"micro", "overhead", "scale", "realapi", "footprint", "costbalance"}
+
+// defaultSections are what a run without -sections measures: costbalance
+// takes about six minutes more and answers a narrower question.
+var defaultSections = []string{"micro", "overhead", "scale", "realapi", "footprint"}
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "backends" {
@@ -104,7 +121,7 @@ func main() {
 func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "smoke run: 3 s phases, 1 run, 1 micro-benchmark sample; the report says so")
-	sections := fs.String("sections", strings.Join(allSections, ","), "sections to run")
+	sections := fs.String("sections", strings.Join(defaultSections, ","), "sections to run, of "+strings.Join(allSections, ", "))
 	runs := fs.Int("runs", 5, "runs of each section; the report shows medians")
 	rates := fs.String("rates", "1000,5000", "fixed rates (req/s) of the overhead section, besides saturation")
 	phase := fs.Duration("phase", 20*time.Second, "length of each load phase of the overhead section")
@@ -123,6 +140,11 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	microCount := fs.Int("micro-count", 5, "go test -count of the micro benchmarks")
 	microTime := fs.String("micro-benchtime", "1s", "go test -benchtime of the micro benchmarks")
 	fpWatches := fs.Int("footprint-watches", 500, "watches each mode of the footprint section opens")
+	costObjects := fs.Int("cost-objects", 3000, "costbalance: ConfigMaps of 1 KiB that every LIST returns")
+	costGetRate := fs.Float64("cost-get-rate", 50, "costbalance: client A's GETs per second")
+	costListA := fs.Float64("cost-list-rate-a", 0.2, "costbalance: client A's LISTs per second")
+	costListB := fs.Float64("cost-list-rate-b", 2, "costbalance: client B's LISTs per second")
+	costPhase := fs.Duration("cost-phase", 60*time.Second, "costbalance: length of the measured phase of each target")
 	profiles := fs.String("profiles", "", "directory for the footprint section's heap and goroutine profiles (default: docs/profiles/bench in the repository when -out is the default, none otherwise)")
 	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); the Targets table needs the first three, library's CPU figure needs direct")
 	fs.StringVar(&out, "out", "", "report path (default docs/benchmarks.md in the repository)")
@@ -145,6 +167,7 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 			"micro-count":       func() { *microCount = 1 },
 			"micro-benchtime":   func() { *microTime = "100ms" },
 			"footprint-watches": func() { *fpWatches = 50 },
+			"cost-phase":        func() { *costPhase = 10 * time.Second },
 		}
 		for name, f := range quickDefaults {
 			if !set[name] {
@@ -159,6 +182,7 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 		Watches: *watches, WatchInterval: *watchEvery, ScaleRate: *scaleRate, ScaleDuration: *scaleDur,
 		ListBytes: *listMiB << 20, MicroCount: *microCount, MicroTime: *microTime,
 		FootprintWatches: *fpWatches, Profiles: *profiles,
+		CostObjects: *costObjects, CostGetRate: *costGetRate, CostListRateA: *costListA, CostListRateB: *costListB, CostPhase: *costPhase,
 	}
 	for _, s := range strings.Split(*sections, ",") {
 		s = strings.TrimSpace(s)
@@ -180,6 +204,10 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	}
 	if o.Runs < 1 || o.Workers < 1 || o.Watches < 0 || o.FootprintWatches < 1 {
 		err = errors.New("-runs, -workers and -footprint-watches must be at least 1, -watches at least 0")
+		return
+	}
+	if o.CostObjects < 1 || o.CostGetRate < 0 || o.CostListRateA < 0 || o.CostListRateB < 0 || o.CostPhase <= 0 {
+		err = errors.New("-cost-objects must be at least 1, -cost-get-rate, -cost-list-rate-a and -cost-list-rate-b at least 0, -cost-phase positive")
 	}
 	return
 }
@@ -290,6 +318,15 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 			r.Footprint.Profiles = rel // the report names it as the repository does
 		}
 	}
+	if o.Sections["costbalance"] && ctx.Err() == nil {
+		if r.CostBalance, err = runCostBalance(ctx, o, dir, fanoutBin, logf); err != nil {
+			fail("cost balance", err)
+		} else {
+			var b strings.Builder
+			renderCostBalance(&b, r.CostBalance, r.command())
+			fmt.Print(b.String())
+		}
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted; %s not written", out)
 	}
@@ -364,6 +401,11 @@ func Estimate(o Options) time.Duration {
 		d += 30 * time.Second // the control plane
 		d += time.Duration(o.Runs*len(o.Targets)) * (start + o.Warmup + o.APIDuration)
 	}
+	if o.Sections["costbalance"] {
+		// The control plane, 3,000 creates, then each target.
+		d += 30*time.Second + time.Duration(o.CostObjects)*5*time.Millisecond
+		d += time.Duration(len(costTargets(o.Targets))) * (start + o.Warmup + o.CostPhase + 5*time.Second)
+	}
 	if o.Sections["footprint"] {
 		// Five modes: start, two settles, opening the watches.
 		d += time.Duration(len(footprintModes)) * (start + 6*time.Second + 5*time.Second)
@@ -408,6 +450,9 @@ func settings(o Options) []string {
 	}
 	if o.Sections["footprint"] {
 		out = append(out, fmt.Sprintf("footprint: %d watches per mode, one event per 10s each", o.FootprintWatches))
+	}
+	if o.Sections["costbalance"] {
+		out = append(out, fmt.Sprintf("costbalance: %d ConfigMaps of 1 KiB; client A %g GET/s + %g LIST/s, client B %g LIST/s; %s per target after a %s warm-up", o.CostObjects, o.CostGetRate, o.CostListRateA, o.CostListRateB, o.CostPhase, o.Warmup))
 	}
 	return out
 }

@@ -254,7 +254,7 @@ func (env *overheadEnv) startProxy(ctx context.Context, target, name string) (*P
 		}
 		return StartFanoutTLS(ctx, env.fanout, env.dir, name, env.kubecfg, eps)
 	case targetHAProxy:
-		return StartHAProxy(ctx, env.dir, name, env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM)
+		return StartHAProxy(ctx, env.dir, name, env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM, "")
 	}
 	return nil, fmt.Errorf("no proxy for %q", target)
 }

@@ -164,6 +164,10 @@ type HAProxyConfig struct {
 	// CAFile verifies the servers; ClientPEM is the client certificate and
 	// its key in one file, presented to every server.
 	CAFile, ClientPEM string
+	// Balance is the backend's balance algorithm: roundrobin (when
+	// empty) or leastconn, which for HTTP/2 servers counts requests in
+	// flight.
+	Balance string
 }
 
 var haproxyTemplate = template.Must(template.New("haproxy").Parse(`# Written by fanout's benchmark (e2e/cmd/bench): HAProxy as a node-local L7
@@ -184,7 +188,7 @@ frontend client
     default_backend apiservers
 
 backend apiservers
-    balance roundrobin
+    balance {{.Balance}}
     # Every request carries the same identity (the client certificate), so
     # any request may ride any server connection; with the default "safe",
     # each new client connection's first request opens a TLS connection.
@@ -201,6 +205,13 @@ backend apiservers
 
 // Render writes the configuration.
 func (c HAProxyConfig) Render() (string, error) {
+	switch c.Balance {
+	case "":
+		c.Balance = "roundrobin"
+	case "roundrobin", "leastconn":
+	default:
+		return "", fmt.Errorf("HAProxy balance %q: want roundrobin or leastconn", c.Balance)
+	}
 	var b strings.Builder
 	if err := haproxyTemplate.Execute(&b, c); err != nil {
 		return "", err
@@ -209,8 +220,9 @@ func (c HAProxyConfig) Render() (string, error) {
 }
 
 // StartHAProxy writes the configuration into dir and runs haproxy in the
-// foreground, then waits until requests through it succeed.
-func StartHAProxy(ctx context.Context, dir, name string, servers []string, caFile string, clientCertPEM, clientKeyPEM []byte) (*Proc, error) {
+// foreground, then waits until requests through it succeed. balance is
+// HAProxyConfig.Balance.
+func StartHAProxy(ctx context.Context, dir, name string, servers []string, caFile string, clientCertPEM, clientKeyPEM []byte, balance string) (*Proc, error) {
 	listen, err := freeAddr()
 	if err != nil {
 		return nil, err
@@ -219,7 +231,7 @@ func StartHAProxy(ctx context.Context, dir, name string, servers []string, caFil
 	if err := os.WriteFile(pem, append(append([]byte{}, clientCertPEM...), clientKeyPEM...), 0o600); err != nil {
 		return nil, err
 	}
-	cfg, err := HAProxyConfig{Listen: listen, Servers: servers, CAFile: caFile, ClientPEM: pem}.Render()
+	cfg, err := HAProxyConfig{Listen: listen, Servers: servers, CAFile: caFile, ClientPEM: pem, Balance: balance}.Render()
 	if err != nil {
 		return nil, err
 	}

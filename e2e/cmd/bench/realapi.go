@@ -116,7 +116,7 @@ func runRealAPI(ctx context.Context, o Options, dir string, logf func(string, ..
 				stop = func() {}
 			case targetHAProxy:
 				var hp *Proc
-				hp, err = StartHAProxy(ctx, dir, fmt.Sprintf("realapi-haproxy-run%d", run), servers, cp.PKI.CA.CertFile, p.ck.CertPEM, p.ck.KeyPEM)
+				hp, err = StartHAProxy(ctx, dir, fmt.Sprintf("realapi-haproxy-run%d", run), servers, cp.PKI.CA.CertFile, p.ck.CertPEM, p.ck.KeyPEM, "")
 				if err == nil {
 					cfg, stop = &rest.Config{Host: hp.URL}, hp.Stop
 				}

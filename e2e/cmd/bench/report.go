@@ -29,6 +29,8 @@ type Report struct {
 	Scale, ScaleTLS, ScaleHAProxy *ScaleResult
 	// Footprint is what one open watch costs fanout and the library.
 	Footprint *FootprintResult
+	// CostBalance is each apiserver's CPU under a mixed GET/LIST workload.
+	CostBalance *CostBalanceResult
 	// Failures are sections that could not be measured, with why.
 	Failures []string
 }
@@ -186,11 +188,7 @@ func Render(r *Report) string {
 		p("> **QUICK RUN** (`-quick`): short phases and one run each. These numbers prove the tool works end to end;\n")
 		p("> they are not measurements to quote. Run `make bench` without `-quick` on a quiet machine for those.\n\n")
 	}
-	if r.Via != "" {
-		p("- Command: `%s`, which ran `%s` in `e2e/`\n", r.Via, r.Command)
-	} else {
-		p("- Command: `%s` in `e2e/`\n", r.Command)
-	}
+	p("- Command: %s\n", r.command())
 	p("- Expected duration on a quiet machine (from the settings): about %s\n", r.Estimate.Round(time.Minute))
 	p("- Started %s, finished %s (%s)\n", r.Started.UTC().Format(time.RFC3339), r.Finished.UTC().Format(time.RFC3339), r.Finished.Sub(r.Started).Round(time.Second))
 	p("\n## Machine\n\n| | |\n| --- | --- |\n")
@@ -224,7 +222,16 @@ func Render(r *Report) string {
 	renderScale(&b, r.Scale, r.ScaleTLS, r.ScaleHAProxy)
 	renderFootprintSection(&b, r.Footprint)
 	renderMicro(&b, r.Micro)
+	renderCostBalance(&b, r.CostBalance, r.command())
 	return b.String()
+}
+
+// command is how the run was started, for the reader to repeat it.
+func (r *Report) command() string {
+	if r.Via != "" {
+		return fmt.Sprintf("`%s`, which ran `%s` in `e2e/`", r.Via, r.Command)
+	}
+	return fmt.Sprintf("`%s` in `e2e/`", r.Command)
 }
 
 func renderOverhead(b *strings.Builder, o *OverheadResult) {
