@@ -126,6 +126,8 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 		{"no probes", []string{"--probe-interval=0"}, []Option{WithProbeInterval(0)}},
 		{"probe interval", []string{"--probe-interval=5s"}, []Option{WithProbeInterval(5 * time.Second)}},
 		{"no watch rebalancing", []string{"--watch-rebalance=false"}, []Option{WithWatchRebalancing(false)}},
+		{"zones", []string{"--zone=a", "--zone-policy=spill-over", "--zone-min-endpoints=1", "--endpoint-zones=127.0.0.0/8=a"},
+			[]Option{WithZone("a", balancer.ZonePolicySpillOver), WithZoneMinEndpoints(1), WithEndpointZones("127.0.0.0/8=a")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, sidecarCfg := sidecarConfig(t, kubeconfig, tc.flags)
@@ -166,8 +168,8 @@ func describe(c engine.Config) string {
 	if c.Proxy.RetryBudget != nil {
 		rb = fmt.Sprintf("%+v", *c.Proxy.RetryBudget)
 	}
-	return fmt.Sprintf("{Upstream:%+v Endpoints:%q Transport:%+v Balancer:%+v Proxy:%+v RetryBudget:%s Probe:%+v WatchRebalance:%v Rebalance:%+v}",
-		*c.Upstream, c.Endpoints, c.Transport, c.Balancer, c.Proxy, rb, c.Probe, c.WatchRebalance, c.Rebalance)
+	return fmt.Sprintf("{Upstream:%+v Endpoints:%q EndpointZones:%q Transport:%+v Balancer:%+v Proxy:%+v RetryBudget:%s Probe:%+v WatchRebalance:%v Rebalance:%+v}",
+		*c.Upstream, c.Endpoints, c.EndpointZones, c.Transport, c.Balancer, c.Proxy, rb, c.Probe, c.WatchRebalance, c.Rebalance)
 }
 
 // TestDefaultsAreTheEngines: the library starts from engine.Defaults,

@@ -90,26 +90,8 @@ func (c Config) validateZone() error {
 	default:
 		return fmt.Errorf("--zone-policy must be %s, %s or %s, got %q", ZonePolicyOff, ZonePolicySameZoneFirst, ZonePolicySpillOver, c.ZonePolicy)
 	}
-	if err := ValidateZoneName(c.Zone); err != nil {
+	if err := resolver.ValidateZone(c.Zone); err != nil {
 		return fmt.Errorf("--zone: %w", err)
-	}
-	return nil
-}
-
-// ValidateZoneName accepts "" and Kubernetes label values (at most 63
-// characters, alphanumerics, '-', '_' and '.', starting and ending with an
-// alphanumeric), the form of topology.kubernetes.io/zone.
-func ValidateZoneName(z string) error {
-	if z == "" {
-		return nil
-	}
-	alnum := func(b byte) bool { return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' }
-	ok := len(z) <= 63 && alnum(z[0]) && alnum(z[len(z)-1])
-	for i := 0; ok && i < len(z); i++ {
-		ok = alnum(z[i]) || z[i] == '-' || z[i] == '_' || z[i] == '.'
-	}
-	if !ok {
-		return fmt.Errorf("zone %q is not a topology.kubernetes.io/zone label value (at most 63 characters: letters, digits, '-', '_', '.', starting and ending with a letter or digit)", z)
 	}
 	return nil
 }

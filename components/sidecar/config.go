@@ -139,6 +139,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"Most watches --watch-rebalance ends per second, on average.")
 	fs.Float64Var(&c.Engine.Rebalance.Tolerance, "watch-rebalance-tolerance", c.Engine.Rebalance.Tolerance,
 		"Watches are moved while the most and least loaded apiservers differ by more than this fraction of the fair share (and by more than 1).")
+	c.addZoneFlags(fs)
 	fs.IntVar(&c.Listener.MaxConnections, "max-connections", c.Listener.MaxConnections,
 		"Most client connections open at once on the listener, exec and port-forward connections included; more are closed at accept (fanout_rejected_total{reason=\"connections\"}). Over HTTP/1.1 client-go opens one connection per watch.")
 	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,
