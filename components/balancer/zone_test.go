@@ -137,7 +137,7 @@ func TestZoneShares(t *testing.T) {
 				if got := loadShares(b); !near(got, tc.want, 1e-9) {
 					t.Errorf("target shares %v, want %v", got, tc.want)
 				}
-				if got := shortShares(t, b, 30000); !near(got, tc.want, 0.02) {
+				if got := shortShares(t, b, 10000); !near(got, tc.want, 0.02) {
 					t.Errorf("short requests went %v, want %v ± 2 points", got, tc.want)
 				}
 				if got := watchShares(t, b, 300); !near(got, tc.want, 0.02) {
@@ -188,7 +188,7 @@ func TestZoneLocalEndpointsDown(t *testing.T) {
 			if got := loadShares(b); !near(got, tc.want, 1e-9) {
 				t.Errorf("target shares %v, want %v", got, tc.want)
 			}
-			if got := shortShares(t, b, 20000); !near(got, tc.want, 0.02) {
+			if got := shortShares(t, b, 10000); !near(got, tc.want, 0.02) {
 				t.Errorf("short requests went %v, want %v ± 2 points", got, tc.want)
 			}
 			if got := watchShares(t, b, 200); !near(got, tc.want, 0.02) {
@@ -213,7 +213,7 @@ func TestZoneSpillProportionalToDeficit(t *testing.T) {
 	if got := loadShares(b); !near(got, want, 1e-9) {
 		t.Errorf("target shares %v, want %v", got, want)
 	}
-	if got := shortShares(t, b, 30000); !near(got, want, 0.02) {
+	if got := shortShares(t, b, 10000); !near(got, want, 0.02) {
 		t.Errorf("short requests went %v, want %v ± 2 points", got, want)
 	}
 	// Nothing lost: with all back the zone keeps everything again.
