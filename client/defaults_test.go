@@ -26,7 +26,8 @@ import (
 
 // TestSidecarResilienceDefaults: the library balances with the sidecar's
 // defaults (balancer.Recommended), not with the more permissive zero
-// Config: ejections capped at a third of the endpoints, slow start on.
+// Config: ejections capped at a third of the endpoints, slow start on,
+// zone placement off with a minimum of 2 local endpoints.
 func TestSidecarResilienceDefaults(t *testing.T) {
 	f := newFixture(t)
 	for _, policy := range []string{balancer.PolicyLeastRequest, balancer.PolicyRoundRobin} {
@@ -37,7 +38,8 @@ func TestSidecarResilienceDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := balancer.Config{Policy: policy, MaxEjectedFraction: 1.0 / 3, ConsecutiveFailures: 5, SlowStart: 10 * time.Second}
+			want := balancer.Config{Policy: policy, MaxEjectedFraction: 1.0 / 3, ConsecutiveFailures: 5, SlowStart: 10 * time.Second,
+				ZonePolicy: balancer.ZonePolicyOff, ZoneMinEndpoints: 2}
 			if !reflect.DeepEqual(c.Balancer, want) || !reflect.DeepEqual(c.Balancer, balancer.Recommended(policy)) {
 				t.Errorf("balancer config %+v, want %+v (balancer.Recommended)", c.Balancer, want)
 			}
