@@ -183,8 +183,14 @@ func (e *Endpoint) capacity(now int64) float64 {
 	return w
 }
 
-// zoneSums are a candidate set's usable endpoints per zone slot.
+// zoneSums are a candidate set's usable endpoints per zone slot. The
+// zone is chosen over the usable endpoints, the one a retry avoids
+// included (members, capacity): a request retried away from a local
+// apiserver stays in the zone while the zone as a whole qualifies, rather
+// than leaving it because its other local apiserver alone is below the
+// minimum. count is the candidates the pick may then take.
 type zoneSums struct {
+	members  [maxZones]int32
 	count    [maxZones]int32
 	capacity [maxZones]float64
 	open     [maxZones]int64 // long requests open
@@ -192,16 +198,21 @@ type zoneSums struct {
 }
 
 func (s *zoneSums) add(c *candidates) {
+	all := *c
+	all.skipAvoid = false
 	for _, e := range c.eps {
-		if !c.usable(e) {
+		if !all.usable(e) {
 			continue
 		}
 		z := e.zone.Load()
 		w := e.capacity(c.now)
-		s.count[z]++
+		s.members[z]++
 		s.capacity[z] += w
 		s.total += w
 		s.open[z] += e.inflight[1].Load()
+		if !c.skipAvoid || e.address != c.avoid {
+			s.count[z]++
+		}
 	}
 }
 
@@ -217,7 +228,7 @@ func (s *zoneSums) add(c *candidates) {
 //     demand, goes to the other zones in proportion to their residual
 //     capacity, max(0, u_z - d_z), or to their capacity if none has any.
 func (p zonePolicy) shares(l *zoneLayout, s *zoneSums, out *[maxZones]float64) bool {
-	if !l.on || s.count[0] < p.min || s.total <= 0 {
+	if !l.on || s.members[0] < p.min || s.total <= 0 {
 		return false
 	}
 	*out = [maxZones]float64{}
@@ -260,23 +271,37 @@ func (p zonePolicy) placeZone(c *candidates, l *zoneLayout, kind Kind, rand func
 	if !p.shares(l, &s, &shares) {
 		return
 	}
-	zone := 0
+	// A zone whose only usable endpoint is the one avoided gives its
+	// share to the others.
+	open := 0.0
+	for z := range l.n {
+		if s.count[z] == 0 {
+			shares[z] = 0
+		}
+		open += shares[z]
+	}
+	if open <= 0 {
+		return
+	}
+	zone := -1
 	if kind == Long {
 		best := math.Inf(1)
 		for z := range l.n {
-			if shares[z] <= 0 || s.count[z] == 0 {
+			if shares[z] <= 0 {
 				continue
 			}
 			if v := float64(s.open[z]+1) / shares[z]; v < best {
 				best, zone = v, z
 			}
 		}
-	} else if shares[0] < 1 {
+	} else {
 		const scale = 1 << 20
-		r := float64(rand(scale)) / scale
-		zone = -1
+		r := 0.0
+		if shares[0] < open {
+			r = open * float64(rand(scale)) / scale
+		}
 		for z := range l.n {
-			if s.count[z] == 0 || shares[z] <= 0 {
+			if shares[z] <= 0 {
 				continue
 			}
 			zone = z
@@ -284,9 +309,6 @@ func (p zonePolicy) placeZone(c *candidates, l *zoneLayout, kind Kind, rand func
 				break
 			}
 			r -= shares[z]
-		}
-		if zone < 0 {
-			return
 		}
 	}
 	c.zoned, c.zone, c.n = true, int32(zone), int(s.count[zone])
@@ -303,7 +325,7 @@ func (b *Balancer) endpointShares(snap *snapshot, now int64, out []float64) {
 	var shares [maxZones]float64
 	zoned := b.zones.shares(&snap.zones, &s, &shares)
 	usable := 0
-	for _, n := range s.count {
+	for _, n := range s.members {
 		usable += int(n)
 	}
 	for i, e := range snap.eps {
@@ -311,7 +333,7 @@ func (b *Balancer) endpointShares(snap *snapshot, now int64, out []float64) {
 		case !c.usable(e):
 			out[i] = 0
 		case zoned:
-			out[i] = shares[z] / float64(s.count[z])
+			out[i] = shares[z] / float64(s.members[z])
 		default:
 			out[i] = 1 / float64(usable)
 		}

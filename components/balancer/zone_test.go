@@ -198,6 +198,44 @@ func TestZoneLocalEndpointsDown(t *testing.T) {
 	}
 }
 
+// TestZoneRetryStaysInZone: a request retried away from a local
+// apiserver (PickInfo.Avoid) goes to the other local one: the zone is
+// judged with the avoided endpoint, which is still usable, so one retry
+// does not drop the zone below its minimum. With no other local
+// endpoint it leaves the zone.
+func TestZoneRetryStaysInZone(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+		min          int
+		eps          []resolver.Endpoint
+		want         map[string]float64
+	}{
+		{"same-zone-first", ZonePolicySameZoneFirst, 2, zoned("a1:1@a", "a2:1@a", "x:1@b"), map[string]float64{"a2:1": 1}},
+		{"spill-over", ZonePolicySpillOver, 2, zoned("a1:1@a", "a2:1@a", "x:1@b"), map[string]float64{"a2:1": 1}},
+		{"alone in its zone", ZonePolicySameZoneFirst, 1, zoned("a1:1@a", "x:1@b", "y:1@c"), map[string]float64{"x:1": .5, "y:1": .5}},
+	} {
+		for _, kind := range []Kind{Short, Long} {
+			t.Run(tc.name+"/"+kind.String(), func(t *testing.T) {
+				b := newZoned(t, Config{Zone: "a", ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}, tc.eps)
+				got := map[string]float64{}
+				for range 1000 {
+					p, err := b.Pick(PickInfo{Kind: kind, Avoid: "a1:1"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got[p.Endpoint.Address()] += 1.0 / 1000
+					p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
+				}
+				// Ties among idle watches go by a random start of the
+				// scan, which favours the endpoint after the avoided one.
+				if !near(got, tc.want, 0.2) {
+					t.Errorf("retries avoiding a1 went %v, want %v", got, tc.want)
+				}
+			})
+		}
+	}
+}
+
 // TestZoneSpillProportionalToDeficit: three zones a,a,a,b,b,c (demand
 // 1/2, 1/3, 1/6), one a ejected. The local zone holds 2/5 of the
 // capacity for 1/2 of the demand: 4/5 stays, and the 1/5 that spills is

@@ -287,7 +287,9 @@ func (r *Rebalancer) tick() {
 				inSet++
 			}
 		}
-		if gap <= max(1, r.cfg.Tolerance*float64(total)/float64(inSet)) {
+		// 1e-9: shares such as 1/3 are inexact, and an integer gap of 1
+		// must not read as 1.0000000000000002.
+		if gap <= max(1, r.cfg.Tolerance*float64(total)/float64(inSet))+1e-9 {
 			return
 		}
 		// Only towards endpoints the placement sends watches to: the

@@ -25,6 +25,12 @@ func TestRebalancerFollowsZoneShares(t *testing.T) {
 		{"spill-over 3/4 to 1/4", map[string]int64{"a": 30, "b": 0, "c": 10}, map[string]float64{"a": .75, "c": .25}, ""},
 		{"above its share within the set", map[string]int64{"a": 20, "b": 10, "c": 0}, map[string]float64{"a": .5, "b": .5}, "a"},
 		{"outside the set", map[string]int64{"a": 12, "b": 12, "c": 6}, map[string]float64{"a": .5, "b": .5}, "c"},
+		// Equal thirds as the balancer gives them (1/3 is inexact in
+		// floating point): 7/7/6 is within 1 of the target.
+		{"thirds, 7/7/6", map[string]int64{"a": 7, "b": 7, "c": 6}, map[string]float64{"a": oneThird, "b": oneThird, "c": oneThird}, ""},
+		{"thirds, 2/1/1", map[string]int64{"a": 2, "b": 1, "c": 1}, map[string]float64{"a": oneThird, "b": oneThird, "c": oneThird}, ""},
+		{"thirds, 1/0/0", map[string]int64{"a": 1}, map[string]float64{"a": oneThird, "b": oneThird, "c": oneThird}, ""},
+		{"thirds, 2/2/1", map[string]int64{"a": 2, "b": 2, "c": 1}, map[string]float64{"a": oneThird, "b": oneThird, "c": oneThird}, ""},
 		// No share anywhere: the balancer predates zones, equal thirds.
 		{"no shares", map[string]int64{"a": 15, "b": 15, "c": 0}, nil, "ab"},
 	} {
@@ -60,3 +66,5 @@ func TestRebalancerFollowsZoneShares(t *testing.T) {
 		})
 	}
 }
+
+const oneThird = 1.0 / 3
