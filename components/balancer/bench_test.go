@@ -44,16 +44,21 @@ func BenchmarkPick(b *testing.B) {
 				b.Fatal(err)
 			}
 			bal.Update(endpoints("10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"))
-			di := DoneInfo{StatusCode: 200, Latency: 5 * time.Millisecond}
-			b.ReportAllocs()
-			for b.Loop() {
-				p, err := bal.Pick(PickInfo{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Done(di)
-			}
+			loopPick(b, bal)
 		})
+	}
+}
+
+// loopPick is the body of the single-goroutine benchmarks.
+func loopPick(b *testing.B, bal *Balancer) {
+	di := DoneInfo{StatusCode: 200, Latency: 5 * time.Millisecond}
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := bal.Pick(PickInfo{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.Done(di)
 	}
 }
 
@@ -79,15 +84,7 @@ func BenchmarkPickZone(b *testing.B) {
 			if tc.eject {
 				ejectOnly(b, bal, "10.0.0.2:6443")
 			}
-			di := DoneInfo{StatusCode: 200, Latency: 5 * time.Millisecond}
-			b.ReportAllocs()
-			for b.Loop() {
-				p, err := bal.Pick(PickInfo{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				p.Done(di)
-			}
+			loopPick(b, bal)
 		})
 	}
 }

@@ -97,6 +97,21 @@ func near(got, want map[string]float64, tol float64) bool {
 
 const third = 1.0 / 3
 
+// checkZoneShares checks b's target shares (exact), and the shares of
+// 10,000 short requests and of 300 watches (within 2 points), against want.
+func checkZoneShares(t *testing.T, b *Balancer, want map[string]float64) {
+	t.Helper()
+	if got := loadShares(b); !near(got, want, 1e-9) {
+		t.Errorf("target shares %v, want %v", got, want)
+	}
+	if got := shortShares(t, b, 10000); !near(got, want, 0.02) {
+		t.Errorf("short requests went %v, want %v ± 2 points", got, want)
+	}
+	if got := watchShares(t, b, 300); !near(got, want, 0.02) {
+		t.Errorf("watches went %v, want %v ± 2 points", got, want)
+	}
+}
+
 // TestZoneShares: the share of each apiserver under each policy, for the
 // zone layouts of issue 34, fanout in zone a. The target (WatchLoads'
 // Share) is exact; short requests (P2C within the zone, 30,000 picks)
@@ -133,16 +148,7 @@ func TestZoneShares(t *testing.T) {
 		for _, pol := range policies {
 			t.Run(tc.name+"/"+pol, func(t *testing.T) {
 				cfg := Config{Policy: pol, Zone: tc.zone, ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}
-				b := newZoned(t, cfg, tc.eps)
-				if got := loadShares(b); !near(got, tc.want, 1e-9) {
-					t.Errorf("target shares %v, want %v", got, tc.want)
-				}
-				if got := shortShares(t, b, 10000); !near(got, tc.want, 0.02) {
-					t.Errorf("short requests went %v, want %v ± 2 points", got, tc.want)
-				}
-				if got := watchShares(t, b, 300); !near(got, tc.want, 0.02) {
-					t.Errorf("watches went %v, want %v ± 2 points", got, tc.want)
-				}
+				checkZoneShares(t, newZoned(t, cfg, tc.eps), tc.want)
 			})
 		}
 	}
@@ -185,15 +191,7 @@ func TestZoneLocalEndpointsDown(t *testing.T) {
 			cfg := Config{Zone: "a", ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}
 			b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "x:1@b"))
 			tc.down(t, b)
-			if got := loadShares(b); !near(got, tc.want, 1e-9) {
-				t.Errorf("target shares %v, want %v", got, tc.want)
-			}
-			if got := shortShares(t, b, 10000); !near(got, tc.want, 0.02) {
-				t.Errorf("short requests went %v, want %v ± 2 points", got, tc.want)
-			}
-			if got := watchShares(t, b, 200); !near(got, tc.want, 0.02) {
-				t.Errorf("watches went %v, want %v ± 2 points", got, tc.want)
-			}
+			checkZoneShares(t, b, tc.want)
 		})
 	}
 }
