@@ -77,6 +77,8 @@ type params struct {
 	// retired counts, by locality, the finished requests of endpoints
 	// no longer counted under it (removed, or moved to another zone).
 	retired [3]atomic.Uint64
+	// reported is the highest local and remote count collected yet.
+	reported [2]atomic.Uint64
 }
 
 func (p *params) nowNanos() int64 { return p.now().UnixNano() }

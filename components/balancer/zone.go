@@ -3,6 +3,7 @@ package balancer
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -100,14 +101,11 @@ func (c Config) validateZone() error {
 // locality, and returns the snapshot's zone layout. eps and next are
 // aligned (next[i] is eps[i]'s *Endpoint).
 func (p zonePolicy) layout(eps []resolver.Endpoint, next []*Endpoint) zoneLayout {
-	var l zoneLayout
+	l := zoneLayout{n: 1}
 	slots := map[string]int32{}
 	if p.zone != "" {
 		slots[p.zone] = 0
-		l.n = 1
-	} else {
-		l.n = 1 // slot 0 stays empty: no zone is local
-	}
+	} // else slot 0 stays empty: no zone is local
 	var counts [maxZones]int
 	for i, re := range eps {
 		e := next[i]
@@ -156,19 +154,31 @@ func (e *Endpoint) retire() {
 }
 
 // zoneRequests returns the requests finished on local and on remote
-// endpoints, those of removed endpoints included.
+// endpoints, those of removed endpoints included. A scrape racing an
+// Update may see a request in retired and on its endpoint both; the
+// counts never go back, though: each is the highest yet reported, until
+// the real count passes it.
 func (b *Balancer) zoneRequests() (local, remote uint64) {
-	local, remote = b.p.retired[localityLocal].Load(), b.p.retired[localityRemote].Load()
+	var n [3]uint64
+	n[localityLocal], n[localityRemote] = b.p.retired[localityLocal].Load(), b.p.retired[localityRemote].Load()
 	for _, e := range b.current.Load().eps {
-		n := e.requests.Load() - e.countBase.Load()
-		switch e.locality.Load() {
-		case localityLocal:
-			local += n
-		case localityRemote:
-			remote += n
+		base := e.countBase.Load() // first: it never passes requests
+		n[e.locality.Load()] += e.requests.Load() - base
+	}
+	return raiseTo64(&b.p.reported[0], n[localityLocal]), raiseTo64(&b.p.reported[1], n[localityRemote])
+}
+
+// raiseTo64 moves v up to n and returns the result.
+func raiseTo64(v *atomic.Uint64, n uint64) uint64 {
+	for {
+		old := v.Load()
+		if n <= old {
+			return old
+		}
+		if v.CompareAndSwap(old, n) {
+			return n
 		}
 	}
-	return local, remote
 }
 
 // capacity is what the endpoint adds to its zone's healthy capacity: its
