@@ -107,6 +107,8 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	c.Balancer.Policy = o.policy
 	c.Probe.Interval = o.probeInterval
 	c.WatchRebalance = o.watchRebalance
+	c.Balancer.Zone, c.Balancer.ZonePolicy, c.Balancer.ZoneMinEndpoints = o.zone.zone, o.zone.policy, o.zone.min
+	c.EndpointZones = o.zone.endpoints
 	c.Log = o.log
 	c.Registerer = o.registerer
 	if o.tune != nil {

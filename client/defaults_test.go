@@ -26,7 +26,8 @@ import (
 
 // TestSidecarResilienceDefaults: the library balances with the sidecar's
 // defaults (balancer.Recommended), not with the more permissive zero
-// Config: ejections capped at a third of the endpoints, slow start on.
+// Config: ejections capped at a third of the endpoints, slow start on,
+// zone placement off with a minimum of 2 local endpoints.
 func TestSidecarResilienceDefaults(t *testing.T) {
 	f := newFixture(t)
 	for _, policy := range []string{balancer.PolicyLeastRequest, balancer.PolicyRoundRobin} {
@@ -37,7 +38,8 @@ func TestSidecarResilienceDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := balancer.Config{Policy: policy, MaxEjectedFraction: 1.0 / 3, ConsecutiveFailures: 5, SlowStart: 10 * time.Second}
+			want := balancer.Config{Policy: policy, MaxEjectedFraction: 1.0 / 3, ConsecutiveFailures: 5, SlowStart: 10 * time.Second,
+				ZonePolicy: balancer.ZonePolicyOff, ZoneMinEndpoints: 2}
 			if !reflect.DeepEqual(c.Balancer, want) || !reflect.DeepEqual(c.Balancer, balancer.Recommended(policy)) {
 				t.Errorf("balancer config %+v, want %+v (balancer.Recommended)", c.Balancer, want)
 			}
@@ -126,6 +128,8 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 		{"no probes", []string{"--probe-interval=0"}, []Option{WithProbeInterval(0)}},
 		{"probe interval", []string{"--probe-interval=5s"}, []Option{WithProbeInterval(5 * time.Second)}},
 		{"no watch rebalancing", []string{"--watch-rebalance=false"}, []Option{WithWatchRebalancing(false)}},
+		{"zones", []string{"--zone=a", "--zone-policy=spill-over", "--zone-min-endpoints=1", "--endpoint-zones=127.0.0.0/8=a"},
+			[]Option{WithZone("a", balancer.ZonePolicySpillOver), WithZoneMinEndpoints(1), WithEndpointZones("127.0.0.0/8=a")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, sidecarCfg := sidecarConfig(t, kubeconfig, tc.flags)
@@ -166,8 +170,8 @@ func describe(c engine.Config) string {
 	if c.Proxy.RetryBudget != nil {
 		rb = fmt.Sprintf("%+v", *c.Proxy.RetryBudget)
 	}
-	return fmt.Sprintf("{Upstream:%+v Endpoints:%q Transport:%+v Balancer:%+v Proxy:%+v RetryBudget:%s Probe:%+v WatchRebalance:%v Rebalance:%+v}",
-		*c.Upstream, c.Endpoints, c.Transport, c.Balancer, c.Proxy, rb, c.Probe, c.WatchRebalance, c.Rebalance)
+	return fmt.Sprintf("{Upstream:%+v Endpoints:%q EndpointZones:%q Transport:%+v Balancer:%+v Proxy:%+v RetryBudget:%s Probe:%+v WatchRebalance:%v Rebalance:%+v}",
+		*c.Upstream, c.Endpoints, c.EndpointZones, c.Transport, c.Balancer, c.Proxy, rb, c.Probe, c.WatchRebalance, c.Rebalance)
 }
 
 // TestDefaultsAreTheEngines: the library starts from engine.Defaults,

@@ -22,6 +22,7 @@ type options struct {
 	watchRebalance bool
 	discovery      *rest.Config
 	startWait      time.Duration
+	zone           zoneOptions
 	// tune edits the engine's Config last; tests shorten timings with it.
 	tune func(*engine.Config)
 }
@@ -45,6 +46,7 @@ func defaults() options {
 		probeInterval:  d.Probe.Interval,
 		watchRebalance: d.WatchRebalance,
 		startWait:      DefaultStartWait,
+		zone:           zoneOptions{policy: d.Balancer.ZonePolicy, min: d.Balancer.ZoneMinEndpoints},
 	}
 }
 
@@ -103,3 +105,30 @@ func WithDiscoveryConfig(cfg *rest.Config) Option { return func(o *options) { o.
 // WithStartWait bounds how long New waits for the first endpoint set
 // (DefaultStartWait); 0 does not wait.
 func WithStartWait(d time.Duration) Option { return func(o *options) { o.startWait = d } }
+
+// zoneOptions are the zone placement settings (the sidecar's --zone,
+// --zone-policy, --zone-min-endpoints and --endpoint-zones).
+type zoneOptions struct {
+	zone, policy, endpoints string
+	min                     int
+}
+
+// WithZone sets the program's own topology zone and the zone policy, like
+// the sidecar's --zone and --zone-policy: balancer.ZonePolicyOff (the
+// default), balancer.ZonePolicySameZoneFirst or
+// balancer.ZonePolicySpillOver. A program in a pod can read its zone
+// from the pod's topology.kubernetes.io/zone label through the downward
+// API. See docs/resilience.md, "Zone placement".
+func WithZone(zone, policy string) Option {
+	return func(o *options) { o.zone.zone, o.zone.policy = zone, policy }
+}
+
+// WithZoneMinEndpoints sets how many usable apiservers the own zone needs
+// before the zone policy prefers it, like --zone-min-endpoints (default
+// 2, so that a zone with one apiserver never pins the program to it).
+func WithZoneMinEndpoints(n int) Option { return func(o *options) { o.zone.min = n } }
+
+// WithEndpointZones gives static and DNS endpoints their zones, like
+// --endpoint-zones: comma-separated KEY=ZONE, KEY a CIDR, an IP,
+// host:port, a host or https://host:port.
+func WithEndpointZones(spec string) Option { return func(o *options) { o.zone.endpoints = spec } }

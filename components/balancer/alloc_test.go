@@ -23,27 +23,32 @@ func TestPickDoesNotAllocate(t *testing.T) {
 		{"oldest", PickInfo{Kind: Long, Oldest: true}},
 	}
 	for _, pol := range policies {
-		for _, tc := range infos {
-			info := tc.info
-			t.Run(fmt.Sprintf("%s/%s", pol, tc.name), func(t *testing.T) {
-				b, err := New(Config{Policy: pol})
-				if err != nil {
-					t.Fatal(err)
-				}
-				b.Update(endpoints("10.0.0.1:6443", "10.0.0.2:6443", "10.0.0.3:6443"))
-				di := DoneInfo{StatusCode: 200, Latency: 5 * time.Millisecond}
-				allocs := testing.AllocsPerRun(200, func() {
-					p, err := b.Pick(info)
+		for _, zp := range []string{ZonePolicyOff, ZonePolicySameZoneFirst, ZonePolicySpillOver} {
+			for _, tc := range infos {
+				info := tc.info
+				t.Run(fmt.Sprintf("%s/%s/%s", pol, zp, tc.name), func(t *testing.T) {
+					b, err := New(Config{Policy: pol, Zone: "a", ZonePolicy: zp, ZoneMinEndpoints: 1})
 					if err != nil {
 						t.Fatal(err)
 					}
-					p.Done(di)
-					p.Done(di) // the guarded second call must not allocate either
+					// a,a,b with the second one ejected: spill-over then
+					// draws the zone of every short request.
+					b.Update(zoned("10.0.0.1:6443@a", "10.0.0.2:6443@a", "10.0.0.3:6443@b"))
+					ejectOnly(t, b, "10.0.0.2:6443")
+					di := DoneInfo{StatusCode: 200, Latency: 5 * time.Millisecond}
+					allocs := testing.AllocsPerRun(200, func() {
+						p, err := b.Pick(info)
+						if err != nil {
+							t.Fatal(err)
+						}
+						p.Done(di)
+						p.Done(di) // the guarded second call must not allocate either
+					})
+					if allocs != 0 {
+						t.Errorf("Pick+Done allocates %v times per request, want 0", allocs)
+					}
 				})
-				if allocs != 0 {
-					t.Errorf("Pick+Done allocates %v times per request, want 0", allocs)
-				}
-			})
+			}
 		}
 	}
 }

@@ -19,13 +19,16 @@ type Balancer struct {
 	p          *params
 	policy     policy
 	maxEjected float64
+	zones      zonePolicy
+	rand       func(n int) int
 	current    atomic.Pointer[snapshot]
 }
 
 // snapshot is one published endpoint set, sorted by address. Neither the
 // slice nor the struct is modified after it is stored.
 type snapshot struct {
-	eps []*Endpoint
+	eps   []*Endpoint
+	zones zoneLayout
 }
 
 // New returns a Balancer with no endpoints for cfg, which passed Validate
@@ -34,7 +37,7 @@ type snapshot struct {
 // not know, so that a Config that skipped Validate cannot pick at random.
 func New(cfg Config) (*Balancer, error) {
 	cfg = cfg.withDefaults()
-	b := &Balancer{p: newParams(cfg), maxEjected: cfg.MaxEjectedFraction}
+	b := &Balancer{p: newParams(cfg), maxEjected: cfg.MaxEjectedFraction, zones: newZonePolicy(cfg), rand: cfg.Rand}
 	p, err := cfg.policy()
 	if err != nil {
 		return nil, err
@@ -71,12 +74,14 @@ func (b *Balancer) Update(eps []resolver.Endpoint) {
 		seed, served = ests[len(ests)/2], counts[len(counts)/2]
 	}
 	next := make([]*Endpoint, 0, len(eps))
+	from := make([]resolver.Endpoint, 0, len(eps)) // aligned with next
 	seen := make(map[string]bool, len(eps))
 	for _, re := range eps {
 		if seen[re.Address] {
 			continue
 		}
 		seen[re.Address] = true
+		from = append(from, re)
 		e := kept[re.Address]
 		if e == nil {
 			e = newEndpoint(re.Address, b.p, seed, served, now)
@@ -90,17 +95,24 @@ func (b *Balancer) Update(eps []resolver.Endpoint) {
 		e.markUp(e.draining.Swap(re.Draining) && !re.Draining, now)
 		next = append(next, e)
 	}
+	zones := b.zones.layout(from, next)
+	for _, e := range old {
+		if !seen[e.address] {
+			e.retire()
+		}
+	}
 	slices.SortFunc(next, func(x, y *Endpoint) int { return strings.Compare(x.address, y.address) })
 	// A round of the traffic clock is one request per endpoint.
 	b.p.roundStep.Store(roundScale / int64(max(len(next), 1)))
-	b.current.Store(&snapshot{eps: next})
+	b.current.Store(&snapshot{eps: next, zones: zones})
 }
 
 // Pick chooses an endpoint for one request and counts it in flight until
 // Done. It fails only with ErrNoEndpoints; while endpoints exist it picks
 // one even if all are ejected.
 func (b *Balancer) Pick(info PickInfo) (Pick, error) {
-	eps := b.current.Load().eps
+	snap := b.current.Load()
+	eps := snap.eps
 	if len(eps) == 0 {
 		return Pick{}, ErrNoEndpoints
 	}
@@ -126,8 +138,12 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 	c.samples = samples
 	var e *Endpoint
 	if info.Oldest {
+		// The 410 retry wants the longest watch cache wherever it is.
 		e = oldest(c)
 	} else {
+		if snap.zones.on {
+			b.zones.placeZone(&c, &snap.zones, info.Kind, b.rand)
+		}
 		e = b.policy.pick(c, info)
 	}
 	e.inflight[kindIndex(info.Kind)].Add(1)

@@ -88,6 +88,16 @@ type Config struct {
 	// SlowStartMinWeight is the starting weight, in (0, 1]. Zero means
 	// DefaultSlowStartMinWeight.
 	SlowStartMinWeight float64
+
+	// Zone placement (see zone.go and docs/resilience.md). Zone is
+	// fanout's own topology zone (--zone), "" when unknown; ZonePolicy is
+	// ZonePolicyOff (default when empty), ZonePolicySameZoneFirst or
+	// ZonePolicySpillOver (--zone-policy); ZoneMinEndpoints is how many
+	// usable endpoints the own zone needs before it is preferred
+	// (--zone-min-endpoints, at least 1 when a policy is set).
+	Zone             string
+	ZonePolicy       string
+	ZoneMinEndpoints int
 }
 
 // Validate reports the first invalid field, in terms of the flags that set
@@ -118,7 +128,7 @@ func (c Config) Validate() error {
 	if c.SlowStartMinWeight < 0 || c.SlowStartMinWeight > 1 {
 		return fmt.Errorf("slow start minimum weight must be within (0, 1], got %v", c.SlowStartMinWeight)
 	}
-	return nil
+	return c.validateZone()
 }
 
 // withDefaults returns c with every zero field set to its default.

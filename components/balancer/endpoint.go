@@ -74,6 +74,11 @@ type params struct {
 	// adds roundStep, roundScale divided by the number of endpoints.
 	samples   atomic.Int64
 	roundStep atomic.Int64
+	// retired counts, by locality, the finished requests of endpoints
+	// no longer counted under it (removed, or moved to another zone).
+	retired [3]atomic.Uint64
+	// reported is the highest local and remote count collected yet.
+	reported [2]atomic.Uint64
 }
 
 func (p *params) nowNanos() int64 { return p.now().UnixNano() }
@@ -188,6 +193,14 @@ type Endpoint struct {
 	// ends of ejections and shutdown holds are taken from their deadlines.
 	// Slow start ramps from the latest of them.
 	upSince atomic.Int64
+
+	// zone is the endpoint's zone slot in the current snapshot's layout
+	// (see zoneLayout), locality whether that is fanout's own zone, and
+	// countBase the requests already counted under an earlier locality;
+	// all set by Update.
+	zone      atomic.Int32
+	locality  atomic.Uint32
+	countBase atomic.Uint64
 }
 
 // NewEndpoint returns a standalone endpoint with default settings and the

@@ -18,6 +18,7 @@ type collector struct {
 	baseline *prometheus.Desc
 	ready    *prometheus.Desc
 	count    *prometheus.Desc
+	zone     *prometheus.Desc
 }
 
 // Collector returns a prometheus.Collector for the balancer's endpoints.
@@ -49,6 +50,9 @@ func (b *Balancer) Collector() prometheus.Collector {
 		count: prometheus.NewDesc("fanout_endpoints",
 			"Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).",
 			[]string{"state"}, nil),
+		zone: prometheus.NewDesc("fanout_zone_requests_total",
+			"Finished requests by the locality of the kube-apiserver that served them: local (in fanout's own zone, --zone) or remote. Nothing is counted while fanout's zone is unknown.",
+			[]string{"locality"}, nil),
 	}
 }
 
@@ -61,6 +65,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.baseline
 	ch <- c.ready
 	ch <- c.count
+	ch <- c.zone
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -95,4 +100,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(ejected), StateEjected)
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(notReady), StateNotReady)
 	ch <- prometheus.MustNewConstMetric(c.count, prometheus.GaugeValue, float64(draining), StateDraining)
+	local, remote := c.b.zoneRequests()
+	ch <- prometheus.MustNewConstMetric(c.zone, prometheus.CounterValue, float64(local), localityNames[localityLocal])
+	ch <- prometheus.MustNewConstMetric(c.zone, prometheus.CounterValue, float64(remote), localityNames[localityRemote])
 }

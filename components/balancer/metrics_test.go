@@ -72,8 +72,9 @@ fanout_endpoints{state="ready"} 1
 	}
 
 	// The other series must match Status, which the tests above pin down.
-	if n := testutil.CollectAndCount(c); n != 2*7+4 {
-		t.Errorf("collected %d series, want %d", n, 2*7+4)
+	// 7 per endpoint, 4 of fanout_endpoints, 2 of fanout_zone_requests_total.
+	if n := testutil.CollectAndCount(c); n != 2*7+4+2 {
+		t.Errorf("collected %d series, want %d", n, 2*7+4+2)
 	}
 	var inflight float64
 	for _, s := range b.Endpoints() {

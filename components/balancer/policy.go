@@ -26,7 +26,10 @@ type candidates struct {
 	// honourEjected is false when more endpoints are passively ejected
 	// than the cap allows: then ejection is ignored.
 	honourEjected bool
-	n             int // how many of eps pass the filters; at least 1 unless Unloaded
+	// zoned keeps only the endpoints of zone slot zone (zone placement).
+	zoned bool
+	zone  int32
+	n     int // how many of eps pass the filters; at least 1 unless Unloaded
 }
 
 // newCandidates filters eps, relaxing the filters in this order until some
@@ -101,6 +104,9 @@ func (c *candidates) up(e *Endpoint) bool {
 }
 
 func (c *candidates) usable(e *Endpoint) bool {
+	if c.zoned && e.zone.Load() != c.zone {
+		return false
+	}
 	if c.skipAvoid && e.address == c.avoid {
 		return false
 	}

@@ -18,5 +18,7 @@ func Recommended(policy string) Config {
 		MaxEjectedFraction:  RecommendedMaxEjectedFraction,
 		ConsecutiveFailures: DefaultConsecutiveFailures,
 		SlowStart:           RecommendedSlowStart,
+		ZonePolicy:          ZonePolicyOff,
+		ZoneMinEndpoints:    DefaultZoneMinEndpoints,
 	}
 }

@@ -17,17 +17,26 @@ type WatchLoad struct {
 	UsableSince time.Time
 	// OpenLong counts the long-running requests open on it.
 	OpenLong int64
+	// Share is the fraction of the long-running requests the endpoint is
+	// meant to hold: 1/n of the n usable endpoints, or under a zone
+	// policy its zone's share split among the zone's usable endpoints
+	// (see zone.go). 0 for an unusable endpoint, and for one outside the
+	// zones the policy sends watches to: new watches do not go there.
+	Share float64
 }
 
 // WatchLoads returns the load of every current endpoint, sorted by
 // address. Like Endpoints it takes no lock; the fields of one endpoint are
 // read one by one and may straddle a concurrent request.
 func (b *Balancer) WatchLoads() []WatchLoad {
-	eps := b.current.Load().eps
+	snap := b.current.Load()
+	eps := snap.eps
 	now := b.p.nowNanos()
 	out := make([]WatchLoad, len(eps))
+	shares := make([]float64, len(eps))
+	b.endpointShares(snap, now, shares)
 	for i, e := range eps {
-		out[i] = WatchLoad{Address: e.address, Usable: e.usable(now), OpenLong: e.inflight[1].Load()}
+		out[i] = WatchLoad{Address: e.address, Usable: e.usable(now), OpenLong: e.inflight[1].Load(), Share: shares[i]}
 		if since := e.usableSince(); since > 0 {
 			out[i].UsableSince = time.Unix(0, since)
 		}

@@ -53,6 +53,10 @@ type Config struct {
 	// endpointslice:/// resolver reads EndpointSlices; only called for
 	// that scheme.
 	Discovery func() (resolver.APIServer, error)
+	// EndpointZones gives endpoints their zones where the resolver knows
+	// none (static lists, DNS), in resolver.ParseZones' grammar
+	// (--endpoint-zones); Balancer.Zone and ZonePolicy use them.
+	EndpointZones string
 
 	// Transport configures the connection pools of requests and probes.
 	// An empty ServerName means Upstream.ServerName.
@@ -116,6 +120,9 @@ func (c Config) Validate() error {
 	if err := c.Balancer.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := resolver.ParseZones(c.EndpointZones); err != nil {
+		errs = append(errs, err)
+	}
 	if err := c.Proxy.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -166,6 +173,7 @@ type Engine struct {
 
 	creds      *certs.Credentials
 	resolver   resolver.Resolver
+	zones      resolver.Zones
 	resolved   *resolver.Metrics
 	balancer   *balancer.Balancer
 	transports *transport.Transports
@@ -274,6 +282,9 @@ func (e *Engine) build() error {
 	})
 	if err != nil {
 		return &EndpointsError{Err: err}
+	}
+	if e.zones, err = resolver.ParseZones(cfg.EndpointZones); err != nil {
+		return err
 	}
 
 	e.transports, err = transport.New(cfg.Transport, e.creds)

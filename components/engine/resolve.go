@@ -51,20 +51,28 @@ func (e *Engine) sinks() ([]endpointSink, []poolRetainer) {
 // fails leaves the last snapshot in place.
 func (e *Engine) runResolver(ctx context.Context) {
 	sinks, pools := e.sinks()
+	e.logZone()
 	err := e.resolver.Run(ctx, func(eps []resolver.Endpoint) {
+		eps = e.zones.Apply(eps)
 		addrs := make([]string, len(eps))
-		var draining []string
+		var draining, zones []string
 		for i, ep := range eps {
 			addrs[i] = ep.Address
 			if ep.Draining {
 				draining = append(draining, ep.Address)
 			}
+			if ep.Zone != "" {
+				zones = append(zones, ep.Address+"="+ep.Zone)
+			}
 		}
+		attrs := []any{"endpoints", addrs}
 		if len(draining) > 0 {
-			e.log.Info("endpoints updated", "endpoints", addrs, "draining", draining)
-		} else {
-			e.log.Info("endpoints updated", "endpoints", addrs)
+			attrs = append(attrs, "draining", draining)
 		}
+		if len(zones) > 0 {
+			attrs = append(attrs, "zones", zones)
+		}
+		e.log.Info("endpoints updated", attrs...)
 		for _, s := range sinks {
 			s.Update(eps)
 		}
@@ -75,5 +83,19 @@ func (e *Engine) runResolver(ctx context.Context) {
 	})
 	if err != nil && ctx.Err() == nil {
 		e.log.Error("endpoint resolver stopped; keeping the last known endpoints", "error", err)
+	}
+}
+
+// logZone says once, at start, where zone placement stands: with a zone
+// policy and no zone of its own (--zone empty: the pod has no
+// topology.kubernetes.io/zone label) placement is off.
+func (e *Engine) logZone() {
+	b := e.cfg.Balancer
+	switch {
+	case b.ZonePolicy == "" || b.ZonePolicy == balancer.ZonePolicyOff:
+	case b.Zone == "":
+		e.log.Info("zone placement is off: fanout's zone is unknown (--zone is empty; the injector sets it from the pod's topology.kubernetes.io/zone label)", "zone_policy", b.ZonePolicy)
+	default:
+		e.log.Info("zone placement", "zone", b.Zone, "zone_policy", b.ZonePolicy, "zone_min_endpoints", b.ZoneMinEndpoints)
 	}
 }

@@ -144,6 +144,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 			"the least recently used key's counts fold into one \"other\" row. 0 turns the table off (docs/cost.md).")
 	fs.IntVar(&c.Engine.Cost.MetricsTop, "cost-metrics-top", c.Engine.Cost.MetricsTop,
 		"Costliest keys of the cost table exported as fanout_cost_* series (11 each); the others are summed into component=\"other\". At most 500.")
+	c.addZoneFlags(fs)
 	fs.IntVar(&c.Listener.MaxConnections, "max-connections", c.Listener.MaxConnections,
 		"Most client connections open at once on the listener, exec and port-forward connections included; more are closed at accept (fanout_rejected_total{reason=\"connections\"}). Over HTTP/1.1 client-go opens one connection per watch.")
 	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,

@@ -168,7 +168,7 @@ func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registere
 		}, []string{"reason"}),
 		spread: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fanout_watch_spread",
-			Help: "Open long-running requests on the most loaded usable endpoint minus those on the least loaded one, at the last comparison.",
+			Help: "Open long-running requests on the most loaded usable endpoint minus those on the least loaded one, at the last comparison; under a zone policy (--zone-policy), each counted against its target share.",
 		}),
 	}
 	for _, reason := range blockedReasons {
@@ -263,31 +263,44 @@ func (r *Rebalancer) tick() {
 			r.blocked.WithLabelValues(reason).Set(float64(blocked[reason]))
 		}
 	}()
+	targets := shares(usable)
 	if len(usable) < 2 {
 		r.spread.Set(0)
 		return
 	}
 	moved := map[*watchStream]bool{}
 	for first := true; ; first = false {
-		heavy, light, gap := extremes(usable)
-		if first {
-			r.spread.Set(float64(gap))
-		}
 		total := int64(0)
 		for _, l := range usable {
 			total += l.OpenLong
 		}
-		share := float64(total) / float64(len(usable))
-		if float64(gap) <= max(1, r.cfg.Tolerance*share) {
+		heavy, light, gap := extremes(usable, targets, total)
+		if first {
+			r.spread.Set(gap)
+		}
+		if light < 0 {
 			return
 		}
-		targets := make([]*readiness, 0, len(usable)-1)
-		for _, l := range usable {
-			if l.Address != usable[heavy].Address {
-				targets = append(targets, r.ready[l.Address])
+		inSet := 0
+		for _, s := range targets {
+			if s > 0 {
+				inSet++
 			}
 		}
-		w, reasons := r.candidate(usable[heavy].Address, targets, now, moved)
+		// 1e-9: shares such as 1/3 are inexact, and an integer gap of 1
+		// must not read as 1.0000000000000002.
+		if gap <= max(1, r.cfg.Tolerance*float64(total)/float64(inSet))+1e-9 {
+			return
+		}
+		// Only towards endpoints the placement sends watches to: the
+		// client re-watches through a pick, which follows the policy.
+		dest := make([]*readiness, 0, len(usable)-1)
+		for i, l := range usable {
+			if i != heavy && targets[i] > 0 {
+				dest = append(dest, r.ready[l.Address])
+			}
+		}
+		w, reasons := r.candidate(usable[heavy].Address, dest, now, moved)
 		if w == nil {
 			for k, v := range reasons {
 				blocked[k] += v
@@ -310,18 +323,46 @@ func (r *Rebalancer) tick() {
 	}
 }
 
-// extremes returns the indexes of the most and least loaded endpoints
-// (the first in address order on ties) and the gap between them.
-func extremes(ls []balancer.WatchLoad) (heavy, light int, gap int64) {
-	for i, l := range ls {
-		if l.OpenLong > ls[heavy].OpenLong {
+// shares returns each usable endpoint's target share of the open
+// long-running requests: the balancer's (WatchLoad.Share, the zone
+// policy's), or 1/n each when it gives none (a LoadSource that predates
+// zone placement).
+func shares(usable []balancer.WatchLoad) []float64 {
+	out := make([]float64, len(usable))
+	sum := 0.0
+	for i, l := range usable {
+		out[i] = l.Share
+		sum += l.Share
+	}
+	if sum <= 0 {
+		for i := range out {
+			out[i] = 1 / float64(len(out))
+		}
+	}
+	return out
+}
+
+// extremes returns the indexes of the endpoint most above its target and
+// of the one most below it among those with a share (-1 if none; the
+// first in address order on ties), and the gap between their excesses.
+// The target is share × total; with equal shares the gap is the
+// difference of the open counts. An endpoint outside the placement's set
+// (share 0) has all its watches as excess.
+func extremes(ls []balancer.WatchLoad, targets []float64, total int64) (heavy, light int, gap float64) {
+	light = -1
+	excess := func(i int) float64 { return float64(ls[i].OpenLong) - targets[i]*float64(total) }
+	for i := range ls {
+		if excess(i) > excess(heavy) {
 			heavy = i
 		}
-		if l.OpenLong < ls[light].OpenLong {
+		if targets[i] > 0 && (light < 0 || excess(i) < excess(light)) {
 			light = i
 		}
 	}
-	return heavy, light, ls[heavy].OpenLong - ls[light].OpenLong
+	if light < 0 {
+		return heavy, -1, 0
+	}
+	return heavy, light, excess(heavy) - excess(light)
 }
 
 // candidate returns the oldest watch on endpoint that may be ended, or nil

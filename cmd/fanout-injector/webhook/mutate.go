@@ -550,6 +550,7 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []core
 		fmt.Sprintf("--admin-address=:%d", c.AdminPort),
 		"--write-kubeconfig="+KubeconfigPath,
 		"--shutdown-grace="+ShutdownGrace(pod, c.MaxShutdownGrace).String(),
+		"--zone=$("+ZoneEnv+")",
 	)
 	args = append(args, c.ExtraArgs...)
 	mounts = append(slices.Clip(mounts), corev1.VolumeMount{Name: VolumeName, MountPath: MountPath})
@@ -567,6 +568,7 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []core
 		Image:           c.Image,
 		ImagePullPolicy: c.ImagePullPolicy,
 		Args:            args,
+		Env:             []corev1.EnvVar{zoneEnv()},
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports:           []corev1.ContainerPort{{Name: AdminPortName, ContainerPort: c.AdminPort, Protocol: corev1.ProtocolTCP}},
 		// /startupz passes once the listener is bound and the kubeconfig
@@ -586,6 +588,25 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []core
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
 	}
+}
+
+// ZoneEnv is the sidecar's environment variable holding the pod's
+// topology.kubernetes.io/zone label, which its --zone reads.
+const ZoneEnv = "FANOUT_ZONE"
+
+// zoneEnv passes the sidecar its zone through the downward API.
+// kube-apiserver copies the node's topology.kubernetes.io/zone label onto
+// the pod when it binds it (KEP-4742, admission plugin PodTopologyLabels,
+// feature gate PodTopologyLabelsAdmission: beta and on by default since
+// Kubernetes 1.35), before the kubelet starts any container, so the
+// sidecar learns its zone without RBAC to read Nodes. Where the label is
+// absent the variable is empty, --zone is empty and zone placement is
+// off. A --zone in --sidecar-extra-args comes later on the command line,
+// and wins.
+func zoneEnv() corev1.EnvVar {
+	return corev1.EnvVar{Name: ZoneEnv, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels['topology.kubernetes.io/zone']"},
+	}}
 }
 
 // Identity is the uid and gid the sidecar runs as for client: the

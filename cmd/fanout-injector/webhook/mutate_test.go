@@ -229,6 +229,7 @@ func TestMutateSidecar(t *testing.T) {
 		"--admin-address=:7081",
 		"--write-kubeconfig=" + KubeconfigPath,
 		"--shutdown-grace=10s",
+		"--zone=$(FANOUT_ZONE)",
 		"--balancer=round-robin",
 	}
 	if !slices.Equal(sc.Args, wantArgs) {
