@@ -28,8 +28,9 @@ func (h *Handler) costAnswered(header http.Header, st *reqState, code int, faile
 	}
 }
 
-// costEnded reports the end of the request in st, whose answer has ended.
-func (h *Handler) costEnded(header http.Header, st *reqState) {
+// costEnded reports the end of the request in st, whose answer has ended;
+// ua is its User-Agent.
+func (h *Handler) costEnded(ua string, st *reqState) {
 	if h.cost == nil {
 		return
 	}
@@ -45,9 +46,9 @@ func (h *Handler) costEnded(header http.Header, st *reqState) {
 		// Never reported as answered (an upgrade, or refused while
 		// stopping): open and close at once, which counts no open watch
 		// for a status other than 2xx.
-		h.cost.Close(h.cost.Open(&st.Info, userAgent(header), o), o)
+		h.cost.Close(h.cost.Open(&st.Info, ua, o), o)
 	default:
-		h.cost.Short(&st.Info, userAgent(header), o)
+		h.cost.Short(&st.Info, ua, o)
 	}
 }
 

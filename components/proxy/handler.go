@@ -153,7 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
 		if h.cost != nil {
 			st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
-			h.costEnded(r.Header, st)
+			h.costEnded(userAgent(r.Header), st)
 		}
 		return
 	}
@@ -177,16 +177,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.proxy.ServeHTTP(w, r)
-	h.costEnded(r.Header, st)
+	h.costEnded(userAgent(r.Header), st)
 }
 
 func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState) {
 	h.metrics.openLong.Inc()
 	end := h.metrics.openLong.Dec
 	if h.cost != nil {
+		// The closure outlives the handler when the server streams the
+		// answer itself: it keeps the User-Agent, not the request and its
+		// headers (a KiB per HTTP/1.1 watch, TestFootprintPerWatch).
+		ua := userAgent(r.Header)
 		end = func() {
 			h.metrics.openLong.Dec()
-			h.costEnded(r.Header, st)
+			h.costEnded(ua, st)
 		}
 	}
 	defer func(server http.ResponseWriter) {
