@@ -470,7 +470,7 @@ func TestPeerPing(t *testing.T) {
 			p.wantHeaders(1, true, 0)
 			p.writeHeaders(1, false, ":status", "200")
 			body := rt.response().Body
-			time.Sleep(phase) // less than ReadIdleTimeout: no PING yet
+			time.Sleep(phase)              // less than ReadIdleTimeout: no PING yet
 			p.writeData(1, false, "event") // the last frame
 			last := time.Now()
 			p.wantIdle()
