@@ -634,7 +634,7 @@ func TestPeerHeaderListLimits(t *testing.T) {
 		p.wantHeaders(1, true, 0)
 		start := time.Now()
 		p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: p.headerBlock(":status", "200")})
-		flooded := make(chan int)
+		flooded := make(chan int, 1)
 		go func() {
 			n := 0
 			for ; p.fr.WriteContinuation(1, false, nil) == nil; n++ {
@@ -645,6 +645,8 @@ func TestPeerHeaderListLimits(t *testing.T) {
 		select {
 		case <-p.closed:
 		case <-time.After(time.Minute):
+			p.cc.Close()
+			<-flooded
 			t.Fatal("the connection still open after a minute of CONTINUATION flood")
 		}
 		n := <-flooded
