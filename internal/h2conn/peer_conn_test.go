@@ -476,6 +476,7 @@ func TestPeerPing(t *testing.T) {
 			p.wantIdle()
 			<-p.closed
 			silence := p.closedAt.Sub(last)
+			t.Logf("closed %v after its last frame", silence)
 			if silence < readIdle+pingTimeout || silence > readIdle*6/5+pingTimeout {
 				t.Errorf("closed %v after its last frame, want between %v and %v", silence, readIdle+pingTimeout, readIdle*6/5+pingTimeout)
 			}

@@ -249,16 +249,6 @@ func summarize(f http2.Frame) string {
 	return f.Header().String()
 }
 
-// wantFrameType reads the client's next frame, which must be of type ft.
-func (p *testPeer) wantFrameType(ft http2.FrameType) http2.Frame {
-	p.t.Helper()
-	f := p.readFrame()
-	if f == nil || f.Header().Type != ft {
-		p.t.Fatalf("got frame %s, want %v", summarize(f), ft)
-	}
-	return f
-}
-
 // wantIdle asserts that the client wrote nothing more.
 func (p *testPeer) wantIdle() {
 	p.t.Helper()
@@ -336,16 +326,16 @@ func (p *testPeer) wantPing(ack bool) [8]byte {
 }
 
 // wantHeaders reads a HEADERS frame and its CONTINUATIONs and returns the
-// decoded fields, checking the stream ID and END_STREAM; maxFrame > 0
-// bounds each frame's payload.
-func (p *testPeer) wantHeaders(id uint32, endStream bool, maxFrame uint32) http.Header {
+// decoded fields by their (lower-case) names, checking the stream ID and
+// END_STREAM; maxFrame > 0 bounds each frame's payload.
+func (p *testPeer) wantHeaders(id uint32, endStream bool, maxFrame uint32) map[string][]string {
 	p.t.Helper()
 	h, _ := p.wantHeaderBlock(id, endStream, maxFrame)
 	return h
 }
 
 // wantHeaderBlock is wantHeaders that also returns the encoded block.
-func (p *testPeer) wantHeaderBlock(id uint32, endStream bool, maxFrame uint32) (http.Header, []byte) {
+func (p *testPeer) wantHeaderBlock(id uint32, endStream bool, maxFrame uint32) (map[string][]string, []byte) {
 	p.t.Helper()
 	hf := wantFrame[*http2.HeadersFrame](p)
 	if hf.StreamID != id || hf.StreamEnded() != endStream {
@@ -371,7 +361,7 @@ func (p *testPeer) wantHeaderBlock(id uint32, endStream bool, maxFrame uint32) (
 	if err != nil {
 		p.t.Fatalf("decoding the client's header block: %v", err)
 	}
-	h := http.Header{}
+	h := map[string][]string{}
 	for _, f := range fields {
 		h[f.Name] = append(h[f.Name], f.Value)
 	}
