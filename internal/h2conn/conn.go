@@ -26,6 +26,13 @@ import (
 // maxHeaderListSize bounds a response's header block, as x/net's default.
 const maxHeaderListSize = 10 << 20
 
+// maxWindow is the largest flow-control window HTTP/2 allows (RFC 9113
+// 6.9.1), and maxStreamID the last stream ID (5.1.1).
+const (
+	maxWindow   = 1<<31 - 1
+	maxStreamID = 1<<31 - 1
+)
+
 // ErrConnClosing is the error of a RoundTrip that found its connection
 // closing (or gone away, or at its stream limit) before the request was
 // written: nothing was sent, so another connection may take it.
@@ -261,6 +268,13 @@ func (cc *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	s.id = cc.nextID
 	cc.nextID += 2
+	if cc.nextID > maxStreamID {
+		// The last stream ID a client may use (RFC 9113 5.1.1): the
+		// connection takes no new stream and closes after its last one,
+		// so the pool opens another. Writing a higher ID would fail the
+		// whole connection, streams in flight included.
+		cc.closing = true
+	}
 	cc.streams[s.id] = s
 	s.sendWindow = cc.peerWindow
 	maxFrame := cc.maxFrame
@@ -573,15 +587,30 @@ func (cc *Conn) readLoop() {
 				cc.writeRST(se.StreamID, se.Code)
 				continue
 			}
-			cc.fail(fmt.Errorf("fanout HTTP/2 client: reading from the server: %w", err))
+			cc.failConn(fmt.Errorf("fanout HTTP/2 client: reading from the server: %w", err))
 			return
 		}
 		cc.reads.Add(1)
 		if err := cc.handle(f); err != nil {
-			cc.fail(err)
+			cc.failConn(err)
 			return
 		}
 	}
+}
+
+// failConn fails the connection with err, telling the server first with
+// a GOAWAY if err is a connection error of the server's making (RFC 9113
+// 5.4.1), so that it can tell what it did wrong.
+func (cc *Conn) failConn(err error) {
+	var ce http2.ConnectionError
+	if errors.As(err, &ce) {
+		cc.wmu.Lock()
+		if cc.fr.WriteGoAway(0, http2.ErrCode(ce), nil) == nil {
+			cc.bw.Flush()
+		}
+		cc.wmu.Unlock()
+	}
+	cc.fail(err)
 }
 
 func (cc *Conn) handle(f http2.Frame) error {
@@ -604,18 +633,25 @@ func (cc *Conn) handle(f http2.Frame) error {
 		}
 		cc.mu.Lock()
 		err := f.ForeachSetting(func(st http2.Setting) error {
+			// Out of range (a MAX_FRAME_SIZE below 16,384 would have the
+			// writers loop on empty frames) is a connection error.
+			if err := st.Valid(); err != nil {
+				return err
+			}
 			switch st.ID {
 			case http2.SettingMaxConcurrentStreams:
 				cc.maxStreams = st.Val
 			case http2.SettingMaxFrameSize:
 				cc.maxFrame = st.Val
 			case http2.SettingInitialWindowSize:
-				if st.Val > 1<<31-1 {
-					return http2.ConnectionError(http2.ErrCodeFlowControl)
-				}
 				delta := int(st.Val) - cc.peerWindow
 				cc.peerWindow = int(st.Val)
 				for _, s := range cc.streams {
+					// A window may go below zero (6.9.2), not past
+					// 2^31-1: that is a connection error.
+					if s.sendWindow+delta > maxWindow {
+						return http2.ConnectionError(http2.ErrCodeFlowControl)
+					}
 					s.sendWindow += delta
 				}
 				cc.sendCond.Broadcast()
@@ -657,10 +693,22 @@ func (cc *Conn) handle(f http2.Frame) error {
 			return ErrConnClosing
 		}
 	case *http2.WindowUpdateFrame:
+		// A window past 2^31-1 is a connection error on the connection,
+		// a stream error on a stream (RFC 9113 6.9.1).
 		cc.mu.Lock()
 		if f.StreamID == 0 {
+			if cc.sendWindow+int(f.Increment) > maxWindow {
+				cc.mu.Unlock()
+				return http2.ConnectionError(http2.ErrCodeFlowControl)
+			}
 			cc.sendWindow += int(f.Increment)
 		} else if s := cc.streams[f.StreamID]; s != nil {
+			if s.sendWindow+int(f.Increment) > maxWindow {
+				cc.mu.Unlock()
+				cc.reset(s, http2.ErrCodeFlowControl, http2.StreamError{StreamID: s.id, Code: http2.ErrCodeFlowControl,
+					Cause: errors.New("fanout HTTP/2 client: the server's WINDOW_UPDATE took the stream's window past 2^31-1")})
+				return nil
+			}
 			s.sendWindow += int(f.Increment)
 		}
 		cc.sendCond.Broadcast()
@@ -678,6 +726,12 @@ func (cc *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if s == nil {
 		cc.mu.Unlock()
 		return nil
+	}
+	if f.Truncated {
+		// The Framer stopped keeping fields past MaxHeaderListSize: an
+		// answer missing some of its headers must not pass for whole.
+		cc.mu.Unlock()
+		return cc.streamError(s, fmt.Sprintf("header list larger than the %d bytes fanout accepts (SETTINGS_MAX_HEADER_LIST_SIZE)", maxHeaderListSize))
 	}
 	if s.res != nil {
 		// Trailers: they must end the stream.
@@ -781,12 +835,11 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 		cc.connUnacked += n
 		inc := cc.takeConnUpdateLocked()
 		cc.mu.Unlock()
-		if s != nil {
-			msg := "DATA before HEADERS"
-			if s.res != nil {
-				msg = "DATA beyond the flow-control window"
-			}
-			cc.streamError(s, msg)
+		switch {
+		case s != nil && s.res == nil:
+			cc.streamError(s, "DATA before HEADERS")
+		case s != nil:
+			cc.reset(s, http2.ErrCodeFlowControl, errors.New("fanout HTTP/2 client: flow-control error from the server: DATA beyond the stream's window"))
 		}
 		return cc.writeWindowUpdates(0, 0, inc)
 	}

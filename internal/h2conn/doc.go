@@ -23,7 +23,13 @@
 // server can have seen the request (Unprocessed, ErrConnClosing): a
 // stream above a GOAWAY's last stream ID, a REFUSED_STREAM, or a
 // connection that was closing before the request was written. It never
-// retries a request itself: the caller decides.
+// retries a request itself: the caller decides. A server that breaks the
+// protocol gets what RFC 9113 asks: a GOAWAY and the connection closed
+// for a connection error (SETTINGS out of range, a send window past
+// 2^31-1, a header block read past its limit), an RST_STREAM for a stream
+// error; and a connection stops taking streams at stream ID 2^31-1.
+// docs/security.md lists where it differs from x/net's Transport;
+// peer_test.go is the scripted server its tests drive it with.
 //
 // It uses x/net's http2 Framer, hpack and error types only.
 package h2conn
