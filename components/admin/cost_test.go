@@ -1,9 +1,12 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +56,41 @@ func TestDebugCost(t *testing.T) {
 				t.Errorf("snapshot %+v", s)
 			}
 		})
+	}
+}
+
+// TestFetchCost reads the table back through WithCost, and each failure
+// says what to do.
+func TestFetchCost(t *testing.T) {
+	_, inner := newTestHandler(t)
+	tab, err := cost.New(cost.Config{Size: 10, MetricsTop: 5}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/pods", nil)
+	info := reqinfo.New(r)
+	tab.Short(&info, "kubectl/v1.37.2 (linux/amd64) kubernetes/0123abc", &cost.Outcome{Code: 200, Elapsed: time.Millisecond})
+	srv := httptest.NewServer(WithCost(inner, tab))
+	defer srv.Close()
+	got, err := FetchCost(context.Background(), srv.Client(), strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Rows) != 1 || got.Rows[0].Key() != (cost.Key{Component: "kubectl", Verb: "list", Resource: "pods", Scope: cost.ScopeNamespaced}) ||
+		got.Rows[0].Requests != 1 || !math.IsInf(got.Rows[0].Latency.Buckets[len(got.Rows[0].Latency.Buckets)-1].LE, 1) {
+		t.Errorf("FetchCost = %+v, want kubectl's one list of pods, the last bucket +Inf", got)
+	}
+
+	for code, want := range map[int]string{
+		http.StatusForbidden: "the cost table answers loopback clients only; run fanout top in the pod: kubectl exec -it POD -c fanout -- fanout top",
+		http.StatusNotFound:  "this fanout has no cost table",
+		http.StatusTeapot:    "418 I'm a teapot: no",
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "no", code) }))
+		_, err := FetchCost(context.Background(), srv.Client(), strings.TrimPrefix(srv.URL, "http://"))
+		srv.Close()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("answer %d: err = %v, want %q", code, err, want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/cost"
 )
 
 // Snapshot is what /debug/endpoints serves.
@@ -24,35 +25,76 @@ type Snapshot struct {
 // (host:port). A host left empty (":7081", the flag's default) means
 // 127.0.0.1: the endpoint answers loopback clients only.
 func FetchSnapshot(ctx context.Context, c *http.Client, addr string) (Snapshot, error) {
+	return fetch[Snapshot](ctx, c, addr, document{
+		path: "/debug/endpoints", name: "fanout endpoint snapshot", subject: "the endpoint list",
+		command: "fanout status", limit: 4 << 20,
+	})
+}
+
+// FetchCost reads /debug/cost, the cost table, from the admin server at
+// addr as FetchSnapshot does. A table that is off answers capacity 0; a
+// 404 means a fanout without the table.
+func FetchCost(ctx context.Context, c *http.Client, addr string) (cost.Snapshot, error) {
+	return fetch[cost.Snapshot](ctx, c, addr, document{
+		path: "/debug/cost", name: "fanout cost table", subject: "the cost table",
+		command: "fanout top", limit: 64 << 20,
+		notFound: "this fanout has no cost table (a version older than fanout top, or the table is off); upgrade the sidecar or start it with --cost-table-size above 0",
+	})
+}
+
+// document is a JSON page of the admin server, as fetch reads it.
+type document struct {
+	path string
+	// name is what the page is, for an answer that does not decode;
+	// subject names it in a sentence.
+	name, subject string
+	// command reads the page; a 403 says to run it in the pod.
+	command string
+	// limit is the most bytes read of the body.
+	limit int64
+	// notFound explains a 404, "" to show the body.
+	notFound string
+}
+
+// fetch GETs d from the admin server at addr and decodes it into a T. Its
+// errors say what to do: check --admin-address, run the command in the pod
+// (403: /debug answers loopback clients only), or d.notFound.
+func fetch[T any](ctx context.Context, c *http.Client, addr string, d document) (T, error) {
+	var v T
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("admin address %q: %v; expected host:port such as 127.0.0.1:7081", addr, err)
+		return v, fmt.Errorf("--admin-address %q: %v; expected host:port such as 127.0.0.1:7081", addr, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
+		host = "127.0.0.1" // the admin server's wildcard default; /debug answers loopback only
 	}
-	u := "http://" + net.JoinHostPort(host, port) + "/debug/endpoints"
+	u := "http://" + net.JoinHostPort(host, port) + d.path
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return Snapshot{}, err
+		return v, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("reading %s: %w (is fanout running with --admin-address %s?)", u, err, addr)
+		return v, fmt.Errorf("reading %s: %w (is fanout running with --admin-address %s?)", u, err, addr)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, d.limit))
 	if err != nil {
-		return Snapshot{}, fmt.Errorf("reading %s: %w", u, err)
+		return v, fmt.Errorf("reading %s: %w", u, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return Snapshot{}, fmt.Errorf("%s answered %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusForbidden:
+		return v, fmt.Errorf("%s answered %s: %s answers loopback clients only; run %s in the pod: kubectl exec -it POD -c fanout -- %s", u, resp.Status, d.subject, d.command, d.command)
+	case resp.StatusCode == http.StatusNotFound && d.notFound != "":
+		return v, fmt.Errorf("%s answered %s: %s", u, resp.Status, d.notFound)
+	default:
+		return v, fmt.Errorf("%s answered %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
 	}
-	var s Snapshot
-	if err := json.Unmarshal(body, &s); err != nil {
-		return Snapshot{}, fmt.Errorf("%s: not a fanout endpoint snapshot: %w", u, err)
+	if err := json.Unmarshal(body, &v); err != nil {
+		return v, fmt.Errorf("%s: not a %s: %w", u, d.name, err)
 	}
-	return s, nil
+	return v, nil
 }
 
 // StatusTable renders cur as a table. With prev (the snapshot taken

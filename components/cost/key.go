@@ -7,21 +7,22 @@ import (
 )
 
 // Key is one row of the table. Namespaces and names are never part of it:
-// they would make the table as large as the cluster.
+// they would make the table as large as the cluster. Its JSON is spelled
+// as a row's in /debug/cost.
 type Key struct {
 	// Component is the client program, "program/controller" when its
 	// User-Agent names a controller (component), "unknown" when the
 	// User-Agent is missing or unusable, "other" for the evicted fold.
-	Component string
+	Component string `json:"component"`
 	// Verb is kube-apiserver's verb, or the lower-cased method of a
 	// non-resource request.
-	Verb        string
-	Group       string
-	Resource    string
-	Subresource string
+	Verb        string `json:"verb"`
+	Group       string `json:"group"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource"`
 	// Scope is ScopeNamespaced, ScopeCluster, or "" for a non-resource
 	// request.
-	Scope string
+	Scope string `json:"scope"`
 }
 
 // Scopes of a Key.

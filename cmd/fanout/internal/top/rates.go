@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/cost"
 )
 
 // Rates is one row of the view: a key's rates over the window, its open
 // watches now, and its cumulative counters.
 type Rates struct {
-	Key
+	cost.Key
 	// Per second over the window.
 	Requests, Errors, Retries, BytesReceived, BytesSent, WatchEvents float64
 	// ErrorRatio is errors over requests in the window, 0 without requests.
@@ -22,7 +23,7 @@ type Rates struct {
 	WatchesOpen int64
 	// Delta holds the counters of the window, Cumulative those of the
 	// current snapshot.
-	Delta, Cumulative Row
+	Delta, Cumulative cost.RowSnapshot
 }
 
 // EndpointRate is an apiserver's load over the window.
@@ -43,7 +44,7 @@ type View struct {
 	SinceStart bool
 	Since, Now time.Time
 	Capacity   int
-	Evictions  uint64
+	Evictions  int64
 	// Keys counts the table's rows, the "other" row excluded.
 	Keys      int
 	Rows      []Rates
@@ -65,24 +66,24 @@ func Compute(prev *Snapshot, cur Snapshot) View {
 		Since: cur.Cost.Since, Now: cur.Cost.Now, Capacity: cur.Cost.Capacity, Evictions: cur.Cost.Evictions,
 		SinceStart: prev == nil || !prev.Cost.Since.Equal(cur.Cost.Since) || !cur.Cost.Now.After(prev.Cost.Now),
 	}
-	before := map[Key]Row{}
+	before := map[cost.Key]cost.RowSnapshot{}
 	if v.SinceStart {
 		v.Window = cur.Cost.Now.Sub(cur.Cost.Since)
 	} else {
 		v.Window = cur.Cost.Now.Sub(prev.Cost.Now)
 		for _, r := range prev.Cost.Rows {
-			before[r.Key] = r
+			before[r.Key()] = r
 		}
 	}
 	// folded is what prev counted under keys that were evicted since.
-	var folded Row
-	deltas := make([]Row, len(cur.Cost.Rows))
-	seen := map[Key]bool{}
+	var folded cost.RowSnapshot
+	deltas := make([]cost.RowSnapshot, len(cur.Cost.Rows))
+	seen := map[cost.Key]bool{}
 	for i, r := range cur.Cost.Rows {
-		seen[r.Key] = true
-		p, ok := before[r.Key]
+		seen[r.Key()] = true
+		p, ok := before[r.Key()]
 		switch {
-		case !ok || r.Component == OtherComponent:
+		case !ok || r.Component == cost.Other:
 			deltas[i] = r
 		case wentBack(r, p):
 			deltas[i] = r
@@ -92,34 +93,34 @@ func Compute(prev *Snapshot, cur Snapshot) View {
 		}
 	}
 	for k, p := range before {
-		if !seen[k] && k.Component != OtherComponent {
+		if !seen[k] && k.Component != cost.Other {
 			add(&folded, p)
 		}
 	}
 	for i, r := range cur.Cost.Rows {
-		if r.Component != OtherComponent {
+		if r.Component != cost.Other {
 			v.Keys++
 			continue
 		}
 		if !v.SinceStart {
-			p := before[r.Key] // zero when the first evictions came in the window
+			p := before[r.Key()] // zero when the first evictions came in the window
 			add(&p, folded)
 			deltas[i] = minus(r, p)
 		}
 	}
-	var total Row
+	var total cost.RowSnapshot
 	for i, r := range cur.Cost.Rows {
-		v.Rows = append(v.Rows, rates(r.Key, deltas[i], r, v.Window))
+		v.Rows = append(v.Rows, rates(r.Key(), deltas[i], r, v.Window))
 		add(&total, deltas[i])
 		total.WatchesOpen += r.WatchesOpen
 	}
-	v.Total = rates(Key{Component: "total"}, total, total, v.Window)
+	v.Total = rates(cost.Key{Component: "total"}, total, total, v.Window)
 	v.Endpoints = endpointRates(prev, cur, v.SinceStart, v.Window)
 	return v
 }
 
-func rates(k Key, d, cum Row, window time.Duration) Rates {
-	per := func(n uint64) float64 {
+func rates(k cost.Key, d, cum cost.RowSnapshot, window time.Duration) Rates {
+	per := func(n int64) float64 {
 		if window <= 0 {
 			return 0
 		}
@@ -128,7 +129,7 @@ func rates(k Key, d, cum Row, window time.Duration) Rates {
 	r := Rates{
 		Key:           k,
 		Requests:      per(d.Requests),
-		Errors:        per(d.Errors.Sum()),
+		Errors:        per(errorCount(d.Errors)),
 		Retries:       per(d.Retries),
 		BytesReceived: per(d.BytesReceived),
 		BytesSent:     per(d.BytesSent),
@@ -139,7 +140,7 @@ func rates(k Key, d, cum Row, window time.Duration) Rates {
 		Cumulative:    cum,
 	}
 	if d.Requests > 0 {
-		r.ErrorRatio = float64(d.Errors.Sum()) / float64(d.Requests)
+		r.ErrorRatio = float64(errorCount(d.Errors)) / float64(d.Requests)
 	}
 	return r
 }
@@ -181,8 +182,8 @@ func endpointRates(prev *Snapshot, cur Snapshot, sinceStart bool, window time.Du
 // finds the bucket that holds the rank q*count and interpolates linearly
 // within it, taking 0 as the lower bound of the first bucket; a rank in the
 // +Inf bucket gives the highest finite bound. NaN without observations.
-func Quantile(q float64, buckets []Bucket) float64 {
-	if len(buckets) < 2 || !math.IsInf(float64(buckets[len(buckets)-1].LE), 1) {
+func Quantile(q float64, buckets []cost.Bucket) float64 {
+	if len(buckets) < 2 || !math.IsInf(buckets[len(buckets)-1].LE, 1) {
 		return math.NaN()
 	}
 	// Counts that go down (a torn read) would make the search meaningless;
@@ -202,15 +203,15 @@ func Quantile(q float64, buckets []Bucket) float64 {
 	// The first bucket whose count reaches the rank.
 	b, _ := slices.BinarySearch(counts[:len(counts)-1], rank)
 	if b == len(buckets)-1 {
-		return float64(buckets[b-1].LE)
+		return buckets[b-1].LE
 	}
-	upper := float64(buckets[b].LE)
+	upper := buckets[b].LE
 	if b == 0 && upper <= 0 {
 		return upper
 	}
 	lower, below := 0.0, 0.0
 	if b > 0 {
-		lower, below = float64(buckets[b-1].LE), counts[b-1]
+		lower, below = buckets[b-1].LE, counts[b-1]
 	}
 	return lower + (upper-lower)*(rank-below)/(counts[b]-below)
 }
@@ -218,12 +219,12 @@ func Quantile(q float64, buckets []Bucket) float64 {
 // each calls f on every counter of a with the same counter of b, and
 // g on the latency sum. Buckets match by position when their bounds do;
 // a that has no buckets yet takes b's bounds.
-func each(a *Row, b Row, f func(x *uint64, y uint64), g func(x *float64, y float64)) {
+func each(a *cost.RowSnapshot, b cost.RowSnapshot, f func(x *int64, y int64), g func(x *float64, y float64)) {
 	for _, c := range []struct {
-		x *uint64
-		y uint64
+		x *int64
+		y int64
 	}{
-		{&a.Requests, b.Requests}, {&a.Errors.Class4xx, b.Errors.Class4xx}, {&a.Errors.Class5xx, b.Errors.Class5xx},
+		{&a.Requests, b.Requests}, {&a.Errors.Status4xx, b.Errors.Status4xx}, {&a.Errors.Status5xx, b.Errors.Status5xx},
 		{&a.Errors.Failed, b.Errors.Failed}, {&a.Retries, b.Retries}, {&a.Latency.Count, b.Latency.Count},
 		{&a.BytesSent, b.BytesSent}, {&a.BytesReceived, b.BytesReceived}, {&a.WatchEvents, b.WatchEvents},
 	} {
@@ -232,18 +233,18 @@ func each(a *Row, b Row, f func(x *uint64, y uint64), g func(x *float64, y float
 	g(&a.Latency.Sum, b.Latency.Sum)
 	if len(a.Latency.Buckets) == 0 && len(b.Latency.Buckets) > 0 {
 		for _, bk := range b.Latency.Buckets {
-			a.Latency.Buckets = append(a.Latency.Buckets, Bucket{LE: bk.LE})
+			a.Latency.Buckets = append(a.Latency.Buckets, cost.Bucket{LE: bk.LE})
 		}
 	}
 	for i := range a.Latency.Buckets {
-		var y uint64
+		var y int64
 		if i < len(b.Latency.Buckets) && b.Latency.Buckets[i].LE == a.Latency.Buckets[i].LE {
 			y = b.Latency.Buckets[i].Count
 		}
 		f(&a.Latency.Buckets[i].Count, y)
 	}
 	if a.ListObjects != nil || b.ListObjects != nil {
-		var x, y uint64
+		var x, y int64
 		if a.ListObjects != nil {
 			x = *a.ListObjects
 		}
@@ -256,7 +257,7 @@ func each(a *Row, b Row, f func(x *uint64, y uint64), g func(x *float64, y float
 }
 
 // clone copies r, so that each may change the copy's buckets.
-func clone(r Row) Row {
+func clone(r cost.RowSnapshot) cost.RowSnapshot {
 	r.Latency.Buckets = slices.Clone(r.Latency.Buckets)
 	if r.ListObjects != nil {
 		n := *r.ListObjects
@@ -266,22 +267,22 @@ func clone(r Row) Row {
 }
 
 // minus is a-b counter by counter, 0 where b is larger.
-func minus(a, b Row) Row {
+func minus(a, b cost.RowSnapshot) cost.RowSnapshot {
 	d := clone(a)
-	each(&d, b, func(x *uint64, y uint64) { *x -= min(*x, y) }, func(x *float64, y float64) { *x = max(*x-y, 0) })
+	each(&d, b, func(x *int64, y int64) { *x -= min(*x, y) }, func(x *float64, y float64) { *x = max(*x-y, 0) })
 	return d
 }
 
 // add adds b's counters to a's.
-func add(a *Row, b Row) {
+func add(a *cost.RowSnapshot, b cost.RowSnapshot) {
 	*a = clone(*a)
-	each(a, b, func(x *uint64, y uint64) { *x += y }, func(x *float64, y float64) { *x += y })
+	each(a, b, func(x *int64, y int64) { *x += y }, func(x *float64, y float64) { *x += y })
 }
 
 // wentBack reports whether a counter of a is below b's.
-func wentBack(a, b Row) bool {
+func wentBack(a, b cost.RowSnapshot) bool {
 	back := false
 	a = clone(a)
-	each(&a, b, func(x *uint64, y uint64) { back = back || *x < y }, func(x *float64, y float64) { back = back || *x < y })
+	each(&a, b, func(x *int64, y int64) { back = back || *x < y }, func(x *float64, y float64) { back = back || *x < y })
 	return back
 }

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fanout-dev/fanout/components/cost"
 )
 
 // SortKey is the column the rows are sorted by, largest first.
@@ -68,25 +70,8 @@ func Sort(rows []Rates, s SortKey) {
 		if c := cmp.Compare(b.Requests, a.Requests); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Key.String(), b.Key.String())
+		return strings.Compare(keyString(a.Key), keyString(b.Key))
 	})
-}
-
-// ResourcePath is group/resource/subresource as kubectl spells it, e.g.
-// "apps/replicasets/status"; the core group shows as the resource alone.
-func (k Key) ResourcePath() string {
-	s := k.Resource
-	if k.Group != "" {
-		s = k.Group + "/" + s
-	}
-	if k.Subresource != "" {
-		s += "/" + k.Subresource
-	}
-	return s
-}
-
-func (k Key) String() string {
-	return strings.Join([]string{k.Component, k.Verb, k.ResourcePath(), k.Scope}, " ")
 }
 
 // Frame is how to draw a view.
@@ -183,11 +168,11 @@ func Table(v View, f Frame) string {
 	}
 	lines := append(header, tableLines(rows[:shown], f.Width)...)
 	if rest := rows[shown:]; len(rest) > 0 {
-		var sum Row
+		var sum cost.RowSnapshot
 		for _, r := range rest {
 			add(&sum, r.Delta)
 		}
-		s := rates(Key{}, sum, sum, v.Window)
+		s := rates(cost.Key{}, sum, sum, v.Window)
 		lines = append(lines, fmt.Sprintf("... %d more rows: %s req/s, %s err/s, received %sB/s", len(rest), rate(s.Requests), rate(s.Errors), bytes(s.BytesReceived)))
 	}
 	for i, l := range lines {
@@ -202,7 +187,7 @@ func tableLines(rows []Rates, width int) []string {
 	for _, r := range rows {
 		verbW = max(verbW, utf8.RuneCountInString(r.Verb))
 		compW = max(compW, utf8.RuneCountInString(r.Component))
-		resW = max(resW, utf8.RuneCountInString(r.ResourcePath()))
+		resW = max(resW, utf8.RuneCountInString(resourcePath(r.Key)))
 	}
 	cols := slices.Clone(columns)
 	if width > 0 {
@@ -253,7 +238,7 @@ func tableLines(rows []Rates, width int) []string {
 		for i, c := range cols {
 			cells[i] = c.cell(r)
 		}
-		out = append(out, line(r.Component, r.Verb, r.ResourcePath(), scope(r.Scope), cells))
+		out = append(out, line(r.Component, r.Verb, resourcePath(r.Key), scope(r.Scope), cells))
 	}
 	return out
 }
@@ -281,7 +266,7 @@ func cutMiddle(s string, w int) string {
 
 func scope(s string) string {
 	switch s {
-	case "namespaced":
+	case cost.ScopeNamespaced:
 		return "ns"
 	case "":
 		return "-"
@@ -344,7 +329,7 @@ type JSONView struct {
 	IntervalSeconds float64        `json:"interval_seconds"`
 	SinceStart      bool           `json:"since_start"`
 	Capacity        int            `json:"capacity"`
-	Evictions       uint64         `json:"evictions"`
+	Evictions       int64          `json:"evictions"`
 	Sort            string         `json:"sort"`
 	Total           JSONRates      `json:"total"`
 	Rows            []JSONRow      `json:"rows"`
@@ -367,9 +352,9 @@ type JSONRates struct {
 
 // JSONRow is a key, its rates and its counters as /debug/cost gave them.
 type JSONRow struct {
-	Key
-	Rates      JSONRates `json:"rates"`
-	Cumulative Row       `json:"cumulative"`
+	cost.Key
+	Rates      JSONRates        `json:"rates"`
+	Cumulative cost.RowSnapshot `json:"cumulative"`
 }
 
 // JSONEndpoint is an apiserver as /debug/endpoints gave it, with its share

@@ -10,20 +10,21 @@ import (
 
 	"github.com/fanout-dev/fanout/components/admin"
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/cost"
 )
 
 // bounds are /debug/cost's bucket bounds (COST_API.md).
 var bounds = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, math.Inf(1)}
 
 // hist builds cumulative buckets from the count in each bucket.
-func hist(per ...uint64) []Bucket {
-	var b []Bucket
-	var n uint64
+func hist(per ...int64) []cost.Bucket {
+	var b []cost.Bucket
+	var n int64
 	for i, le := range bounds {
 		if i < len(per) {
 			n += per[i]
 		}
-		b = append(b, Bucket{LE: UpperBound(le), Count: n})
+		b = append(b, cost.Bucket{LE: le, Count: n})
 	}
 	return b
 }
@@ -32,7 +33,7 @@ func TestQuantile(t *testing.T) {
 	tests := []struct {
 		name    string
 		q       float64
-		buckets []Bucket
+		buckets []cost.Bucket
 		want    float64
 	}{
 		// rank 99 of 100, all in (0.01, 0.025]: 0.01 + 0.015*99/100.
@@ -47,7 +48,7 @@ func TestQuantile(t *testing.T) {
 		{"no observations", 0.99, hist(), math.NaN()},
 		{"no +Inf bucket", 0.99, hist(10)[:3], math.NaN()},
 		// A count that goes down is taken as flat: 10, 10, 20.
-		{"not monotonic", 0.5, []Bucket{{0.1, 10}, {0.2, 5}, {UpperBound(math.Inf(1)), 20}}, 0.1},
+		{"not monotonic", 0.5, []cost.Bucket{{LE: 0.1, Count: 10}, {LE: 0.2, Count: 5}, {LE: math.Inf(1), Count: 20}}, 0.1},
 	}
 	for _, tt := range tests {
 		got := Quantile(tt.q, tt.buckets)
@@ -59,23 +60,26 @@ func TestQuantile(t *testing.T) {
 
 var t0 = time.Date(2026, 12, 4, 3, 0, 0, 0, time.UTC)
 
-func key(comp, verb, res string) Key {
-	return Key{Component: comp, Verb: verb, Resource: res, Scope: "namespaced"}
+func key(comp, verb, res string) cost.Key {
+	return cost.Key{Component: comp, Verb: verb, Resource: res, Scope: cost.ScopeNamespaced}
 }
 
-func row(k Key, requests uint64, mod ...func(*Row)) Row {
-	r := Row{Key: k, Requests: requests, Latency: Latency{Count: requests, Buckets: hist(requests)}}
+func row(k cost.Key, requests int64, mod ...func(*cost.RowSnapshot)) cost.RowSnapshot {
+	r := cost.RowSnapshot{
+		Component: k.Component, Verb: k.Verb, Group: k.Group, Resource: k.Resource, Subresource: k.Subresource, Scope: k.Scope,
+		Requests: requests, Latency: cost.Latency{Count: requests, Buckets: hist(requests)},
+	}
 	for _, m := range mod {
 		m(&r)
 	}
 	return r
 }
 
-func snap(at time.Duration, rows ...Row) Snapshot {
-	return Snapshot{Cost: Cost{Since: t0, Now: t0.Add(at), Capacity: 100, Rows: rows}}
+func snap(at time.Duration, rows ...cost.RowSnapshot) Snapshot {
+	return Snapshot{Cost: cost.Snapshot{Since: t0, Now: t0.Add(at), Capacity: 100, Rows: rows}}
 }
 
-func find(t *testing.T, v View, k Key) Rates {
+func find(t *testing.T, v View, k cost.Key) Rates {
 	t.Helper()
 	for _, r := range v.Rows {
 		if r.Key == k {
@@ -88,17 +92,17 @@ func find(t *testing.T, v View, k Key) Rates {
 
 func TestComputeRates(t *testing.T) {
 	a, b, c := key("kcm/replicaset-controller", "list", "pods"), key("kubelet", "get", "nodes"), key("kubectl", "create", "pods")
-	other := Key{Component: OtherComponent}
+	other := cost.Key{Component: cost.Other}
 	prev := snap(10*time.Second,
-		row(a, 100, func(r *Row) {
-			r.Errors.Class5xx, r.Retries, r.BytesReceived, r.WatchEvents, r.WatchesOpen = 1, 2, 1000, 5, 3
+		row(a, 100, func(r *cost.RowSnapshot) {
+			r.Errors.Status5xx, r.Retries, r.BytesReceived, r.WatchEvents, r.WatchesOpen = 1, 2, 1000, 5, 3
 		}),
 		row(b, 50),
 		row(c, 40),
 		row(other, 10))
 	cur := snap(12*time.Second,
-		row(a, 300, func(r *Row) {
-			r.Errors.Class4xx, r.Errors.Class5xx, r.Retries, r.BytesReceived, r.BytesSent, r.WatchEvents, r.WatchesOpen = 4, 5, 6, 5096, 20, 25, 7
+		row(a, 300, func(r *cost.RowSnapshot) {
+			r.Errors.Status4xx, r.Errors.Status5xx, r.Retries, r.BytesReceived, r.BytesSent, r.WatchEvents, r.WatchesOpen = 4, 5, 6, 5096, 20, 25, 7
 		}),
 		row(b, 8),                            // evicted and back: its count starts again
 		row(key("new", "get", "secrets"), 6), // first seen
@@ -152,10 +156,10 @@ func TestComputeRates(t *testing.T) {
 
 func TestComputeP99AndEndpoints(t *testing.T) {
 	a := key("c", "get", "pods")
-	prev := snap(0, row(a, 0, func(r *Row) { r.Latency.Buckets = hist(1000) }))
+	prev := snap(0, row(a, 0, func(r *cost.RowSnapshot) { r.Latency.Buckets = hist(1000) }))
 	// 100 new requests between 0.25 s and 0.5 s: the 1000 fast ones before
 	// prev must not pull the p99 down.
-	cur := snap(time.Second, row(a, 0, func(r *Row) { r.Latency.Buckets = hist(1000, 0, 0, 0, 0, 0, 100) }))
+	cur := snap(time.Second, row(a, 0, func(r *cost.RowSnapshot) { r.Latency.Buckets = hist(1000, 0, 0, 0, 0, 0, 100) }))
 	eps := func(n ...uint64) admin.Snapshot {
 		var s admin.Snapshot
 		for i, r := range n {
@@ -204,11 +208,11 @@ func TestSort(t *testing.T) {
 
 // many is a snapshot pair with n keys, key i at i requests/s.
 func many(n int) (*Snapshot, Snapshot) {
-	var before, after []Row
+	var before, after []cost.RowSnapshot
 	for i := range n {
-		k := Key{Component: fmt.Sprintf("kube-controller-manager/controller-%03d", i), Verb: "list", Group: "apps", Resource: "replicasets", Subresource: "status", Scope: "namespaced"}
+		k := cost.Key{Component: fmt.Sprintf("kube-controller-manager/controller-%03d", i), Verb: "list", Group: "apps", Resource: "replicasets", Subresource: "status", Scope: "namespaced"}
 		before = append(before, row(k, 0))
-		after = append(after, row(k, uint64(i)))
+		after = append(after, row(k, int64(i)))
 	}
 	eps := admin.Snapshot{Ready: true, Endpoints: []balancer.EndpointStatus{{Address: "10.0.0.1:6443", State: "ready", RequestsTotal: 1}}}
 	p := snap(0, before...)
@@ -308,7 +312,7 @@ func TestTableHeader(t *testing.T) {
 
 func TestJSON(t *testing.T) {
 	prev, cur := many(3)
-	cur.Cost.Rows[0].Latency = Latency{} // no short request: p99 null
+	cur.Cost.Rows[0].Latency = cost.Latency{} // no short request: p99 null
 	b, err := JSON(Compute(prev, cur), ByRequests)
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +324,7 @@ func TestJSON(t *testing.T) {
 			Component string
 			Rates     map[string]*float64
 			// Cumulative is as /debug/cost served it.
-			Cumulative Row
+			Cumulative cost.RowSnapshot
 		}
 		Endpoints []map[string]any
 	}
