@@ -413,6 +413,9 @@ func FuzzH1ServerMatchesNetHTTP(f *testing.F) {
 			// cases where fanout is stricter).
 			t.Skip("a PRI * HTTP/2.0 request line")
 		}
+		if countsApart(raw) {
+			t.Skip("header lines or trailer names the servers count apart")
+		}
 		want := rawExchange(t, ref, raw)
 		got := rawExchange(t, ours, raw)
 		if got != want {
@@ -422,6 +425,26 @@ func FuzzH1ServerMatchesNetHTTP(f *testing.F) {
 }
 
 var h2RequestLine = regexp.MustCompile(`(?m)^PRI \* HTTP/2\.0\r?$`)
+
+// countsApart reports whether raw may hold a request whose header lines
+// or declared trailer names net/http's server counts past its cap of 500
+// and fanout's does not: more than 500 names on Trailer lines (net/http
+// counts repeats and empty ones, fanout the distinct names), or over 500
+// lines among which Trailer or Transfer-Encoding ones (the parser keeps
+// one of the first, none of the second on HTTP/1.0). docs/security.md
+// says why that is harmless.
+func countsApart(raw []byte) bool {
+	names := 0
+	lines := bytes.Split(raw, []byte("\n"))
+	for _, l := range lines {
+		if k, v, ok := bytes.Cut(l, []byte(":")); ok && bytes.EqualFold(bytes.TrimSpace(k), []byte("Trailer")) {
+			names += bytes.Count(v, []byte(",")) + 1
+		}
+	}
+	lower := bytes.ToLower(raw)
+	return names > maxHeaderValues || len(lines) > maxHeaderValues &&
+		(bytes.Contains(lower, []byte("trailer")) || bytes.Contains(lower, []byte("transfer-encoding")))
+}
 
 // rawExchange sends raw on a new connection, shuts the sending side and
 // describes every response until the server closes.
