@@ -352,6 +352,10 @@ func (c *conn) serve() {
 			}
 			if d := c.srv.idleTimeout; d > 0 {
 				c.setReadDeadline(time.Now().Add(d))
+			} else if c.deadline.Load() {
+				// No idle limit: the last header's deadline, which a
+				// request without a body keeps, must not cut the wait.
+				c.setReadDeadline(time.Time{})
 			}
 			// Four bytes, as net/http waits for: a connection that ends
 			// with less is closed without an answer.

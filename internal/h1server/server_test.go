@@ -402,7 +402,7 @@ func FuzzH1ServerMatchesNetHTTP(f *testing.F) {
 		f.Add([]byte(tc.raw + tc.afterHeader))
 	}
 	for _, tc := range smugglingCases() {
-		if raw := tc.raw + tc.slow + tc.afterContinue; len(raw) <= 64<<10 {
+		if raw := tc.raw + tc.slow + tc.late + tc.afterContinue; len(raw) <= 64<<10 {
 			f.Add([]byte(raw))
 		}
 	}
@@ -454,10 +454,13 @@ func rawExchange(t *testing.T, addr string, raw []byte) string {
 }
 
 // conversation is what a client sends: raw at once, then slow a byte at a
-// time every byteGap, then afterContinue once 100 Continue came.
+// time every byteGap, then late at once after a pause, then afterContinue
+// once 100 Continue came.
 type conversation struct {
 	raw, slow     []byte
 	byteGap       time.Duration
+	late          []byte
+	pause         time.Duration
 	afterContinue []byte
 }
 
@@ -477,6 +480,10 @@ func converse(t *testing.T, addr string, cv conversation) string {
 		if _, err := c.Write([]byte{b}); err != nil {
 			break // closed by the server: what it answered says why
 		}
+	}
+	if len(cv.late) > 0 {
+		time.Sleep(cv.pause)
+		c.Write(cv.late) // if closed by then, what came says so
 	}
 	waiting := len(cv.afterContinue) > 0
 	if !waiting {

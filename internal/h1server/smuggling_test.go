@@ -52,9 +52,9 @@ func smugglingHandler(calls *atomic.Int64) http.Handler {
 type smugglingCase struct {
 	name string
 	// raw is sent at once, then slow a byte every slowByteGap to servers
-	// whose ReadHeaderTimeout is slowHeaderTimeout, then afterContinue
-	// once 100 Continue came.
-	raw, slow, afterContinue string
+	// whose ReadHeaderTimeout is slowHeaderTimeout, then late at once
+	// after twice that timeout, then afterContinue once 100 Continue came.
+	raw, slow, late, afterContinue string
 	// stricter, when set, says why fanout's server refuses what net/http's
 	// serves; lenient, why it serves what net/http's refuses and that is
 	// harmless. docs/security.md lists both kinds of rows.
@@ -265,6 +265,7 @@ func smugglingCases() []smugglingCase {
 		// malformed, and answered 400 by both servers).
 		{name: "slow header, past the header timeout", raw: "GET /read HTTP/1.1\r\n" + host + "X-Slow: ", slow: strings.Repeat("s", 40) + "\r\n\r\n"},
 		{name: "slow second header, past the header timeout", raw: get("/read", host) + "GET /next HTTP/1.1\r\n" + host + "X-Slow: ", slow: strings.Repeat("s", 40) + "\r\n\r\n"},
+		{name: "next request after an idle time past the header timeout", raw: get("/read", host), late: next},
 		{name: "slow body, past the header timeout", raw: post("Content-Length: 40\r\n", ""), slow: strings.Repeat("b", 40)},
 		{name: "slow chunked body, past the header timeout", raw: post("Transfer-Encoding: chunked\r\n", ""), slow: strings.Repeat("1\r\nb\r\n", 8) + "0\r\n\r\n"},
 		{name: "499 header values", raw: values(maxHeaderValues - 1)},
@@ -317,8 +318,8 @@ func (v smuggleVerdict) String() string {
 func smuggle(t *testing.T, addr string, calls *atomic.Int64, tc smugglingCase) smuggleVerdict {
 	t.Helper()
 	before := calls.Load()
-	transcript := converse(t, addr, conversation{raw: []byte(tc.raw), slow: []byte(tc.slow),
-		byteGap: slowByteGap, afterContinue: []byte(tc.afterContinue)})
+	transcript := converse(t, addr, conversation{raw: []byte(tc.raw), slow: []byte(tc.slow), byteGap: slowByteGap,
+		late: []byte(tc.late), pause: 2 * slowHeaderTimeout, afterContinue: []byte(tc.afterContinue)})
 	v := smuggleVerdict{transcript: transcript, calls: calls.Load() - before}
 	if _, rest, ok := strings.Cut(transcript, "HTTP/1."); ok && len(rest) > 5 {
 		v.status, _ = strconv.Atoi(rest[2:5])
@@ -353,7 +354,7 @@ func TestSmuggling(t *testing.T) {
 		names[tc.name] = true
 		t.Run(tc.name, func(t *testing.T) {
 			o, r := ours, ref
-			if tc.slow != "" {
+			if tc.slow != "" || tc.late != "" {
 				o, r = oursSlow, refSlow
 			}
 			want := smuggle(t, r, &refCalls, tc)
@@ -371,7 +372,7 @@ func TestSmuggling(t *testing.T) {
 				}
 			default:
 				if got.String() != want.String() {
-					t.Errorf("sent %s\nfanout's server:\n%s\nnet/http's:\n%s", shorten(tc.raw+tc.slow+tc.afterContinue), got, want)
+					t.Errorf("sent %s\nfanout's server:\n%s\nnet/http's:\n%s", shorten(tc.raw+tc.slow+tc.late+tc.afterContinue), got, want)
 				}
 				return
 			}
