@@ -902,6 +902,10 @@ type response struct {
 	// the rest of it.
 	stream *stream
 	isHead bool
+	// wants10KeepAlive and wantsClose are what the request's Connection
+	// line asks for, read as net/http reads it (connectionAsks) before the
+	// handler may change the header.
+	wants10KeepAlive, wantsClose bool
 
 	wmu           sync.Mutex
 	continueState int // 0: none sent, 1: 100 Continue sent, 2: too late (header written)
@@ -914,7 +918,35 @@ func (w *response) reset(c *conn, req *http.Request) {
 	clear(w.header)
 	*w = response{c: c, req: req, header: w.header, snapMap: w.snapMap, pending: c.bufs.pending[:0],
 		contentLength: -1, isHead: req.Method == http.MethodHead, trailers: w.trailers[:0]}
+	var conn string
+	if v := req.Header["Connection"]; len(v) > 0 {
+		conn = v[0]
+	}
+	w.wants10KeepAlive = req.ProtoMajor == 1 && req.ProtoMinor == 0 && connectionAsks(conn, "keep-alive")
+	w.wantsClose = req.Close || connectionAsks(conn, "close")
 }
+
+// connectionAsks is net/http's reading of the first Connection line of a
+// request (its hasToken): token anywhere in v, ASCII case-insensitive,
+// between the ends, spaces, tabs or commas. It is looser than the
+// parser's list reading: "keep-alive 0" keeps an HTTP/1.0 connection, and
+// "close 0" closes one.
+func connectionAsks(v, token string) bool {
+	for sp := 0; sp+len(token) <= len(v); sp++ {
+		if sp > 0 && !isTokenBoundary(v[sp-1]) {
+			continue
+		}
+		if end := sp + len(token); end != len(v) && !isTokenBoundary(v[end]) {
+			continue
+		}
+		if strings.EqualFold(v[sp:sp+len(token)], token) {
+			return true
+		}
+	}
+	return false
+}
+
+func isTokenBoundary(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
 
 func (w *response) Header() http.Header {
 	if w.wroteHeader && !w.headerSent && w.snap == nil {
@@ -1161,13 +1193,12 @@ func (w *response) writeHeader(p []byte) {
 		w.contentLength = int64(len(p))
 		h["Content-Length"] = []string{strconv.Itoa(len(p))}
 	}
-	wants10KeepAlive := !is11 && req.ProtoAtLeast(1, 0) && httpguts.HeaderValuesContainsToken(req.Header["Connection"], "keep-alive")
 	hasCL := w.contentLength != -1
-	if wants10KeepAlive && (w.isHead || hasCL || !w.bodyAllowed()) {
+	if w.wants10KeepAlive && (w.isHead || hasCL || !w.bodyAllowed()) {
 		if _, set := h["Connection"]; !set {
 			h["Connection"] = []string{"keep-alive"}
 		}
-	} else if req.Close {
+	} else if !is11 || w.wantsClose {
 		w.closeAfter = true
 	}
 	if h.Get("Connection") == "close" || w.c.srv.shutting.Load() {
