@@ -505,7 +505,9 @@ func (c *conn) readRequest() (*http.Request, error) {
 	hit := c.lr.N <= 0
 	c.lr.N = math.MaxInt64
 	if err != nil {
-		if hit {
+		// The parser's own "too large" (a folded first header line over
+		// 80 bytes) is 431 too, as in net/http; its error is unexported.
+		if hit || err.Error() == errTooLarge.Error() {
 			return nil, errTooLarge
 		}
 		return nil, err

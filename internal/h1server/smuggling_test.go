@@ -126,6 +126,7 @@ func smugglingCases() []smugglingCase {
 		{name: "obs-fold, space", raw: get("/read", host+"X-A: a\r\n b\r\n")},
 		{name: "obs-fold, tab", raw: get("/read", host+"X-A: a\r\n\tb\r\n")},
 		{name: "obs-fold as the first header line", raw: get("/read", " X-A: a\r\n"+host)},
+		{name: "obs-fold as the first header line, over 80 bytes", raw: get("/read", " X-A: "+strings.Repeat("a", 80)+"\r\n"+host)},
 		{name: "obs-fold of TE", raw: te("\r\n chunked")},
 		{name: "obs-fold of CL", raw: post("Content-Length: 5\r\n 6\r\n", "hello!"+next)},
 		{name: "TE chunked, gzip", raw: te("chunked, gzip")},
