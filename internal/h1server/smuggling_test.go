@@ -56,8 +56,8 @@ type smugglingCase struct {
 	// after twice that timeout, then afterContinue once 100 Continue came.
 	raw, slow, late, afterContinue string
 	// stricter, when set, says why fanout's server refuses what net/http's
-	// serves; lenient, why it serves what net/http's refuses and that is
-	// harmless. docs/security.md lists both kinds of rows.
+	// serves; lenient, why its handler gets what net/http's never sees and
+	// that is harmless. docs/security.md lists both kinds of rows.
 	stricter, lenient string
 }
 
@@ -206,6 +206,8 @@ func smugglingCases() []smugglingCase {
 		{name: "absolute-form target with userinfo", raw: get("http://user:pw@localhost/read", host)},
 		{name: "authority-form target on GET", raw: get("localhost:80", host)},
 		{name: "asterisk-form target on GET", raw: get("*", host)},
+		{name: "OPTIONS *", raw: "OPTIONS * HTTP/1.1\r\n" + host + "\r\n" + next,
+			lenient: "net/http's server answers OPTIONS * itself; fanout's handler refuses it"},
 		{name: "missing Host on HTTP/1.1", raw: get("/read", "")},
 		{name: "missing Host on HTTP/1.0", raw: proto("HTTP/1.0", "")},
 		{name: "empty Host", raw: get("/read", "Host:\r\n")},
@@ -374,8 +376,8 @@ func TestSmuggling(t *testing.T) {
 						shorten(tc.raw), tc.stricter, got, want)
 				}
 			case tc.lenient != "":
-				if refused(got) || !refused(want) {
-					t.Errorf("sent %s\nwant fanout's server to serve what net/http's refuses (%s); fanout's:\n%s\nnet/http's:\n%s",
+				if got.calls <= want.calls {
+					t.Errorf("sent %s\nwant fanout's handler to get what net/http's never sees (%s); fanout's:\n%s\nnet/http's:\n%s",
 						shorten(tc.raw), tc.lenient, got, want)
 				}
 			default:
