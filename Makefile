@@ -13,7 +13,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
 E2E_TIMEOUT ?= 75m
 
-.PHONY: all build test unit e2e e2e-binaries lint bench demo clean tools fuzz image image-binaries vulncheck
+.PHONY: all build test unit e2e e2e-binaries lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
 
 all: build
 
@@ -97,6 +97,20 @@ fuzz:
 	    echo "fuzzing $$t in $$dir for $(FUZZTIME)"; \
 	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) "./$$dir" || exit 1; \
 	  done; \
+	done
+
+## fuzz-long: runs the fuzz targets of internal/h1server (the differential
+## one against net/http's server among them) for FUZZLONG each: 10^7
+## executions by default, or a duration (FUZZLONG=30m). Prints the executions
+## go reports; a failing input is kept in testdata/fuzz. Not for CI.
+FUZZLONG ?= 10000000x
+fuzz-long:
+	@set -e; log=$$(mktemp); trap 'rm -f "$$log" "$$log.rc"' EXIT; \
+	for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' internal/h1server/*_test.go); do \
+	  echo "fuzzing $$t in ./internal/h1server for $(FUZZLONG)"; \
+	  { $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZLONG) ./internal/h1server 2>&1 && echo 0 >"$$log.rc" || echo 1 >"$$log.rc"; } | tee "$$log"; \
+	  echo "$$t: $$(sed -n 's/^fuzz: elapsed: \([^,]*\), execs: \([0-9]*\) .*/\2 executions in \1/p' "$$log" | tail -1)"; \
+	  [ "$$(cat "$$log.rc")" = 0 ] || exit 1; \
 	done
 
 ## vulncheck: govulncheck against the Go vulnerability database taken

@@ -11,9 +11,10 @@
 // registered once for its life, and the response writer and its header
 // map are the connection's, reused by each request.
 //
-// What it owns: reading requests (net/http's own parser, http.ReadRequest,
-// and the checks net/http's server makes after it: Host, header names and
-// values, the number of header values, the protocol version, Expect),
+// What it owns: reading requests (net/http's own parser, http.ReadRequest
+// without its dropping of the Host lines, and the checks net/http's server
+// makes after it: Host, header names and values, the number of header
+// values, the protocol version, Expect),
 // keep-alive, the response writer (net/http's rules: a length for a short
 // body written at once, chunking otherwise, Connection: close where the
 // request or the response asks for it, HEAD and bodiless statuses, Date and
@@ -25,17 +26,17 @@
 // Close, handing a connection that opens with the HTTP/2 preface to
 // net/http (H2C), and detached streams (Detach): a long-running answer
 // copied to the client by a small goroutine of its own once its handler
-// returned. TestH1ServerMatchesNetHTTP and FuzzH1ServerMatchesNetHTTP hold
-// its answers to net/http's.
+// returned. TestH1ServerMatchesNetHTTP, TestSmuggling (request smuggling
+// and framing cases) and FuzzH1ServerMatchesNetHTTP hold its answers to
+// net/http's; docs/security.md lists where they differ.
 //
 // What it deliberately does not do, compared with net/http's server: TLS
 // (serve TLS with net/http), HTTP/2 other than the h2c hand-off, the
 // "Upgrade: h2c" dance, read and write timeouts (a handler sets
 // deadlines), ConnState and ConnContext hooks, context values of net/http
 // (http.ServerContextKey, http.LocalAddrContextKey), keep-alive toggling,
-// and an empty Host header, which it cannot tell from none
-// (http.ReadRequest drops it): it answers 400 to both. Where the hang-up
-// watcher is not available (not Linux), a client leaving in the middle of
-// a request is noticed when a write to it fails; a detached stream reads
-// its connection with a goroutine of its own instead.
+// and "PRI * HTTP/2.0" requests other than the h2c preface (505). Where
+// the hang-up watcher is not available (not Linux), a client leaving in
+// the middle of a request is noticed when a write to it fails; a detached
+// stream reads its connection with a goroutine of its own instead.
 package h1server

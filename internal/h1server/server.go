@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	_ "unsafe" // go:linkname readRequest
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -309,6 +310,9 @@ func (c *conn) serve() {
 	if d := c.srv.readHeaderTimeout; d > 0 {
 		c.setReadDeadline(time.Now().Add(d))
 	}
+	// The header limit counts from the first byte, as net/http's does:
+	// what the preface check reads is the first request's.
+	c.lr.N = c.srv.headerReadLimit()
 	preface := c.h2cPreface()
 	c.mu.Lock()
 	c.fresh = false
@@ -348,6 +352,10 @@ func (c *conn) serve() {
 			}
 			if d := c.srv.idleTimeout; d > 0 {
 				c.setReadDeadline(time.Now().Add(d))
+			} else if c.deadline.Load() {
+				// No idle limit: the last header's deadline, which a
+				// request without a body keeps, must not cut the wait.
+				c.setReadDeadline(time.Time{})
 			}
 			// Four bytes, as net/http waits for: a connection that ends
 			// with less is closed without an answer.
@@ -360,6 +368,9 @@ func (c *conn) serve() {
 			if d := c.srv.readHeaderTimeout; d > 0 && !headerBuffered(c.br) {
 				c.setReadDeadline(time.Now().Add(d))
 			}
+			// As in net/http, the header limit counts from here: the
+			// bytes read while waiting do not.
+			c.lr.N = c.srv.headerReadLimit()
 		}
 		req, err := c.readRequest()
 		if err != nil {
@@ -465,24 +476,38 @@ type statusError struct {
 
 func (e statusError) Error() string { return strconv.Itoa(e.code) + " " + e.text }
 
+// headerReadLimit is how much a request header may read from the
+// connection: MaxHeaderBytes and net/http's 4 KiB of slack.
+func (s *Server) headerReadLimit() int64 { return int64(s.maxHeaderBytes) + 4096 }
+
+// readRequest is http.ReadRequest but for its last step, which takes the
+// Host lines out of the header: net/http's server checks them first (none,
+// an empty one, a malformed one beside an absolute-form target, whose host
+// is the request's), and so must this one. net/http keeps the symbol for
+// callers by linkname (go.dev/issue/67401).
+//
+//go:linkname readRequest net/http.readRequest
+func readRequest(b *bufio.Reader) (*http.Request, error)
+
 // readRequest reads and checks the next request, as net/http's server
-// does.
+// does; the header read limit (headerReadLimit) is set.
 func (c *conn) readRequest() (*http.Request, error) {
-	c.lr.N = int64(c.srv.maxHeaderBytes) + 4096
 	if c.lastPost {
-		// RFC 7230 section 3 tolerance for old clients that send a CRLF
-		// after a POST body.
-		p, _ := c.br.Peek(2)
+		// RFC 7230 section 3 tolerance for old clients that send CRLFs
+		// after a POST body: up to four, as net/http.
+		p, _ := c.br.Peek(4)
 		for len(p) > 0 && (p[0] == '\r' || p[0] == '\n') {
 			_, _ = c.br.Discard(1)
 			p = p[1:]
 		}
 	}
-	req, err := http.ReadRequest(c.br)
+	req, err := readRequest(c.br)
 	hit := c.lr.N <= 0
 	c.lr.N = math.MaxInt64
 	if err != nil {
-		if hit {
+		// The parser's own "too large" (a folded first header line over
+		// 80 bytes) is 431 too, as in net/http; its error is unexported.
+		if hit || err.Error() == errTooLarge.Error() {
 			return nil, errTooLarge
 		}
 		return nil, err
@@ -491,25 +516,23 @@ func (c *conn) readRequest() (*http.Request, error) {
 	if req.ProtoMajor != 1 {
 		return nil, errVersion
 	}
-	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
+	// net/http's checks, on the Host lines as sent.
+	hosts, haveHost := req.Header["Host"]
+	if req.ProtoAtLeast(1, 1) && (!haveHost || len(hosts) == 0) && req.Method != http.MethodConnect {
 		return nil, errMissingHost
 	}
-	if req.Host != "" && !httpguts.ValidHostHeader(req.Host) {
+	if len(hosts) == 1 && !httpguts.ValidHostHeader(hosts[0]) {
 		return nil, errMalformedHost
 	}
 	// net/http's server counts header lines while it reads them, before
 	// it checks any name (so too many lines is 431 even when one of them
-	// has a bad name), and http.ReadRequest takes some out of the header:
-	// Host (unless the target is an absolute URI, whose host it takes
-	// instead), Transfer-Encoding (one line at most) and, on a chunked
-	// request, Trailer (counted as one line). It caps the trailer names
-	// declared as it caps values.
+	// has a bad name), and the parser takes some out of the header:
+	// Transfer-Encoding (one line at most) and, on a chunked request,
+	// Trailer (counted as one line). It caps the trailer names declared
+	// as it caps values.
 	values := 0
 	for _, vv := range req.Header {
 		values += len(vv)
-	}
-	if req.Host != "" && !req.URL.IsAbs() {
-		values++
 	}
 	if len(req.TransferEncoding) > 0 {
 		values++
@@ -530,6 +553,7 @@ func (c *conn) readRequest() (*http.Request, error) {
 			}
 		}
 	}
+	delete(req.Header, "Host")
 	req.RemoteAddr = c.remote
 	return req, nil
 }
@@ -544,7 +568,8 @@ func (c *conn) refuse(err error) {
 		const publicErr = "431 Request Header Fields Too Large"
 		_, _ = io.WriteString(c.rwc, "HTTP/1.1 "+publicErr+errorHeaders+publicErr)
 		c.closeWriteAndWait()
-	case strings.HasPrefix(err.Error(), "unsupported transfer encoding"):
+	case fmt.Sprintf("%T", err) == "*http.unsupportedTEError":
+		// One Transfer-Encoding line, chunked, is all net/http reads.
 		_, _ = io.WriteString(c.rwc, "HTTP/1.1 501 Not Implemented"+errorHeaders+"Unsupported transfer encoding")
 	case isCommonNetReadError(err):
 	case errors.As(err, &se):
@@ -879,6 +904,10 @@ type response struct {
 	// the rest of it.
 	stream *stream
 	isHead bool
+	// wants10KeepAlive and wantsClose are what the request's Connection
+	// line asks for, read as net/http reads it (connectionAsks) before the
+	// handler may change the header.
+	wants10KeepAlive, wantsClose bool
 
 	wmu           sync.Mutex
 	continueState int // 0: none sent, 1: 100 Continue sent, 2: too late (header written)
@@ -891,7 +920,35 @@ func (w *response) reset(c *conn, req *http.Request) {
 	clear(w.header)
 	*w = response{c: c, req: req, header: w.header, snapMap: w.snapMap, pending: c.bufs.pending[:0],
 		contentLength: -1, isHead: req.Method == http.MethodHead, trailers: w.trailers[:0]}
+	var conn string
+	if v := req.Header["Connection"]; len(v) > 0 {
+		conn = v[0]
+	}
+	w.wants10KeepAlive = req.ProtoMajor == 1 && req.ProtoMinor == 0 && connectionAsks(conn, "keep-alive")
+	w.wantsClose = req.Close || connectionAsks(conn, "close")
 }
+
+// connectionAsks is net/http's reading of the first Connection line of a
+// request (its hasToken): token anywhere in v, ASCII case-insensitive,
+// between the ends, spaces, tabs or commas. It is looser than the
+// parser's list reading: "keep-alive 0" keeps an HTTP/1.0 connection, and
+// "close 0" closes one.
+func connectionAsks(v, token string) bool {
+	for sp := 0; sp+len(token) <= len(v); sp++ {
+		if sp > 0 && !isTokenBoundary(v[sp-1]) {
+			continue
+		}
+		if end := sp + len(token); end != len(v) && !isTokenBoundary(v[end]) {
+			continue
+		}
+		if strings.EqualFold(v[sp:sp+len(token)], token) {
+			return true
+		}
+	}
+	return false
+}
+
+func isTokenBoundary(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
 
 func (w *response) Header() http.Header {
 	if w.wroteHeader && !w.headerSent && w.snap == nil {
@@ -1138,13 +1195,12 @@ func (w *response) writeHeader(p []byte) {
 		w.contentLength = int64(len(p))
 		h["Content-Length"] = []string{strconv.Itoa(len(p))}
 	}
-	wants10KeepAlive := !is11 && req.ProtoAtLeast(1, 0) && httpguts.HeaderValuesContainsToken(req.Header["Connection"], "keep-alive")
 	hasCL := w.contentLength != -1
-	if wants10KeepAlive && (w.isHead || hasCL || !w.bodyAllowed()) {
+	if w.wants10KeepAlive && (w.isHead || hasCL || !w.bodyAllowed()) {
 		if _, set := h["Connection"]; !set {
 			h["Connection"] = []string{"keep-alive"}
 		}
-	} else if req.Close {
+	} else if !is11 || w.wantsClose {
 		w.closeAfter = true
 	}
 	if h.Get("Connection") == "close" || w.c.srv.shutting.Load() {
