@@ -72,6 +72,34 @@ func examplePodSpec(t *testing.T, file string) corev1.PodTemplateSpec {
 	return tmpl
 }
 
+// kubeletExpand replaces $(NAME) in arg with the container's env var
+// NAME as the kubelet resolves it: a literal value, or a downward-API
+// label of the pod ("" when the pod has no such label). Any other
+// reference fails the test, since the pod could not start either.
+func kubeletExpand(t *testing.T, pod *corev1.Pod, c *corev1.Container, arg string) string {
+	t.Helper()
+	for _, e := range c.Env {
+		ref := "$(" + e.Name + ")"
+		if !strings.Contains(arg, ref) {
+			continue
+		}
+		v := e.Value
+		if e.ValueFrom != nil {
+			fr := e.ValueFrom.FieldRef
+			if fr == nil || !strings.HasPrefix(fr.FieldPath, "metadata.labels['") {
+				t.Fatalf("env %s: only labels are resolved here, got %+v", e.Name, e.ValueFrom)
+			}
+			key := strings.TrimSuffix(strings.TrimPrefix(fr.FieldPath, "metadata.labels['"), "']")
+			v = pod.Labels[key]
+		}
+		arg = strings.ReplaceAll(arg, ref, v)
+	}
+	if strings.Contains(arg, "$(") {
+		t.Fatalf("argument %q names a variable the container does not set", arg)
+	}
+	return arg
+}
+
 func sidecar(pod *corev1.Pod) *corev1.Container {
 	for i := range pod.Spec.InitContainers {
 		if pod.Spec.InitContainers[i].Name == "fanout" {
@@ -255,6 +283,7 @@ func TestInjector(t *testing.T) {
 		written := filepath.Join(dir, "kubeconfig")
 		var args []string
 		for _, a := range sc.Args {
+			a = kubeletExpand(t, pod, sc, a)
 			switch {
 			case a == "--kubeconfig=/etc/kubernetes/kcm/kubeconfig":
 				a = "--kubeconfig=" + kcmKubeconfig

@@ -28,6 +28,8 @@ type AuditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
+	// RequestReceivedTimestamp is when the apiserver received the request.
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
 	// StageTimestamp is when the apiserver reached Stage.
 	StageTimestamp time.Time `json:"stageTimestamp"`
 	// ObjectRef is what a resource request is about; nil for others.
