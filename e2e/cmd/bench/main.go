@@ -146,7 +146,7 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	costListB := fs.Float64("cost-list-rate-b", 2, "costbalance: client B's LISTs per second")
 	costPhase := fs.Duration("cost-phase", 60*time.Second, "costbalance: length of the measured phase of each target")
 	profiles := fs.String("profiles", "", "directory for the footprint section's heap and goroutine profiles (default: docs/profiles/bench in the repository when -out is the default, none otherwise)")
-	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); the Targets table needs the first three, library's CPU figure needs direct")
+	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); fanout-nocost (fanout --cost-table-size=0: not by default; beside fanout it measures the cost table); the Targets table needs the first three, library's CPU figure needs direct")
 	fs.StringVar(&out, "out", "", "report path (default docs/benchmarks.md in the repository)")
 	fs.StringVar(&fanoutBin, "fanout", "", "fanout binary (default: built from the repository)")
 	fs.BoolVar(&keep, "keep", false, "keep the work directory (logs, configs, profiles)")
@@ -193,8 +193,8 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 		o.Sections[s] = true
 	}
 	for _, t := range strings.Split(*targets, ",") {
-		if !strings.Contains(","+strings.Join(allTargets, ",")+",", ","+t+",") {
-			err = fmt.Errorf("-targets: unknown path %q (have %s)", t, strings.Join(allTargets, ", "))
+		if !slices.Contains(knownTargets, t) {
+			err = fmt.Errorf("-targets: unknown path %q (have %s)", t, strings.Join(knownTargets, ", "))
 			return
 		}
 		o.Targets = append(o.Targets, t)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
@@ -22,6 +23,10 @@ const (
 )
 
 var allTargets = []string{targetDirect, targetFanout, targetHAProxy, targetLibrary, targetFanoutTLS}
+
+// knownTargets are allTargets and the paths measured only when -targets
+// names them.
+var knownTargets = append(slices.Clone(allTargets), targetFanoutNoCost)
 
 // rotated returns targets starting at run modulo their count, so each
 // target goes first, second and last equally often across runs and none
@@ -253,6 +258,12 @@ func (env *overheadEnv) startProxy(ctx context.Context, target, name string) (*P
 			eps = append(eps, "https://"+b)
 		}
 		return StartFanoutTLS(ctx, env.fanout, env.dir, name, env.kubecfg, eps)
+	case targetFanoutNoCost:
+		var eps []string
+		for _, b := range env.backends {
+			eps = append(eps, "https://"+b)
+		}
+		return startFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps, "http", "--cost-table-size=0")
 	case targetHAProxy:
 		return StartHAProxy(ctx, env.dir, name, env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM, "")
 	}

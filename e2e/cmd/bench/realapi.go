@@ -120,12 +120,15 @@ func runRealAPI(ctx context.Context, o Options, dir string, logf func(string, ..
 				if err == nil {
 					cfg, stop = &rest.Config{Host: hp.URL}, hp.Stop
 				}
-			case targetFanout, targetFanoutTLS:
+			case targetFanout, targetFanoutTLS, targetFanoutNoCost:
 				var extra []string
-				if t == targetFanoutTLS {
+				switch t {
+				case targetFanoutTLS:
 					// The harness reads the kubeconfig fanout writes:
 					// https:// with the loopback CA and client certificate.
 					extra = append(extra, "--listen-tls")
+				case targetFanoutNoCost:
+					extra = append(extra, "--cost-table-size=0")
 				}
 				var f *harness.Fanout
 				f, err = cp.StartFanout(ctx, nil, fmt.Sprintf("bench-%s-run%d", t, run), p.kc, extra...)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 )
@@ -246,6 +247,9 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 	p("**fanout** and **HAProxy** (L7, round robin, h2 TLS backends with the client certificate, `/readyz` health checks) each run as a process of their own; ")
 	p("the load generator talks plain HTTP/1.1 to them with client-go's keep-alive pool (25 idle connections per host). ")
 	p("**fanout-tls** is fanout with `--listen-tls`: the load generator talks HTTP/2 over TLS to it, with the loopback CA and client certificate of the kubeconfig fanout wrote, as client-go does to an https:// server (one connection). ")
+	if slices.ContainsFunc(o.Rows, func(r OverheadRow) bool { return r.Target == targetFanoutNoCost }) {
+		p("**fanout-nocost** is fanout with its cost table off (`--cost-table-size=0`), to show what the table costs. ")
+	}
 	p("**library** is fanout linked into the load generator (`client.New` on a rest.Config with the same client certificate and CA, `--endpoints` the three backends): its RoundTripper sends each request over HTTP/2 mTLS to the backend it picks; there is no proxy process. ")
 	p("Fixed rates are open loop on a fixed schedule, latency counted from each request's due time; saturation is closed loop. ")
 	p("Each cell is the median of %d run(s); the order of the paths rotates between runs.\n\n", o.Runs)
@@ -262,7 +266,7 @@ func renderOverhead(b *strings.Builder, o *OverheadResult) {
 	p("Being a difference of two measurements of the same process, it is only as good as the two runs are alike: on a loaded machine, or when one of them failed many requests, it can come out near zero or negative. ")
 	p("Its peak RSS cannot be told apart from the load generator's and is not shown.\n")
 	p("\nIdle RSS (VmRSS after start and readiness, health probes running, no requests yet; for the library, how much the load generator's VmRSS grew while `client.New` started and idled, each reading after a GC that returns freed memory to the OS):")
-	for _, t := range []string{targetFanout, targetFanoutTLS, targetHAProxy, targetLibrary} {
+	for _, t := range []string{targetFanout, targetFanoutNoCost, targetFanoutTLS, targetHAProxy, targetLibrary} {
 		if v, ok := o.IdleRSSMiB[t]; ok {
 			p(" %s %.1f MiB;", t, v)
 		}

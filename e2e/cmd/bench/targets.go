@@ -34,6 +34,11 @@ const (
 	// certificate of the kubeconfig fanout writes, one connection for all
 	// requests instead of one per concurrent request.
 	targetFanoutTLS = "fanout-tls"
+	// targetFanoutNoCost is fanout with its cost table off
+	// (--cost-table-size=0, issue 34): beside fanout in one run it shows
+	// what the table costs at saturation. Not measured unless -targets
+	// names it.
+	targetFanoutNoCost = "fanout-nocost"
 )
 
 // inProcess reports whether target has no proxy process of its own: its
