@@ -24,15 +24,17 @@ import (
 // endpoints, probes, volumes, kubectl commands against pods, and workload
 // controllers whose specs wait for Ready replicas.
 var conformanceAPIOnly = []string{
-	// sig-api-machinery: everything but webhooks, the sample aggregated
-	// apiserver, namespaces holding running pods, and the continue-token
-	// expiry spec (it waits for etcd compaction).
+	// sig-api-machinery: everything but webhooks (CustomResourceFieldSelectors
+	// deploys a conversion webhook too), the sample aggregated apiserver,
+	// namespaces holding running pods, the continue-token expiry spec (it
+	// waits for etcd compaction), and Discovery and Table transformation,
+	// whose BeforeEach parses the server's version: the harness builds
+	// kube-apiserver without version stamps, so it reports
+	// v0.0.0-master+$Format:%H$ and they fail before their first request.
 	`\[sig-api-machinery\] API priority and fairness`,
 	`\[sig-api-machinery\] AggregatedDiscovery`,
 	`\[sig-api-machinery\] CustomResourceDefinition`,
-	`\[sig-api-machinery\] CustomResourceFieldSelectors`,
 	`\[sig-api-machinery\] CustomResourcePublishOpenAPI`,
-	`\[sig-api-machinery\] Discovery`,
 	`\[sig-api-machinery\] FieldValidation`,
 	`\[sig-api-machinery\] Garbage collector`,
 	`\[sig-api-machinery\] MutatingAdmissionPolicy`,
@@ -40,7 +42,6 @@ var conformanceAPIOnly = []string{
 	`\[sig-api-machinery\] Namespaces should ensure that all services are removed`,
 	`\[sig-api-machinery\] ResourceQuota`,
 	`\[sig-api-machinery\] Servers with support for API chunking should return chunks`,
-	`\[sig-api-machinery\] Servers with support for Table transformation`,
 	`\[sig-api-machinery\] StorageVersionMigration`,
 	`\[sig-api-machinery\] ValidatingAdmissionPolicy`,
 	`\[sig-api-machinery\] Watchers`,
@@ -261,6 +262,9 @@ func conformanceArgs(cp *harness.ControlPlane, kubeconfig, dir string) []string 
 		"--disable-log-dump",
 		"--dump-logs-on-failure=false",
 		"--ginkgo.label-filter=Conformance",
+		// The same order both ways: a spec that leaves something behind
+		// then affects the same specs in both runs.
+		"--ginkgo.seed=1",
 		"--ginkgo.timeout=30m",
 		"--ginkgo.no-color",
 	}
