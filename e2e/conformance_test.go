@@ -198,6 +198,13 @@ func TestConformanceThroughFanout(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("through fanout, the suite's requests (user %s) per apiserver: %s", user, harness.FormatShares(spread))
+	// Proof that the second run went through fanout: the direct run's
+	// kubeconfig names apiserver 1 only.
+	for i, share := range harness.Shares(spread) {
+		if share < 0.2 {
+			t.Errorf("apiserver %d served %.1f%% of the requests of the run through fanout, want at least 20%% (each served 32.5–33.8%% when measured)", i+1, 100*share)
+		}
+	}
 
 	if n := len(direct.passed()); n < conformanceMinPassed {
 		t.Errorf("only %d selected specs passed directly, want at least %d: the selection or the control plane is broken; see %s", n, conformanceMinPassed, direct.log)
