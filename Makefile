@@ -47,7 +47,7 @@ unit:
 ## kube-scheduler, kubectl, kubelet and kube-proxy) and upstream's
 ## conformance suite e2e.test (harness.ConformanceBinary, for
 ## TestConformanceThroughFanout), printing progress as it goes; the first
-## build takes 12–14 minutes on two cores, e2e.test more (README.md, Test results).
+## build takes 12–14 minutes on two cores, e2e.test up to 10 more (README.md, Test results).
 e2e-binaries:
 	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries and e2e.test"
 	cd e2e && $(GO) run ./cmd/kubebins
