@@ -44,10 +44,12 @@ unit:
 
 ## e2e-binaries: builds (and caches) the Kubernetes binaries the harness
 ## runs (harness.Binaries: kube-apiserver, kube-controller-manager,
-## kube-scheduler, kubectl, kubelet and kube-proxy), printing progress as it goes; the first build
-## takes 12–14 minutes on two cores (README.md, Test results).
+## kube-scheduler, kubectl, kubelet and kube-proxy) and upstream's
+## conformance suite e2e.test (harness.ConformanceBinary, for
+## TestConformanceThroughFanout), printing progress as it goes; the first
+## build takes 12–14 minutes on two cores, e2e.test up to 10 more (README.md, Test results).
 e2e-binaries:
-	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries"
+	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries and e2e.test"
 	cd e2e && $(GO) run ./cmd/kubebins
 
 ## e2e: the Kubernetes binaries first, then the suite. -p 1 makes go test

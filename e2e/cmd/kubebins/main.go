@@ -1,6 +1,7 @@
 // Command kubebins builds the Kubernetes binaries the e2e harness runs (at
-// the version the e2e module requires) into the harness's cache, or finds
-// them there, and prints where they are. `make e2e` and `make demo` run it
+// the version the e2e module requires), and upstream's conformance suite
+// e2e.test that TestConformanceThroughFanout runs, into the harness's cache,
+// or finds them there, and prints where they are. `make e2e` and `make demo` run it
 // first: go test buffers each package's output while several packages run,
 // so a build started from inside the tests would leave a fresh machine
 // silent for many minutes, whereas here the harness's progress lines
@@ -21,7 +22,8 @@ import (
 func main() {
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./cmd/kubebins (from the e2e module)\n\n"+
-			"Builds the Kubernetes binaries the e2e harness needs into\n"+
+			"Builds the Kubernetes binaries the e2e harness needs, and upstream's\n"+
+			"conformance suite e2e.test, into\n"+
 			"${XDG_CACHE_HOME:-~/.cache}/fanout-e2e/<version>/ unless they are there,\n"+
 			"printing progress, and prints the directory.\n")
 	}
@@ -33,5 +35,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "kubebins: %v\n", err)
 		os.Exit(1)
 	}
-	fmt.Printf("kubebins: Kubernetes %s binaries in %s\n", bins.Version, bins.Dir)
+	if _, err := harness.ConformanceBinary(ctx, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "kubebins: %v\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("kubebins: Kubernetes %s binaries and e2e.test in %s\n", bins.Version, bins.Dir)
 }
