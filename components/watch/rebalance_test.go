@@ -263,7 +263,8 @@ func TestTrackOnlyWatches(t *testing.T) {
 	} {
 		req := httptest.NewRequest(http.MethodGet, tt.url, nil)
 		resp := &http.Response{StatusCode: tt.code, Header: http.Header{"Content-Type": {tt.ct}}, Body: http.NoBody}
-		body := r.track(req, resp, reqinfo.New(req).Verb, "a", nil)
+		info := reqinfo.New(req)
+		body := r.track(req, resp, &info, "a", nil, nil)
 		if _, got := body.(*watchStream); got != tt.want {
 			t.Errorf("%s (%s, %d): tracked %v, want %v", tt.url, tt.ct, tt.code, got, tt.want)
 		}
