@@ -76,14 +76,18 @@ func TestConsistentListAdvancesQuietBookmarks(t *testing.T) {
 			return "", err
 		}
 		return l.ResourceVersion, nil
-	}, func(o metav1.ListOptions) (watch.Interface, error) { return admin.CoreV1().ConfigMaps(nsCM).Watch(ctx, o) })
+	}, func(o metav1.ListOptions) (watch.Interface, error) {
+		return admin.CoreV1().ConfigMaps(nsCM).Watch(ctx, o)
+	})
 	secretWatch := open("secrets", func() (string, error) {
 		l, err := admin.CoreV1().Secrets(nsSecret).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return "", err
 		}
 		return l.ResourceVersion, nil
-	}, func(o metav1.ListOptions) (watch.Interface, error) { return admin.CoreV1().Secrets(nsSecret).Watch(ctx, o) })
+	}, func(o metav1.ListOptions) (watch.Interface, error) {
+		return admin.CoreV1().Secrets(nsSecret).Watch(ctx, o)
+	})
 	opened := time.Now()
 
 	// Each watch's bookmarks, as they come; nothing else is written there.
