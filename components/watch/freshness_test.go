@@ -201,4 +201,11 @@ func TestFreshnessRejected(t *testing.T) {
 	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshRejected)); got != 1 {
 		t.Errorf("fanout_watch_freshness_requests_total{result=rejected} = %v, want 1", got)
 	}
+	problems, err := testutil.CollectAndLint(r.freshness)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
 }
