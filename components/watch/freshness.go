@@ -2,8 +2,10 @@ package watch
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -23,8 +25,11 @@ import (
 // not caught up, the rebalancer sends the source apiserver one such LIST,
 // as cheap as it gets (limit=1, the watch's own selection and
 // credentials), once per resource, source and readiness of the targets.
-// Rule 3 itself is unchanged: the watch moves only once a bookmark proves
-// it.
+// Rule 3 itself is only made stricter: the watch moves only once a
+// bookmark proves it, and, once a freshness request was answered, only
+// with a resourceVersion at least that answer's: the etcd revision after
+// the targets' readiness, hence at least the one their watch caches
+// started from, however little fanout had seen by then.
 
 // Send sends req, built by the watch package, to endpoint with the
 // credentials of the watch it was made for, and returns the answer. The
@@ -142,22 +147,36 @@ func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness, now
 		send := w.send
 		r.wg.Go(func() {
 			defer cancel()
-			r.freshness.WithLabelValues(freshnessResult(send(req, endpoint))).Inc()
+			result, rv := freshnessResult(send(req, endpoint))
+			r.freshness.WithLabelValues(result).Inc()
+			for _, t := range targets {
+				raiseUint(&t.floor, rv)
+			}
 		})
 	}
 }
 
-// freshnessResult reads and closes the answer, and says how it went.
-func freshnessResult(resp *http.Response, err error) string {
+// freshnessResult reads and closes the answer, and says how it went and,
+// for a 200, the list's resourceVersion (0 if it has none).
+func freshnessResult(resp *http.Response, err error) (string, uint64) {
 	if err != nil {
-		return freshFailed
+		return freshFailed, 0
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return freshRejected
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return freshRejected, 0
 	}
-	return freshOK
+	var list struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list) != nil {
+		return freshOK, 0
+	}
+	rv, _ := strconv.ParseUint(list.Metadata.ResourceVersion, 10, 64)
+	return freshOK, rv
 }
 
 // forgetFreshness drops what was asked of endpoints no longer usable: a

@@ -62,6 +62,7 @@ func TestFreshnessRequest(t *testing.T) {
 type fakeSend struct {
 	mu     sync.Mutex
 	status int
+	body   string   // "{}" when empty
 	got    []string // endpoint + " " + URL
 }
 
@@ -69,7 +70,11 @@ func (f *fakeSend) send(req *http.Request, endpoint string) (*http.Response, err
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.got = append(f.got, endpoint+" "+req.URL.RequestURI())
-	return &http.Response{StatusCode: f.status, Body: io.NopCloser(strings.NewReader("{}"))}, nil
+	body := f.body
+	if body == "" {
+		body = "{}"
+	}
+	return &http.Response{StatusCode: f.status, Body: io.NopCloser(strings.NewReader(body))}, nil
 }
 
 func (f *fakeSend) requests() []string {
@@ -99,7 +104,9 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 	src.set(open, since)
 	rcs := addStreams(r, "a", 30, start, cameBack.Add(-time.Second), 100)
 	r.maxRV.Store(100)
-	fs := &fakeSend{status: http.StatusOK}
+	// The source answers at resourceVersion 160: the etcd revision after
+	// the targets' readiness.
+	fs := &fakeSend{status: http.StatusOK, body: `{"kind":"ConfigMapList","metadata":{"resourceVersion":"160"},"items":[]}`}
 	for i, w := range r.set.on("a") {
 		w.send = fs.send
 		switch {
@@ -150,15 +157,23 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 		t.Errorf("blocked not_caught_up = 0 before any bookmark")
 	}
 
-	// The source's bookmarks now carry a fresh resourceVersion.
-	for _, w := range r.set.on("a") {
-		w.lastAt.Store(clock.Now().UnixNano())
-		w.lastRV.Store(150)
+	// Bookmarks newer than what fanout had seen (100) but older than the
+	// answer (160) do not prove the targets' caches hold them.
+	bookmark := func(rv uint64) {
+		for _, w := range r.set.on("a") {
+			w.lastAt.Store(clock.Now().UnixNano())
+			w.lastRV.Store(rv)
+		}
+		clock.Advance(time.Second)
+		r.tick()
 	}
-	clock.Advance(time.Second)
-	r.tick()
+	bookmark(150)
+	if n := closedCount(rcs); n != 0 {
+		t.Fatalf("ended %d watches at resourceVersion 150, below the freshness answer's 160", n)
+	}
+	bookmark(160)
 	if n := closedCount(rcs); n == 0 {
-		t.Fatalf("no watch ended after bookmarks newer than the targets' readiness")
+		t.Fatalf("no watch ended after bookmarks at the freshness answer's resourceVersion")
 	}
 
 	// c comes back once more: a new epoch asks again, once recorded.

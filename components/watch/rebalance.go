@@ -162,6 +162,11 @@ type readiness struct {
 	since    time.Time
 	recorded bool
 	rv       uint64
+	// floor is the resourceVersion of a freshness request's answer sent
+	// after the record (freshness.go), 0 until one came: the etcd
+	// revision then, at least the one the target's caches started from.
+	// Set from the request's goroutine.
+	floor atomic.Uint64
 }
 
 // NewRebalancer returns a rebalancer over src's endpoints for cfg, which
@@ -426,7 +431,10 @@ func (r *Rebalancer) candidate(endpoint string, targets []*readiness, now time.T
 //     usable and, once fanout has seen resourceVersions, one newer than
 //     the highest it had seen by then. resourceVersions are etcd
 //     revisions, one counter for all resources of an etcd3-backed
-//     apiserver, so comparing across resources is sound.
+//     apiserver, so comparing across resources is sound. Once a
+//     freshness request was answered, the watch must also have reached
+//     that answer's resourceVersion (readiness.floor), a bound that does
+//     not depend on how much fanout has seen.
 //
 // A target of nil is an endpoint the rebalancer has not seen become
 // usable yet: nothing may move towards it.
@@ -444,6 +452,8 @@ func eligible(w watchView, targets []*readiness, now time.Time, minAge, margin t
 		case w.lastAt.IsZero() || w.lastAt.Before(t.since.Add(margin)):
 			return blockedNotCaughtUp
 		case t.rv > 0 && w.lastRV <= t.rv:
+			return blockedNotCaughtUp
+		case w.lastRV < t.floor.Load():
 			return blockedNotCaughtUp
 		}
 	}
