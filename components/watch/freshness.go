@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fanout-dev/fanout/components/balancer"
 )
 
 // Freshness requests: see docs/resilience.md, "Which watches, how many".
@@ -153,6 +155,25 @@ func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness, now
 				raiseUint(&t.floor, rv)
 			}
 		})
+	}
+}
+
+// freshenOverloaded requests freshness (requestFreshness) from every
+// usable endpoint holding more than its target share, not only the most
+// loaded: each waits up to a minute for its bookmarks, and in turn would
+// add those minutes up.
+func (r *Rebalancer) freshenOverloaded(usable []balancer.WatchLoad, targets []float64, total int64, now time.Time) {
+	for i, l := range usable {
+		if float64(l.OpenLong) <= targets[i]*float64(total) {
+			continue
+		}
+		dest := make([]*readiness, 0, len(usable)-1)
+		for j, o := range usable {
+			if j != i && targets[j] > 0 {
+				dest = append(dest, r.ready[o.Address])
+			}
+		}
+		r.requestFreshness(l.Address, dest, now)
 	}
 }
 

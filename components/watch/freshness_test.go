@@ -224,3 +224,37 @@ func TestFreshnessRejected(t *testing.T) {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// TestFreshnessFromEveryOverloadedEndpoint: after c comes back, a and b
+// both hold more than their share of quiet watches; both get their
+// freshness request in the same tick, not one bookmark period apart.
+func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
+	clock := testkit.NewClock(time.Unix(50_000, 0))
+	src := &fakeLoads{}
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	cameBack := clock.Now()
+	src.set(map[string]int64{"a": 15, "b": 15}, map[string]time.Time{"c": cameBack})
+	fs := &fakeSend{status: http.StatusOK}
+	for _, ep := range []string{"a", "b"} {
+		addStreams(r, ep, 15, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+		for _, w := range r.set.on(ep) {
+			w.send, w.resource = fs.send, "/configmaps"
+			w.out = httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil)
+		}
+	}
+	r.maxRV.Store(100)
+	for range freshnessDelayMargins {
+		clock.Advance(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
+	got := fs.requests()
+	slices.Sort(got)
+	if want := "a /api/v1/namespaces/n1/configmaps?limit=1,b /api/v1/namespaces/n1/configmaps?limit=1"; strings.Join(got, ",") != want {
+		t.Errorf("freshness requests %v, want one to each of a and b", got)
+	}
+}

@@ -338,7 +338,7 @@ func (r *Rebalancer) tick() {
 				blocked[k] += v
 			}
 			if reasons[blockedNotCaughtUp] > 0 && r.cfg.Freshness {
-				r.requestFreshness(usable[heavy].Address, dest, now)
+				r.freshenOverloaded(usable, targets, total, now)
 			}
 			return
 		}
