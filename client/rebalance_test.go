@@ -38,6 +38,9 @@ type watchServer struct {
 	*testkit.APIServer
 	open    atomic.Int64 // watches open now
 	initial atomic.Int64 // lists and WatchLists: what a re-list costs
+	// fresh counts fanout's own freshness LISTs (limit=1, its
+	// User-Agent suffix), which are no re-list.
+	fresh atomic.Int64
 }
 
 const tickCM = `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"tick","namespace":"default","resourceVersion":"%d"}}`
@@ -63,7 +66,11 @@ func (w *watchServers) serve(s *watchServer, rw http.ResponseWriter, r *http.Req
 	rv := w.rv
 	w.mu.Unlock()
 	if q.Get("watch") != "true" {
-		s.initial.Add(1)
+		if strings.HasSuffix(r.UserAgent(), " fanout-watch-freshness") {
+			s.fresh.Add(1)
+		} else {
+			s.initial.Add(1)
+		}
 		fmt.Fprintf(rw, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"%d"},"items":[`+tickCM+`]}`, rv, rv)
 		return
 	}

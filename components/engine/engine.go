@@ -104,7 +104,7 @@ func Defaults() Config {
 		Proxy:          proxy.Config{RetryBudget: &budget},
 		Probe:          health.Config{Interval: health.DefaultInterval, Rise: health.DefaultRise, Fall: health.DefaultFall},
 		WatchRebalance: true,
-		Rebalance:      watch.RebalanceConfig{Rate: watch.DefaultRebalanceRate, Tolerance: watch.DefaultRebalanceTolerance},
+		Rebalance:      watch.RebalanceConfig{Rate: watch.DefaultRebalanceRate, Tolerance: watch.DefaultRebalanceTolerance, Freshness: true},
 		Cost:           cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop},
 	}
 }

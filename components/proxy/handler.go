@@ -76,6 +76,9 @@ type Handler struct {
 	// watch is the hook into the watch features (package watch):
 	// rebalancing and the 410 retry.
 	watch watch.Hook
+	// sends are the watch.Send of each transport.AuthMode: how the watch
+	// features send a request of their own with a watch's credentials.
+	sends [2]watch.Send
 	// cost is told what each request cost (cost.go); nil is off.
 	cost CostTable
 
@@ -98,6 +101,11 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		watch:    watch.NewHook(cfg.Rebalancer),
 		cost:     cfg.Cost,
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
+	}
+	for _, mode := range []transport.AuthMode{transport.AuthSidecar, transport.AuthPassthrough} {
+		h.sends[mode] = func(req *http.Request, endpoint string) (*http.Response, error) {
+			return h.upstream.For(endpoint, mode).RoundTrip(req)
+		}
 	}
 	h.proxy = &httputil.ReverseProxy{
 		// Rewrite, not Director: it strips Forwarded/X-Forwarded-* from the
@@ -343,7 +351,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		// on the heap keeps the short path's on the stack.
 		more := new(attempts)
 		*more = a
-		resp.Body = h.watch.Track(out, resp, &st.Info, ans.addr, more.retryGone, st.costRow.Events())
+		resp.Body = h.watch.Track(out, resp, &st.Info, ans.addr, more.retryGone, h.sends[st.Mode], st.costRow.Events())
 		if s := st.stream; s != nil {
 			// The reverse proxy reads the body through the stream, which
 			// hands it to a goroutine of its own if it takes over.

@@ -265,3 +265,88 @@ func mustQuery(t *testing.T, raw string) neturl.Values {
 	}
 	return q
 }
+
+// TestFreshnessRequestCarriesWatchCredentials: a quiet watch (one event,
+// then nothing) on an endpoint holding more than its share stays blocked
+// as not caught up, and the rebalancer's freshness request reaches that
+// same endpoint as a LIST (limit=1) with the watch's own bearer token,
+// through the transport of the watch's credentials mode.
+func TestFreshnessRequestCarriesWatchCredentials(t *testing.T) {
+	type seen struct{ query, auth, agent string }
+	var mu sync.Mutex
+	var lists []seen
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "true" {
+			mu.Lock()
+			lists = append(lists, seen{r.URL.RawQuery, r.Header.Get("Authorization"), r.UserAgent()})
+			mu.Unlock()
+			_, _ = io.WriteString(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"100"},"items":[]}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"x","namespace":"ns","resourceVersion":"100"}}}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	addr, rt := newBackend(t, backend, false)
+	up := newFakeUpstream()
+	up.set(addr, rt)
+	picker := newFakePicker(addr)
+	loads := staticLoads{
+		{Address: addr, Usable: true, OpenLong: 3},
+		{Address: "other:443", Usable: true, UsableSince: time.Now().Add(-time.Hour)},
+	}
+	reg := prometheus.NewRegistry()
+	r, err := fwatch.NewRebalancer(fwatch.RebalanceConfig{MinAge: 50 * time.Millisecond, Margin: time.Millisecond,
+		Interval: 20 * time.Millisecond, Freshness: true}, loads, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, url := startProxy(t, Config{Rebalancer: r}, picker, up, nil)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/namespaces/ns/configmaps?watch=true&resourceVersion=90&labelSelector=app%3Dx", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer the-watchs-own")
+	req.Header.Set("User-Agent", "ctrl/1.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := resp.Body.Read(make([]byte, 1024)); err != nil {
+		t.Fatalf("reading the first event: %v", err)
+	}
+	// The first tick records the other endpoint's readiness and the
+	// resourceVersion 100 the watch cannot beat without a newer event.
+	r.Start()
+	defer r.Stop()
+	deadline := time.Now().Add(waitLimit)
+	for metricValue(t, reg, "fanout_watch_freshness_requests_total", "result", "ok") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no freshness request answered within %s; blocked not_caught_up %v", waitLimit,
+				metricValue(t, reg, "fanout_watch_rebalance_blocked", "reason", "not_caught_up"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	got := append([]seen(nil), lists...)
+	mu.Unlock()
+	want := seen{"labelSelector=app%3Dx&limit=1", "Bearer the-watchs-own", "ctrl/1.0 fanout-watch-freshness"}
+	if len(got) != 1 || got[0] != want {
+		t.Errorf("LISTs at the watch's endpoint: %+v, want one: %+v", got, want)
+	}
+	if n := metricValue(t, reg, "fanout_watch_rebalanced_total", "framing", "json"); n != 0 {
+		t.Errorf("the quiet watch was ended (%v) although no event proved it caught up", n)
+	}
+	var modes []string
+	for _, c := range up.callList() {
+		modes = append(modes, c.mode.String())
+	}
+	if strings.Join(modes, ",") != "passthrough,passthrough" {
+		t.Errorf("transport modes of the watch and its freshness request: %v, want passthrough for both", modes)
+	}
+}

@@ -46,12 +46,13 @@ type Resend func(from string) (resp *http.Response, endpoint string, err error)
 // Track returns the body of resp, the answer of endpoint to the
 // long-running request out classified as info, wrapped for the watch
 // features: if out is a watch, the rebalancer may end it between two
-// events, and a first event that is a 410 from kube-apiserver (not a
+// events (and send, with out's credentials, a freshness request to the
+// endpoint it is on), and a first event that is a 410 from kube-apiserver (not a
 // relayed one) is replaced by resend's answer when there is one. events,
 // when not nil, counts the events passed on; only the rebalancer follows
 // the events, so without one nothing is counted.
-func (h *Hook) Track(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string, resend Resend, events *atomic.Int64) io.ReadCloser {
-	body := h.track(out, resp, info, endpoint, events)
+func (h *Hook) Track(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string, resend Resend, send Send, events *atomic.Int64) io.ReadCloser {
+	body := h.track(out, resp, info, endpoint, send, events)
 	if info.Origin.Relayed() {
 		return body
 	}
@@ -64,15 +65,15 @@ func (h *Hook) Track(out *http.Request, resp *http.Response, info *reqinfo.Info,
 		if err != nil {
 			return nil, err
 		}
-		return h.track(out, next, info, addr, events), nil
+		return h.track(out, next, info, addr, send, events), nil
 	})
 }
 
 // track hands a long-running response to the rebalancer, if any.
-func (h *Hook) track(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string, events *atomic.Int64) io.ReadCloser {
+func (h *Hook) track(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string, send Send, events *atomic.Int64) io.ReadCloser {
 	r := h.rebalancer
 	if r == nil || !info.LongRunning {
 		return resp.Body
 	}
-	return r.track(out, resp, info.Verb, endpoint, events)
+	return r.track(out, resp, info, endpoint, send, events)
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // Active watch rebalancing: see docs/resilience.md, "Watch rebalancing".
@@ -57,6 +59,12 @@ type RebalanceConfig struct {
 	Margin time.Duration
 	// Interval is how often the loads are compared. Default 1s.
 	Interval time.Duration
+	// Freshness lets the rebalancer ask an apiserver holding watches
+	// blocked as not caught up for a consistent read of their resource,
+	// so that their next bookmark proves them caught up
+	// (--watch-freshness-requests, freshness.go). Unlike the other
+	// fields, false is off; engine.Defaults turns it on.
+	Freshness bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -132,10 +140,17 @@ type Rebalancer struct {
 	tokens float64
 	filled time.Time
 
+	// asked is, per source endpoint and resource, the targets' readiness
+	// a freshness request was sent for (freshness.go).
+	asked map[freshKey]time.Time
+
 	rebalanced *prometheus.CounterVec
 	blocked    *prometheus.GaugeVec
 	spread     prometheus.Gauge
+	freshness  *prometheus.CounterVec
 
+	// ctx ends with Stop: the comparison loop and freshness requests.
+	ctx  context.Context
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 }
@@ -147,6 +162,11 @@ type readiness struct {
 	since    time.Time
 	recorded bool
 	rv       uint64
+	// floor is the resourceVersion of a freshness request's answer sent
+	// after the record (freshness.go), 0 until one came: the etcd
+	// revision then, at least the one the target's caches started from.
+	// Set from the request's goroutine.
+	floor atomic.Uint64
 }
 
 // NewRebalancer returns a rebalancer over src's endpoints for cfg, which
@@ -158,6 +178,7 @@ func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registere
 		cfg:   cfg,
 		src:   src,
 		ready: map[string]*readiness{},
+		asked: map[freshKey]time.Time{},
 		rebalanced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_watch_rebalanced_total",
 			Help: "Watches ended between two events by the rebalancer to move them off an endpoint holding more than its share, by framing (json, protobuf); the client re-watches from its last resourceVersion.",
@@ -170,6 +191,14 @@ func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registere
 			Name: "fanout_watch_spread",
 			Help: "Open long-running requests on the most loaded usable endpoint minus those on the least loaded one, at the last comparison; under a zone policy (--zone-policy), each counted against its target share.",
 		}),
+		freshness: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_watch_freshness_requests_total",
+			Help: "LISTs (limit=1, resourceVersion unset, the watch's credentials) sent to an apiserver holding watches blocked as not_caught_up, so that its watch cache, and the bookmarks it sends, catch up with etcd; by result: ok, rejected (another status than 200), failed (no answer).",
+		}, []string{"result"}),
+	}
+	r.ctx, r.stop = context.WithCancel(context.Background())
+	for _, res := range freshResults {
+		r.freshness.WithLabelValues(res)
 	}
 	for _, reason := range blockedReasons {
 		r.blocked.WithLabelValues(reason)
@@ -180,7 +209,7 @@ func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registere
 		r.rebalanced.WithLabelValues(f.String())
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{r.rebalanced, r.blocked, r.spread} {
+		for _, c := range []prometheus.Collector{r.rebalanced, r.blocked, r.spread, r.freshness} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -191,8 +220,7 @@ func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registere
 
 // Start runs the comparison loop until Stop.
 func (r *Rebalancer) Start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	r.stop = cancel
+	ctx := r.ctx
 	r.wg.Go(func() {
 		t := time.NewTicker(r.cfg.Interval)
 		defer t.Stop()
@@ -207,18 +235,17 @@ func (r *Rebalancer) Start() {
 	})
 }
 
-// Stop ends the loop and waits for it.
+// Stop ends the loop and the freshness requests in flight, and waits
+// for them.
 func (r *Rebalancer) Stop() {
-	if r.stop != nil {
-		r.stop()
-	}
+	r.stop()
 	r.wg.Wait()
 }
 
 // track wraps the body of a response to out, served by endpoint, so that
 // it can be rebalanced, if it is a watch in a framing fanout can cut:
 // never an upgrade (those do not come here), a log, exec or proxy stream.
-func (r *Rebalancer) track(out *http.Request, resp *http.Response, verb, endpoint string, events *atomic.Int64) io.ReadCloser {
+func (r *Rebalancer) track(out *http.Request, resp *http.Response, info *reqinfo.Info, endpoint string, send Send, events *atomic.Int64) io.ReadCloser {
 	if resp.StatusCode != http.StatusOK {
 		return resp.Body
 	}
@@ -230,7 +257,7 @@ func (r *Rebalancer) track(out *http.Request, resp *http.Response, verb, endpoin
 	if f == framingNone {
 		return resp.Body
 	}
-	if verb != "watch" {
+	if info.Verb != "watch" {
 		return resp.Body
 	}
 	q := out.URL.Query()
@@ -239,6 +266,11 @@ func (r *Rebalancer) track(out *http.Request, resp *http.Response, verb, endpoin
 		rc: resp.Body, sc: newScanner(f, initial), framing: f, endpoint: endpoint,
 		opened: r.cfg.Now(), now: r.cfg.Now, set: &r.set, maxRV: &r.maxRV, events: events,
 		onEnd: func(f framing) { r.rebalanced.WithLabelValues(f.String()).Inc() },
+		out:   out, send: send,
+	}
+	if info.APIResource != "" {
+		// The cacher, hence the freshness request, is per resource.
+		w.resource = strings.Clone(info.Group + "/" + info.APIResource)
 	}
 	w.initialDone.Store(!initial)
 	r.set.add(w)
@@ -304,6 +336,9 @@ func (r *Rebalancer) tick() {
 		if w == nil {
 			for k, v := range reasons {
 				blocked[k] += v
+			}
+			if reasons[blockedNotCaughtUp] > 0 && r.cfg.Freshness {
+				r.freshenOverloaded(usable, targets, total, now)
 			}
 			return
 		}
@@ -396,7 +431,10 @@ func (r *Rebalancer) candidate(endpoint string, targets []*readiness, now time.T
 //     usable and, once fanout has seen resourceVersions, one newer than
 //     the highest it had seen by then. resourceVersions are etcd
 //     revisions, one counter for all resources of an etcd3-backed
-//     apiserver, so comparing across resources is sound.
+//     apiserver, so comparing across resources is sound. Once a
+//     freshness request was answered, the watch must also have reached
+//     that answer's resourceVersion (readiness.floor), a bound that does
+//     not depend on how much fanout has seen.
 //
 // A target of nil is an endpoint the rebalancer has not seen become
 // usable yet: nothing may move towards it.
@@ -414,6 +452,8 @@ func eligible(w watchView, targets []*readiness, now time.Time, minAge, margin t
 		case w.lastAt.IsZero() || w.lastAt.Before(t.since.Add(margin)):
 			return blockedNotCaughtUp
 		case t.rv > 0 && w.lastRV <= t.rv:
+			return blockedNotCaughtUp
+		case w.lastRV < t.floor.Load():
 			return blockedNotCaughtUp
 		}
 	}
@@ -444,6 +484,7 @@ func (r *Rebalancer) note(loads []balancer.WatchLoad, now time.Time) {
 			delete(r.ready, a)
 		}
 	}
+	r.forgetFreshness()
 }
 
 // refill adds the tokens earned since the last tick: Rate per second, at

@@ -23,6 +23,11 @@ func TestEligible(t *testing.T) {
 	caughtUp := &readiness{since: ready, recorded: true, rv: 500}
 	noRVs := &readiness{since: ready, recorded: true}
 	fresh := &readiness{since: now.Add(-2 * time.Second)} // not recorded yet
+	floored := func(rv uint64) *readiness {
+		t := &readiness{since: ready, recorded: true, rv: 500}
+		t.floor.Store(rv)
+		return t
+	}
 	good := watchView{opened: now.Add(-time.Hour), lastAt: now.Add(-time.Second), lastRV: 501, initialDone: true}
 	for _, tt := range []struct {
 		name    string
@@ -42,6 +47,8 @@ func TestEligible(t *testing.T) {
 		{"no resourceVersion seen at all: time rule alone", watchView{opened: good.opened, lastAt: good.lastAt, initialDone: true}, []*readiness{noRVs}, ""},
 		{"one target not caught up", good, []*readiness{caughtUp, fresh}, blockedNotCaughtUp},
 		{"target never seen usable", good, []*readiness{nil}, blockedNotCaughtUp},
+		{"below a freshness answer", good, []*readiness{floored(502)}, blockedNotCaughtUp},
+		{"at a freshness answer", good, []*readiness{floored(501)}, ""},
 	} {
 		if got := eligible(tt.w, tt.targets, now, DefaultRebalanceMinAge, DefaultRebalanceMargin); got != tt.want {
 			t.Errorf("%s: eligible = %q, want %q", tt.name, got, tt.want)
@@ -263,7 +270,8 @@ func TestTrackOnlyWatches(t *testing.T) {
 	} {
 		req := httptest.NewRequest(http.MethodGet, tt.url, nil)
 		resp := &http.Response{StatusCode: tt.code, Header: http.Header{"Content-Type": {tt.ct}}, Body: http.NoBody}
-		body := r.track(req, resp, reqinfo.New(req).Verb, "a", nil)
+		info := reqinfo.New(req)
+		body := r.track(req, resp, &info, "a", nil, nil)
 		if _, got := body.(*watchStream); got != tt.want {
 			t.Errorf("%s (%s, %d): tracked %v, want %v", tt.url, tt.ct, tt.code, got, tt.want)
 		}

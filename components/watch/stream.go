@@ -2,6 +2,7 @@ package watch
 
 import (
 	"io"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,12 @@ type watchStream struct {
 	set      *watchSet // unregistered from it at the end
 	// onEnd runs once when the stream ends at the rebalancer's request.
 	onEnd func(framing)
+	// resource ("group/resource"), out (the request as sent) and send
+	// make the watch's freshness request (freshness.go); send is nil
+	// when there is none to make.
+	resource string
+	out      *http.Request
+	send     Send
 
 	// state is the handshake between Read and requestEnd, see below.
 	state atomic.Int32

@@ -1,0 +1,260 @@
+package watch
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
+)
+
+func TestFreshnessRequest(t *testing.T) {
+	for _, tt := range []struct {
+		name, in, want string
+	}{
+		{"plain watch", "/api/v1/namespaces/x/configmaps?watch=true&resourceVersion=5&allowWatchBookmarks=true&timeoutSeconds=300",
+			"https://a:6443/api/v1/namespaces/x/configmaps?limit=1"},
+		{"selectors kept", "/apis/apps/v1/deployments?watch=1&labelSelector=app%3Dx&fieldSelector=metadata.name%3Dd&resourceVersion=9",
+			"https://a:6443/apis/apps/v1/deployments?fieldSelector=metadata.name%3Dd&labelSelector=app%3Dx&limit=1"},
+		{"WatchList", "/api/v1/namespaces/x/secrets?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&limit=500",
+			"https://a:6443/api/v1/namespaces/x/secrets?limit=1"},
+		{"legacy path, a namespace named watch", "/api/v1/watch/namespaces/watch/configmaps?resourceVersion=5",
+			"https://a:6443/api/v1/namespaces/watch/configmaps?limit=1"},
+		{"not a watch", "/api/v1/namespaces/x/configmaps", ""},
+	} {
+		out := httptest.NewRequest(http.MethodGet, tt.in, nil)
+		out.Header.Set("Authorization", "Bearer t")
+		out.Header.Set("User-Agent", "ctrl/1.0")
+		out.Header.Set("Accept", "application/vnd.kubernetes.protobuf;stream=watch")
+		out.Header.Set("Accept-Encoding", "gzip")
+		req, ok := freshnessRequest(context.Background(), out, "a:6443")
+		if ok != (tt.want != "") {
+			t.Errorf("%s: made a request %v, want %v", tt.name, ok, tt.want != "")
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if got := req.URL.String(); got != tt.want || req.Method != http.MethodGet {
+			t.Errorf("%s: %s %s, want GET %s", tt.name, req.Method, got, tt.want)
+		}
+		for k, want := range map[string]string{"Authorization": "Bearer t", "User-Agent": "ctrl/1.0 fanout-watch-freshness",
+			"Accept": "application/json", "Accept-Encoding": ""} {
+			if got := req.Header.Get(k); got != want {
+				t.Errorf("%s: %s %q, want %q", tt.name, k, got, want)
+			}
+		}
+		if out.Header.Get("User-Agent") != "ctrl/1.0" || out.Header.Get("Accept-Encoding") != "gzip" {
+			t.Errorf("%s: the watch's own headers changed: %v", tt.name, out.Header)
+		}
+	}
+}
+
+// fakeSend records freshness requests and answers them with status.
+type fakeSend struct {
+	mu     sync.Mutex
+	status int
+	body   string   // "{}" when empty
+	got    []string // endpoint + " " + URL
+}
+
+func (f *fakeSend) send(req *http.Request, endpoint string) (*http.Response, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.got = append(f.got, endpoint+" "+req.URL.RequestURI())
+	body := f.body
+	if body == "" {
+		body = "{}"
+	}
+	return &http.Response{StatusCode: f.status, Body: io.NopCloser(strings.NewReader(body))}, nil
+}
+
+func (f *fakeSend) requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.got...)
+}
+
+// TestRebalancerRequestsFreshness: 30 quiet watches (20 of configmaps, 10
+// of secrets) on a, none on b and c, which came back: they stay blocked
+// as not caught up, and once the targets' readiness is recorded the
+// rebalancer sends one freshness request per resource, once, to a.
+// Only a bookmark newer than the recorded resourceVersion then lets the
+// watches move; a new readiness of a target asks again.
+func TestRebalancerRequestsFreshness(t *testing.T) {
+	clock := testkit.NewClock(time.Unix(50_000, 0))
+	src := &fakeLoads{}
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	start := clock.Now()
+	cameBack := start.Add(time.Minute)
+	since := map[string]time.Time{"b": cameBack, "c": cameBack}
+	open := map[string]int64{"a": 30}
+	src.set(open, since)
+	rcs := addStreams(r, "a", 30, start, cameBack.Add(-time.Second), 100)
+	r.maxRV.Store(100)
+	// The source answers at resourceVersion 160: the etcd revision after
+	// the targets' readiness.
+	fs := &fakeSend{status: http.StatusOK, body: `{"kind":"ConfigMapList","metadata":{"resourceVersion":"160"},"items":[]}`}
+	for i, w := range r.set.on("a") {
+		w.send = fs.send
+		switch {
+		case i < 20:
+			w.resource, w.out = "/configmaps", httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true&resourceVersion=90", nil)
+		case i < 29:
+			w.resource, w.out = "/secrets", httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n2/secrets?watch=true&resourceVersion=90", nil)
+		default:
+			// The only pods watch is too young to move: no reason to ask.
+			w.resource, w.out = "/pods", httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true&resourceVersion=90", nil)
+			w.opened = cameBack.Add(time.Hour)
+		}
+	}
+
+	clock.Set(cameBack)
+	r.tick()
+	r.wg.Wait() // the requests' goroutines
+	if got := fs.requests(); len(got) != 0 {
+		t.Fatalf("freshness requests before the targets' resourceVersion was recorded: %v", got)
+	}
+	for range 2 {
+		clock.Advance(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
+	if got := fs.requests(); len(got) != 0 {
+		t.Fatalf("freshness requests %s after the targets' readiness: %v, want none before %d margins (resources with writes catch up by themselves)",
+			clock.Now().Sub(cameBack), got, freshnessDelayMargins)
+	}
+	for range 3 {
+		clock.Advance(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
+	want := []string{"a /api/v1/namespaces/n1/configmaps?limit=1", "a /api/v1/namespaces/n2/secrets?limit=1"}
+	got := fs.requests()
+	slices.Sort(got)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("freshness requests after 5 ticks = %v, want %v (one per resource, once)", got, want)
+	}
+	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
+		t.Errorf("fanout_watch_freshness_requests_total{result=ok} = %v, want 2", got)
+	}
+	if n := closedCount(rcs); n != 0 {
+		t.Fatalf("ended %d watches on a freshness request alone, want 0: only a newer bookmark proves rule 3", n)
+	}
+	if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedNotCaughtUp)); got == 0 {
+		t.Errorf("blocked not_caught_up = 0 before any bookmark")
+	}
+
+	// Bookmarks newer than what fanout had seen (100) but older than the
+	// answer (160) do not prove the targets' caches hold them.
+	bookmark := func(rv uint64) {
+		for _, w := range r.set.on("a") {
+			w.lastAt.Store(clock.Now().UnixNano())
+			w.lastRV.Store(rv)
+		}
+		clock.Advance(time.Second)
+		r.tick()
+	}
+	bookmark(150)
+	if n := closedCount(rcs); n != 0 {
+		t.Fatalf("ended %d watches at resourceVersion 150, below the freshness answer's 160", n)
+	}
+	bookmark(160)
+	if n := closedCount(rcs); n == 0 {
+		t.Fatalf("no watch ended after bookmarks at the freshness answer's resourceVersion")
+	}
+
+	// c comes back once more: a new epoch asks again, once recorded.
+	since["c"] = clock.Now()
+	src.set(open, since)
+	for range 3 {
+		clock.Advance(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
+	if got := fs.requests(); len(got) != 4 {
+		t.Errorf("freshness requests after c's new readiness: %v, want 2 more", got)
+	}
+}
+
+// TestFreshnessRejected: an answer other than 200 is counted as rejected
+// and not asked again in the same epoch.
+func TestFreshnessRejected(t *testing.T) {
+	clock := testkit.NewClock(time.Unix(50_000, 0))
+	src := &fakeLoads{}
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	cameBack := clock.Now()
+	src.set(map[string]int64{"a": 10}, map[string]time.Time{"b": cameBack, "c": cameBack})
+	addStreams(r, "a", 10, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+	r.maxRV.Store(100)
+	fs := &fakeSend{status: http.StatusForbidden}
+	for _, w := range r.set.on("a") {
+		w.send, w.resource = fs.send, "/configmaps"
+		w.out = httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil)
+	}
+	for range 4 {
+		clock.Advance(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
+	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshRejected)); got != 1 {
+		t.Errorf("fanout_watch_freshness_requests_total{result=rejected} = %v, want 1", got)
+	}
+	problems, err := testutil.CollectAndLint(r.freshness)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// TestFreshnessFromEveryOverloadedEndpoint: after c comes back, a and b
+// both hold more than their share of quiet watches; both get their
+// freshness request in the same tick, not one bookmark period apart.
+func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
+	clock := testkit.NewClock(time.Unix(50_000, 0))
+	src := &fakeLoads{}
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	cameBack := clock.Now()
+	src.set(map[string]int64{"a": 15, "b": 15}, map[string]time.Time{"c": cameBack})
+	fs := &fakeSend{status: http.StatusOK}
+	for _, ep := range []string{"a", "b"} {
+		addStreams(r, ep, 15, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+		for _, w := range r.set.on(ep) {
+			w.send, w.resource = fs.send, "/configmaps"
+			w.out = httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil)
+		}
+	}
+	r.maxRV.Store(100)
+	for range freshnessDelayMargins {
+		clock.Advance(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
+	got := fs.requests()
+	slices.Sort(got)
+	if want := "a /api/v1/namespaces/n1/configmaps?limit=1,b /api/v1/namespaces/n1/configmaps?limit=1"; strings.Join(got, ",") != want {
+		t.Errorf("freshness requests %v, want one to each of a and b", got)
+	}
+}
