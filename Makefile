@@ -13,7 +13,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
 E2E_TIMEOUT ?= 75m
 
-.PHONY: all build test unit e2e e2e-binaries lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
+.PHONY: all build test unit e2e e2e-binaries conformance lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
 
 all: build
 
@@ -44,13 +44,21 @@ unit:
 
 ## e2e-binaries: builds (and caches) the Kubernetes binaries the harness
 ## runs (harness.Binaries: kube-apiserver, kube-controller-manager,
-## kube-scheduler, kubectl, kubelet and kube-proxy) and upstream's
-## conformance suite e2e.test (harness.ConformanceBinary, for
-## TestConformanceThroughFanout), printing progress as it goes; the first
-## build takes 12–14 minutes on two cores, e2e.test up to 10 more (README.md, Test results).
+## kube-scheduler, kubectl, kubelet and kube-proxy), printing progress as it
+## goes; the first build takes 12–14 minutes on two cores (README.md, Test results).
 e2e-binaries:
-	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries and e2e.test"
+	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries"
 	cd e2e && $(GO) run ./cmd/kubebins
+
+## conformance: upstream's API-only [Conformance] specs (e2e.test of the
+## e2e module's Kubernetes version, built into the same cache: up to 10
+## minutes the first time) run directly and through fanout, and the pass
+## sets compared (TestConformanceThroughFanout, about 9 minutes). A sibling
+## of make test, outside .ci/run for its time budget: docs/security.md.
+conformance: e2e-packages
+	@echo "conformance: building or finding the Kubernetes binaries and e2e.test"
+	cd e2e && $(GO) run ./cmd/kubebins -conformance
+	cd e2e && FANOUT_CONFORMANCE=1 $(GO) test -count=1 -timeout 50m -v -run '^TestConformanceThroughFanout$$' .
 
 ## e2e: the Kubernetes binaries first, then the suite. -p 1 makes go test
 ## print each test's output as it comes instead of holding a package's

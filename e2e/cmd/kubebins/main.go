@@ -1,8 +1,8 @@
 // Command kubebins builds the Kubernetes binaries the e2e harness runs (at
-// the version the e2e module requires), and upstream's conformance suite
-// e2e.test that TestConformanceThroughFanout runs, into the harness's cache,
-// or finds them there, and prints where they are. `make e2e` and `make demo` run it
-// first: go test buffers each package's output while several packages run,
+// the version the e2e module requires), and with -conformance upstream's
+// conformance suite e2e.test that TestConformanceThroughFanout runs, into
+// the harness's cache, or finds them there, and prints where they are.
+// `make e2e`, `make demo` and `make conformance` run it first: go test buffers each package's output while several packages run,
 // so a build started from inside the tests would leave a fresh machine
 // silent for many minutes, whereas here the harness's progress lines
 // reach the terminal (or the CI log) as they are printed.
@@ -21,12 +21,14 @@ import (
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./cmd/kubebins (from the e2e module)\n\n"+
-			"Builds the Kubernetes binaries the e2e harness needs, and upstream's\n"+
-			"conformance suite e2e.test, into\n"+
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./cmd/kubebins [-conformance] (from the e2e module)\n\n"+
+			"Builds the Kubernetes binaries the e2e harness needs (and with\n"+
+			"-conformance upstream's conformance suite e2e.test) into\n"+
 			"${XDG_CACHE_HOME:-~/.cache}/fanout-e2e/<version>/ unless they are there,\n"+
-			"printing progress, and prints the directory.\n")
+			"printing progress, and prints the directory.\n\n")
+		flag.PrintDefaults()
 	}
+	conformance := flag.Bool("conformance", false, "also build upstream's e2e.test for TestConformanceThroughFanout (make conformance; up to 10 more minutes)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -34,6 +36,10 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kubebins: %v\n", err)
 		os.Exit(1)
+	}
+	if !*conformance {
+		fmt.Printf("kubebins: Kubernetes %s binaries in %s\n", bins.Version, bins.Dir)
+		return
 	}
 	if _, err := harness.ConformanceBinary(ctx, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "kubebins: %v\n", err)
