@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -62,12 +63,12 @@ const freshnessDelayMargins = 3
 const freshnessAgent = "fanout-watch-freshness"
 
 // freshnessRequest returns the LIST that makes endpoint's watch cache of
-// out's resource fresh: out's path (the legacy /watch/ prefix dropped)
-// and selectors, resourceVersion unset, limit=1; out's headers but for
-// the encoding and agent. It reports false for a request it cannot turn
-// into one (not a watch).
-func freshnessRequest(ctx context.Context, out *http.Request, endpoint string) (*http.Request, bool) {
-	u := *out.URL
+// the resource of the watch sent as target and header fresh: its path
+// (the legacy /watch/ prefix dropped) and selectors, resourceVersion
+// unset, limit=1; its headers but for the encoding and agent. It reports
+// false for a request it cannot turn into one (not a watch).
+func freshnessRequest(ctx context.Context, target *url.URL, header http.Header, endpoint string) (*http.Request, bool) {
+	u := *target
 	u.Scheme, u.Host = "https", endpoint
 	q := u.Query()
 	switch q.Get("watch") {
@@ -93,14 +94,14 @@ func freshnessRequest(ctx context.Context, out *http.Request, endpoint string) (
 	if err != nil {
 		return nil, false
 	}
-	req.Header = out.Header.Clone()
+	req.Header = header.Clone()
 	if req.Header == nil {
 		req.Header = http.Header{}
 	}
 	req.Header.Del("Accept-Encoding") // the transport asks for gzip itself
 	req.Header.Set("Accept", "application/json")
 	agent := freshnessAgent
-	if ua := out.Header.Get("User-Agent"); ua != "" {
+	if ua := header.Get("User-Agent"); ua != "" {
 		agent = ua + " " + freshnessAgent
 	}
 	req.Header.Set("User-Agent", agent)
@@ -140,7 +141,7 @@ func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness, now
 			continue
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, freshnessTimeout)
-		req, ok := freshnessRequest(ctx, w.out, endpoint)
+		req, ok := freshnessRequest(ctx, w.url, w.header, endpoint)
 		if !ok {
 			cancel()
 			continue

@@ -35,7 +35,7 @@ func TestFreshnessRequest(t *testing.T) {
 		out.Header.Set("User-Agent", "ctrl/1.0")
 		out.Header.Set("Accept", "application/vnd.kubernetes.protobuf;stream=watch")
 		out.Header.Set("Accept-Encoding", "gzip")
-		req, ok := freshnessRequest(context.Background(), out, "a:6443")
+		req, ok := freshnessRequest(context.Background(), out.URL, out.Header, "a:6443")
 		if ok != (tt.want != "") {
 			t.Errorf("%s: made a request %v, want %v", tt.name, ok, tt.want != "")
 			continue
@@ -111,12 +111,15 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 		w.send = fs.send
 		switch {
 		case i < 20:
-			w.resource, w.out = "/configmaps", httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true&resourceVersion=90", nil)
+			w.resource = "/configmaps"
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true&resourceVersion=90", nil))
 		case i < 29:
-			w.resource, w.out = "/secrets", httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n2/secrets?watch=true&resourceVersion=90", nil)
+			w.resource = "/secrets"
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n2/secrets?watch=true&resourceVersion=90", nil))
 		default:
 			// The only pods watch is too young to move: no reason to ask.
-			w.resource, w.out = "/pods", httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true&resourceVersion=90", nil)
+			w.resource = "/pods"
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true&resourceVersion=90", nil))
 			w.opened = cameBack.Add(time.Hour)
 		}
 	}
@@ -206,7 +209,7 @@ func TestFreshnessRejected(t *testing.T) {
 	fs := &fakeSend{status: http.StatusForbidden}
 	for _, w := range r.set.on("a") {
 		w.send, w.resource = fs.send, "/configmaps"
-		w.out = httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil)
+		w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil))
 	}
 	for range 4 {
 		clock.Advance(DefaultRebalanceMargin)
@@ -243,7 +246,7 @@ func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
 		addStreams(r, ep, 15, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
 		for _, w := range r.set.on(ep) {
 			w.send, w.resource = fs.send, "/configmaps"
-			w.out = httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil)
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil))
 		}
 	}
 	r.maxRV.Store(100)
@@ -258,3 +261,6 @@ func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
 		t.Errorf("freshness requests %v, want one to each of a and b", got)
 	}
 }
+
+// setRequest sets the request w was sent as, as track does.
+func (w *watchStream) setRequest(out *http.Request) { w.url, w.header = out.URL, out.Header }

@@ -266,7 +266,7 @@ func (r *Rebalancer) track(out *http.Request, resp *http.Response, info *reqinfo
 		rc: resp.Body, sc: newScanner(f, initial), framing: f, endpoint: endpoint,
 		opened: r.cfg.Now(), now: r.cfg.Now, set: &r.set, maxRV: &r.maxRV, events: events,
 		onEnd: func(f framing) { r.rebalanced.WithLabelValues(f.String()).Inc() },
-		out:   out, send: send,
+		url:   out.URL, header: out.Header, send: send,
 	}
 	if info.APIResource != "" {
 		// The cacher, hence the freshness request, is per resource.

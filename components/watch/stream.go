@@ -3,6 +3,7 @@ package watch
 import (
 	"io"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,11 +29,13 @@ type watchStream struct {
 	set      *watchSet // unregistered from it at the end
 	// onEnd runs once when the stream ends at the rebalancer's request.
 	onEnd func(framing)
-	// resource ("group/resource"), out (the request as sent) and send
-	// make the watch's freshness request (freshness.go); send is nil
-	// when there is none to make.
+	// resource ("group/resource"), the URL and header of the request as
+	// sent (not the request: its context would stay live with the watch)
+	// and send make the watch's freshness request (freshness.go); send is
+	// nil when there is none to make.
 	resource string
-	out      *http.Request
+	url      *url.URL
+	header   http.Header
 	send     Send
 
 	// state is the handshake between Read and requestEnd, see below.
