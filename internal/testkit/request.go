@@ -35,7 +35,7 @@ func RoundTrip(rt http.RoundTripper, req *http.Request) (*http.Response, error) 
 // its duration, is asserted.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(WaitLimit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
