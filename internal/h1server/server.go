@@ -640,7 +640,9 @@ func (c *conn) serveRequest(read *http.Request) bool {
 		req.Body = w.body
 	}
 	if expect := req.Header.Get("Expect"); expect != "" {
-		if !strings.EqualFold(expect, "100-continue") {
+		// As net/http: the first Expect line holds 100-continue as a
+		// token ("100-Continue, x" and "100-continue 0" do), or it is 417.
+		if !hasToken(expect, "100-continue") {
 			w.header.Set("Connection", "close")
 			w.WriteHeader(http.StatusExpectationFailed)
 			_ = w.finish()
@@ -905,7 +907,7 @@ type response struct {
 	stream *stream
 	isHead bool
 	// wants10KeepAlive and wantsClose are what the request's Connection
-	// line asks for, read as net/http reads it (connectionAsks) before the
+	// line asks for, read as net/http reads it (hasToken) before the
 	// handler may change the header.
 	wants10KeepAlive, wantsClose bool
 
@@ -924,16 +926,16 @@ func (w *response) reset(c *conn, req *http.Request) {
 	if v := req.Header["Connection"]; len(v) > 0 {
 		conn = v[0]
 	}
-	w.wants10KeepAlive = req.ProtoMajor == 1 && req.ProtoMinor == 0 && connectionAsks(conn, "keep-alive")
-	w.wantsClose = req.Close || connectionAsks(conn, "close")
+	w.wants10KeepAlive = req.ProtoMajor == 1 && req.ProtoMinor == 0 && hasToken(conn, "keep-alive")
+	w.wantsClose = req.Close || hasToken(conn, "close")
 }
 
-// connectionAsks is net/http's reading of the first Connection line of a
-// request (its hasToken): token anywhere in v, ASCII case-insensitive,
-// between the ends, spaces, tabs or commas. It is looser than the
-// parser's list reading: "keep-alive 0" keeps an HTTP/1.0 connection, and
-// "close 0" closes one.
-func connectionAsks(v, token string) bool {
+// hasToken is net/http's reading of the first Connection or Expect line
+// of a request (its hasToken): token anywhere in v, ASCII
+// case-insensitive, between the ends, spaces, tabs or commas. It is looser
+// than the parser's list reading: "keep-alive 0" keeps an HTTP/1.0
+// connection, "close 0" closes one, and "100-continue 0" is 100-continue.
+func hasToken(v, token string) bool {
 	for sp := 0; sp+len(token) <= len(v); sp++ {
 		if sp > 0 && !isTokenBoundary(v[sp-1]) {
 			continue

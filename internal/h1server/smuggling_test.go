@@ -257,6 +257,10 @@ func smugglingCases() []smugglingCase {
 		{name: "100-Continue in capitals", raw: post("Content-Length: 5\r\nExpect: 100-Continue\r\n", ""), afterContinue: "hello" + next},
 		{name: "100-continue without a body", raw: get("/read", host+"Expect: 100-continue\r\n") + next},
 		{name: "unknown expectation", raw: post("Content-Length: 5\r\nExpect: 200-ok\r\n", "hello") + next},
+		{name: "100-continue among other tokens", raw: post("Content-Length: 5\r\nExpect: 100-continue, x\r\n", ""), afterContinue: "hello" + next},
+		{name: "100-continue then junk on HTTP/1.0", raw: "POST /read HTTP/1.0\r\nContent-Length: 5\r\nExpect: 100-Continue 0\r\n\r\nhello"},
+		{name: "100-continue inside a longer token", raw: post("Content-Length: 5\r\nExpect: x100-continue\r\n", "hello") + next},
+		{name: "100-continue on a second Expect line", raw: post("Content-Length: 5\r\nExpect: 200-ok\r\nExpect: 100-continue\r\n", "hello") + next},
 
 		// Answers that carry no body, whatever the handler writes.
 		{name: "HEAD", raw: "HEAD /read HTTP/1.1\r\n" + host + "\r\n"},
