@@ -423,6 +423,9 @@ func FuzzH1ServerMatchesNetHTTP(f *testing.F) {
 		}
 		want := rawExchange(t, ref, raw)
 		got := rawExchange(t, ours, raw)
+		if got != want && tooManyLinesThenFault(raw, got, want) {
+			t.Skip(tooManyLinesApart)
+		}
 		if got != want {
 			t.Errorf("for %q\nfanout's server answered\n%s\nnet/http's\n%s", raw, got, want)
 		}
@@ -433,6 +436,14 @@ var (
 	h2RequestLine   = regexp.MustCompile(`(?m)^PRI \* HTTP/2\.0\r?$`)
 	optionsAsterisk = regexp.MustCompile(`(?m)^OPTIONS \* `)
 )
+
+// tooManyLinesThenFault reports whether raw has over 500 lines and the
+// servers refused it as TestSmuggling's otherStatus rows say
+// (tooManyLinesApart): fanout's with 400, net/http's with 431.
+func tooManyLinesThenFault(raw []byte, got, want string) bool {
+	return bytes.Count(raw, []byte("\n")) > maxHeaderValues &&
+		strings.HasPrefix(got, "HTTP/1.1 400 ") && strings.HasPrefix(want, "HTTP/1.1 431 ")
+}
 
 // countsApart reports whether raw may hold a request whose header lines
 // or declared trailer names net/http's server counts past its cap of 500

@@ -57,8 +57,9 @@ type smugglingCase struct {
 	raw, slow, late, afterContinue string
 	// stricter, when set, says why fanout's server refuses what net/http's
 	// serves; lenient, why its handler gets what net/http's never sees and
-	// that is harmless. docs/security.md lists both kinds of rows.
-	stricter, lenient string
+	// that is harmless; otherStatus, why both refuse it before the handler
+	// with other statuses. docs/security.md lists these rows.
+	stricter, lenient, otherStatus string
 }
 
 const (
@@ -299,6 +300,12 @@ func smugglingCases() []smugglingCase {
 		{name: "501 trailer names declared", raw: post("Transfer-Encoding: chunked\r\nTrailer: "+trailerNames(maxHeaderValues+1, 0)+"\r\n", "0\r\n\r\n")},
 		{name: "501 trailer names declared, one twice", raw: post("Transfer-Encoding: chunked\r\nTrailer: "+trailerNames(maxHeaderValues+1, 1)+"\r\n", "0\r\n\r\n"),
 			lenient: "the parser keeps the distinct names: counted once"},
+		{name: "500 header values, the last one cut off", raw: strings.TrimSuffix(values(maxHeaderValues), "\r\n\r\n")},
+		{name: "501 header values, the last one cut off", raw: strings.TrimSuffix(values(maxHeaderValues+1), "\r\n\r\n"),
+			otherStatus: tooManyLinesApart},
+		{name: "500 header values, then a line without a colon", raw: strings.TrimSuffix(values(maxHeaderValues), "\r\n") + "no colon\r\n\r\n"},
+		{name: "501 header values, then a line without a colon", raw: strings.TrimSuffix(values(maxHeaderValues+1), "\r\n") + "no colon\r\n\r\n",
+			otherStatus: tooManyLinesApart},
 		{name: "header one byte under the limit", raw: sized(limit - 1)},
 		{name: "header at the limit", raw: sized(limit)},
 		{name: "header one byte over the limit", raw: sized(limit + 1)},
@@ -379,6 +386,11 @@ func TestSmuggling(t *testing.T) {
 					t.Errorf("sent %s\nwant fanout's server to refuse what net/http's serves (%s); fanout's:\n%s\nnet/http's:\n%s",
 						shorten(tc.raw), tc.stricter, got, want)
 				}
+			case tc.otherStatus != "":
+				if !refused(got) || !refused(want) || got.status == want.status {
+					t.Errorf("sent %s\nwant both servers to refuse it with other statuses (%s); fanout's:\n%s\nnet/http's:\n%s",
+						shorten(tc.raw), tc.otherStatus, got, want)
+				}
 			case tc.lenient != "":
 				if got.calls <= want.calls {
 					t.Errorf("sent %s\nwant fanout's handler to get what net/http's never sees (%s); fanout's:\n%s\nnet/http's:\n%s",
@@ -396,6 +408,12 @@ func TestSmuggling(t *testing.T) {
 		})
 	}
 }
+
+// tooManyLinesApart is why a header of over 500 lines that ends in a fault
+// gets other statuses: net/http's server counts the lines as it parses
+// them and answers 431 at the 501st, before the fault; fanout's counts
+// them after the parse, which fails first, and answers 400.
+const tooManyLinesApart = "net/http counts lines while parsing, fanout after: 431 there, 400 here"
 
 // refused says the server answered an error before the handler saw
 // anything.
