@@ -39,11 +39,11 @@ import (
 // HTTP/2 client and freshness requests (5.8-5.9 KiB for HTTP/1.1,
 // 12.3-12.4 KiB for h2c, five runs; 0.2-0.3 KiB of it the URL and header
 // of the request a watch was sent as, kept for its freshness request,
-// components/watch/freshness.go): adding back a cut of docs/footprint.md ("A watch holds less while
-// open"), or x/net's per-stream state, fails. Stacks vary more between
-// runs (4.0-4.3 KiB for HTTP/1.1, 8.6-9.6 KiB for h2c), so their budgets
-// are looser: a stack is 2, 4, 8 or 16 KiB, and where a goroutine ends
-// depends on the runtime's adaptive first stack size. The goroutine
+// components/watch/freshness.go): adding back a cut of docs/footprint.md
+// ("A watch holds less while open"), or x/net's per-stream state, fails.
+// Stacks vary more between runs (4.0-4.3 KiB for HTTP/1.1, 8.6-9.6 KiB
+// for h2c), so their budgets are looser: a stack is 2, 4, 8 or 16 KiB,
+// and where a goroutine ends depends on the runtime's adaptive first stack size. The goroutine
 // budget of one is the tight guard: a goroutine per watch added back (as
 // x/net's HTTP/2 client had, waiting for END_STREAM) is one more.
 var footprintBudgets = map[string]struct {

@@ -245,24 +245,16 @@ func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error)
 // startProxy starts fanout or HAProxy in front of the fast backends; name
 // labels its files.
 func (env *overheadEnv) startProxy(ctx context.Context, target, name string) (*Proc, error) {
+	var eps []string
+	for _, b := range env.backends {
+		eps = append(eps, "https://"+b)
+	}
 	switch target {
 	case targetFanout:
-		var eps []string
-		for _, b := range env.backends {
-			eps = append(eps, "https://"+b)
-		}
 		return StartFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps)
 	case targetFanoutTLS:
-		var eps []string
-		for _, b := range env.backends {
-			eps = append(eps, "https://"+b)
-		}
 		return StartFanoutTLS(ctx, env.fanout, env.dir, name, env.kubecfg, eps)
 	case targetFanoutNoCost:
-		var eps []string
-		for _, b := range env.backends {
-			eps = append(eps, "https://"+b)
-		}
 		return startFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps, "http", "--cost-table-size=0")
 	case targetHAProxy:
 		return StartHAProxy(ctx, env.dir, name, env.backends, env.pki.CA.CertFile, env.pki.Admin.CertPEM, env.pki.Admin.KeyPEM, "")

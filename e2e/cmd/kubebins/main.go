@@ -2,8 +2,9 @@
 // the version the e2e module requires), and with -conformance upstream's
 // conformance suite e2e.test that TestConformanceThroughFanout runs, into
 // the harness's cache, or finds them there, and prints where they are.
-// `make e2e`, `make demo` and `make conformance` run it first: go test buffers each package's output while several packages run,
-// so a build started from inside the tests would leave a fresh machine
+// `make e2e`, `make demo` and `make conformance` run it first: go test
+// buffers each package's output while several packages run, so a build
+// started from inside the tests would leave a fresh machine
 // silent for many minutes, whereas here the harness's progress lines
 // reach the terminal (or the CI log) as they are printed.
 package main
