@@ -43,9 +43,10 @@ import (
 // ("A watch holds less while open"), or x/net's per-stream state, fails.
 // Stacks vary more between runs (4.0-4.3 KiB for HTTP/1.1, 8.6-9.6 KiB
 // for h2c), so their budgets are looser: a stack is 2, 4, 8 or 16 KiB,
-// and where a goroutine ends depends on the runtime's adaptive first stack size. The goroutine
-// budget of one is the tight guard: a goroutine per watch added back (as
-// x/net's HTTP/2 client had, waiting for END_STREAM) is one more.
+// and where a goroutine ends depends on the runtime's adaptive first
+// stack size. The goroutine budget of one is the tight guard: a goroutine
+// per watch added back (as x/net's HTTP/2 client had, waiting for
+// END_STREAM) is one more.
 var footprintBudgets = map[string]struct {
 	goroutines   float64
 	heap, stacks float64 // bytes: live heap after GC, goroutine stacks
