@@ -503,6 +503,16 @@ func (e *nodeEnv) sidecarMetrics(ctx context.Context, p *corev1.Pod) ([]byte, er
 // spread came out as it did.
 func (e *nodeEnv) logSidecarBalance(t *testing.T, ctx context.Context, prefix string) {
 	t.Helper()
+	e.logSidecarMetrics(t, ctx, prefix, func(l string) bool {
+		return strings.HasPrefix(l, "fanout_endpoint_latency_score{") || strings.HasPrefix(l, "fanout_endpoint_requests_total{")
+	})
+}
+
+// logSidecarMetrics logs, for each injected pod in kube-system whose name
+// starts with prefix, the samples on its sidecar's /metrics that keep
+// keeps.
+func (e *nodeEnv) logSidecarMetrics(t *testing.T, ctx context.Context, prefix string, keep func(line string) bool) {
+	t.Helper()
 	pods, err := e.admin.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "fanout.dev/inject=true"})
 	if err != nil {
 		t.Logf("listing the injected pods: %v", err)
@@ -519,7 +529,7 @@ func (e *nodeEnv) logSidecarBalance(t *testing.T, ctx context.Context, prefix st
 		}
 		var lines []string
 		for _, l := range strings.Split(string(raw), "\n") {
-			if strings.HasPrefix(l, "fanout_endpoint_latency_score{") || strings.HasPrefix(l, "fanout_endpoint_requests_total{") {
+			if keep(l) {
 				lines = append(lines, l)
 			}
 		}

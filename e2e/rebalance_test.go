@@ -172,6 +172,13 @@ func spreadWithin(counts []int, n int, tolerance float64) bool {
 // log shows started and not yet finished.
 func openWatchesOf(t *testing.T, cp *harness.ControlPlane, user string) []int {
 	t.Helper()
+	return openWatchesWhere(t, cp, func(e *harness.AuditEvent) bool { return e.User.Username == user })
+}
+
+// openWatchesWhere counts, per apiserver, the watches matching match that
+// its audit log shows started and not yet finished.
+func openWatchesWhere(t *testing.T, cp *harness.ControlPlane, match func(*harness.AuditEvent) bool) []int {
+	t.Helper()
 	out := make([]int, len(cp.APIServers))
 	for i, a := range cp.APIServers {
 		events, err := harness.ReadAuditLog(a.AuditLog)
@@ -180,7 +187,7 @@ func openWatchesOf(t *testing.T, cp *harness.ControlPlane, user string) []int {
 		}
 		open := map[string]bool{}
 		for _, e := range events {
-			if e.User.Username != user || e.Verb != "watch" {
+			if e.Verb != "watch" || !match(&e) {
 				continue
 			}
 			switch e.Stage {

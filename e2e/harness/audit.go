@@ -37,6 +37,7 @@ type AuditEvent struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 		APIGroup    string `json:"apiGroup"`
+		Namespace   string `json:"namespace"`
 	} `json:"objectRef"`
 }
 
