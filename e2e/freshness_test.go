@@ -27,9 +27,7 @@ import (
 // resourceVersion at least the LIST's. For another resource's watch it
 // logs what it sees (docs/resilience.md).
 func TestConsistentListAdvancesQuietBookmarks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
+	skipUnlessLong(t, "what freshness requests rely on; TestNodeQuietWatchesRespread and the unit tests of components/watch check the requests themselves")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,9 +36,7 @@ var quietArgs []string
 // own freshness requests (their User-Agent ends in
 // fanout-watch-freshness), which are counted apart.
 func TestQuietWatchesRespread(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
+	skipUnlessLong(t, "TestNodeQuietWatchesRespread guards the same rule with a real kube-controller-manager")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf, APIServerArgs: shutdownArgs})
@@ -126,6 +125,20 @@ func TestQuietWatchesRespread(t *testing.T) {
 	if len(relists) != 0 || lists.Total() != listsAtSync {
 		t.Errorf("the informers re-listed: %d LIST/WatchList requests of %s in the audit logs after they synced (%v), %d counted by the informers; want 0",
 			len(relists), user, relists, lists.Total()-listsAtSync)
+	}
+}
+
+// envLong runs the e2e tests left out of make test for CI's time budget
+// (.ci/run must stay within 70 minutes cold): measurements on control
+// planes of their own whose claim another test in the suite also checks.
+const envLong = "FANOUT_E2E_LONG"
+
+// skipUnlessLong skips t unless $FANOUT_E2E_LONG is 1, saying which test
+// guards its claim in the suite.
+func skipUnlessLong(t *testing.T, guard string) {
+	t.Helper()
+	if os.Getenv(envLong) != "1" {
+		t.Skipf("left out of make test for its time (%s); set %s=1 to run it", guard, envLong)
 	}
 }
 
