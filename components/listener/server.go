@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/internal/h1server"
+	"github.com/fanout-dev/fanout/internal/handoff"
 	"github.com/fanout-dev/fanout/internal/kstatus"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 	"github.com/fanout-dev/fanout/internal/serve"
@@ -51,8 +52,12 @@ type Server struct {
 	// from Start on; nil with TLS. See route.
 	h1 *h1server.Server
 
-	mu       sync.Mutex // guards ln and served
-	ln       net.Listener
+	mu        sync.Mutex // guards ln, inherited, handout and served
+	ln        net.Listener
+	inherited bool
+	// handout serves the socket to a restarted `fanout hold`; nil
+	// without ListenFrom.
+	handout  *handoff.Server
 	served   chan struct{} // closed when Serve returned
 	serveErr error
 }
@@ -153,11 +158,21 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.ln != nil {
 		return errors.New("listener: server already started")
 	}
-	lc := listenConfig(s.cfg.ListenAddress)
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)
+	tl, inherited, err := s.open(ctx)
 	if err != nil {
-		return fmt.Errorf("listener: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
+		return err
 	}
+	var ln net.Listener = tl
+	if inherited {
+		s.metrics.inherited.Set(1)
+		if ap, err := netip.ParseAddrPort(tl.Addr().String()); err == nil && ap.Addr().Unmap().IsLoopback() {
+			ln = noKeepAlive{tl}
+		}
+	} else {
+		s.metrics.inherited.Set(0)
+	}
+	s.inherited = inherited
+	s.handout = s.handOut(tl)
 	ln = serve.LimitListener(ln, s.cfg.MaxConnections, serve.ListenerMetrics{
 		Rejected: s.metrics.rejected.WithLabelValues(rejectConnections), Open: s.metrics.connections})
 	s.ln = ln
@@ -257,10 +272,21 @@ func (s *Server) Stop(ctx context.Context) error {
 		err = uerr
 	}
 	<-s.served
+	if s.handout != nil {
+		_ = s.handout.Close()
+	}
 	if err == nil {
 		err = s.serveErr
 	}
 	return err
+}
+
+// Inherited tells whether the listening socket came from `fanout hold`
+// (Config.ListenFrom) rather than being opened by the Server.
+func (s *Server) Inherited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inherited
 }
 
 // WithRejectProxyRequests refuses requests meant for a forward proxy.

@@ -71,10 +71,14 @@ func App(c Config, log *slog.Logger) fx.Option {
 			lc.Append(fx.StartHook(func() error {
 				// The listener's start hook has run: it is bound.
 				addr := s.Addr().String()
+				socket := "own"
+				if s.Inherited() {
+					socket = "fanout hold"
+				}
 				if localCA != nil {
-					log.Info("proxy listening", "address", addr, "protocols", "HTTP/2 and HTTP/1.1 over TLS, client certificate required")
+					log.Info("proxy listening", "address", addr, "protocols", "HTTP/2 and HTTP/1.1 over TLS, client certificate required", "socket", socket)
 				} else {
-					log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c")
+					log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c", "socket", socket)
 				}
 				if c.WriteKubeconfig == "" {
 					startup.Done()
