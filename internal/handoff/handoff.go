@@ -143,6 +143,7 @@ func Fetch(ctx context.Context, path string) (FD, error) {
 		if err == nil || !(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) {
 			return fd, err
 		}
+		afterFailedAttempt()
 		select {
 		case <-ctx.Done():
 			return -1, fmt.Errorf("%w (%v)", err, context.Cause(ctx))
@@ -150,6 +151,10 @@ func Fetch(ctx context.Context, path string) (FD, error) {
 		}
 	}
 }
+
+// afterFailedAttempt is called after each attempt of Fetch that found
+// nobody serving; tests replace it to serve only then.
+var afterFailedAttempt = func() {}
 
 func fetchOnce(ctx context.Context, path string) (FD, error) {
 	var d net.Dialer

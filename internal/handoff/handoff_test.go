@@ -1,0 +1,188 @@
+package handoff
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func bind(t *testing.T) FD {
+	t.Helper()
+	fd, err := Bind("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Close(int(fd)) })
+	return fd
+}
+
+func serve(t *testing.T, path string, sock Socket) {
+	t.Helper()
+	s, err := Serve(path, sock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+}
+
+// TestHandOver: what Fetch gets is the held socket itself: a connection
+// made to the holder's address is accepted on it, and the socket stays
+// open in the holder when the fetcher closes its copy.
+func TestHandOver(t *testing.T) {
+	held := bind(t)
+	addr, err := Addr(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), HolderSocket)
+	serve(t, path, held)
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket file %v, %v: want mode 0600", fi, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fd, err := Fetch(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := Listener(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln.Addr().String() != addr.String() {
+		t.Fatalf("fetched a listener on %s, want the held %s", ln.Addr(), addr)
+	}
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	ln.Close()
+	// The fetcher's copy is gone; the holder's still takes connections
+	// into its backlog.
+	c2, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatalf("after the fetcher closed its copy: %v, want the connection queued on the holder's", err)
+	}
+	c2.Close()
+}
+
+// TestFetchWaitsForTheServer: at a pod's start the holder may bind just
+// after fanout asks; Fetch retries until its context ends.
+func TestFetchWaitsForTheServer(t *testing.T) {
+	held := bind(t)
+	path := filepath.Join(t.TempDir(), HolderSocket)
+	failed := make(chan struct{})
+	var once sync.Once
+	afterFailedAttempt = func() { once.Do(func() { close(failed) }) }
+	t.Cleanup(func() { afterFailedAttempt = func() {} })
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		fd, err := Fetch(ctx, path)
+		if err == nil {
+			_ = unix.Close(int(fd))
+		}
+		got <- err
+	}()
+	select {
+	case <-failed:
+	case err := <-got:
+		t.Fatalf("Fetch returned %v before anybody served, want it to retry", err)
+	}
+	serve(t, path, held)
+	if err := <-got; err != nil {
+		t.Fatalf("Fetch before the server listened: %v, want the socket once it does", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	missing := filepath.Join(t.TempDir(), HolderSocket)
+	if _, err := Fetch(ctx, missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Fetch with nobody serving: %v, want an error naming the socket once the context ends", err)
+	}
+}
+
+// TestFetchRefusesWhatIsNotAListener: a descriptor that is not a
+// listening TCP socket is refused, not served on.
+func TestFetchRefusesWhatIsNotAListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	raw, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), HolderSocket)
+	serve(t, path, raw)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fd, err := Fetch(ctx, path)
+	if err == nil {
+		_ = unix.Close(int(fd))
+		t.Fatal("Fetch took a connected socket, want it refused")
+	}
+	if !strings.Contains(err.Error(), "want a listening TCP socket") {
+		t.Fatalf("Fetch: %v, want it to say a listening TCP socket was expected", err)
+	}
+}
+
+// TestServeReplacesAStaleFile: a process killed while serving leaves its
+// socket file behind; the next one serves in its place.
+func TestServeReplacesAStaleFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FanoutSocket)
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serve(t, path, bind(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fd, err := Fetch(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unix.Close(int(fd))
+}
+
+func TestSameAddress(t *testing.T) {
+	got := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7080}
+	for _, c := range []struct {
+		want string
+		same bool
+	}{
+		{"127.0.0.1:7080", true},
+		{"127.0.0.1:0", true},
+		{"127.0.0.1:7081", false},
+		{"127.0.0.2:7080", false},
+		{"[::1]:7080", false},
+		{"nonsense", false},
+	} {
+		if SameAddress(got, c.want) != c.same {
+			t.Errorf("SameAddress(%s, %q) = %v, want %v", got, c.want, !c.same, c.same)
+		}
+	}
+}
