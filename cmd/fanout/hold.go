@@ -73,7 +73,12 @@ func runHold(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	bound, _ := handoff.Addr(fd)
-	log.Info("holding the listening socket", "address", bound.String(), "from", from, "socket", filepath.Join(*dir, handoff.HolderSocket))
+	_, backlog, err := handoff.Backlog(fd)
+	if err != nil {
+		backlog = -1
+	}
+	log.Info("holding the listening socket", "address", bound.String(), "from", from, "socket", filepath.Join(*dir, handoff.HolderSocket),
+		"backlog", backlog)
 	<-ctx.Done()
 	_ = srv.Close()
 	return 0

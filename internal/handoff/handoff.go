@@ -106,12 +106,8 @@ func (s *Server) serve() {
 
 // handOut sends one duplicate of the socket to c's peer, if it is ours.
 func (s *Server) handOut(c *net.UnixConn) error {
-	uid, err := peerUID(c)
-	if err != nil {
+	if err := samePeer(c, "peer runs as"); err != nil {
 		return err
-	}
-	if uid != uint32(os.Getuid()) {
-		return fmt.Errorf("peer runs as user %d, not %d: refused", uid, os.Getuid())
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(writeTimeout))
 	var werr error
@@ -164,10 +160,8 @@ func fetchOnce(ctx context.Context, path string) (FD, error) {
 	}
 	defer conn.Close()
 	c := conn.(*net.UnixConn)
-	if uid, err := peerUID(c); err != nil {
+	if err := samePeer(c, path+" is served by"); err != nil {
 		return -1, err
-	} else if uid != uint32(os.Getuid()) {
-		return -1, fmt.Errorf("%s is served by user %d, not %d: refused", path, uid, os.Getuid())
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetReadDeadline(dl)
@@ -254,6 +248,32 @@ func Bind(addr string) (FD, error) {
 	return FD(fd), nil
 }
 
+// Backlog reads a listening socket's accept queue from the kernel
+// (TCP_INFO): how many connections wait in it to be accepted, and how many
+// it takes (the backlog listen asked for, capped at net.core.somaxconn of
+// the network namespace at that time). Beyond the limit the kernel drops
+// a new connection's handshake and the client sends it again, 1 s later
+// and then at doubling intervals: late, not refused.
+func Backlog(sock Socket) (queued, limit int, err error) {
+	var info *unix.TCPInfo
+	var ierr error
+	if err := sock.Control(func(fd uintptr) {
+		info, ierr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+	}); err != nil {
+		return 0, 0, err
+	}
+	if ierr != nil {
+		return 0, 0, os.NewSyscallError("getsockopt TCP_INFO", ierr)
+	}
+	const tcpListen = 10 // TCP_LISTEN, include/net/tcp_states.h
+	if info.State != tcpListen {
+		return 0, 0, fmt.Errorf("the socket is in TCP state %d, not listening", info.State)
+	}
+	// For a listening socket the kernel reports the accept queue in
+	// these two fields.
+	return int(info.Unacked), int(info.Sacked), nil
+}
+
 // Addr is the address fd is bound to.
 func Addr(fd FD) (*net.TCPAddr, error) {
 	sa, err := unix.Getsockname(int(fd))
@@ -296,6 +316,23 @@ func checkListening(fd int) error {
 	acc, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
 	if (domain != unix.AF_INET && domain != unix.AF_INET6) || typ != unix.SOCK_STREAM || acc != 1 {
 		return fmt.Errorf("got a socket of domain %d, type %d, listening %d; want a listening TCP socket", domain, typ, acc)
+	}
+	return nil
+}
+
+// getuid is os.Getuid; a test makes the peer another user with it.
+var getuid = os.Getuid
+
+// samePeer refuses c's peer unless it runs as this process's user (by
+// SO_PEERCRED, which the kernel fills in: the peer cannot lie). Both sides
+// of a hand-over check; who names the peer in the error.
+func samePeer(c *net.UnixConn, who string) error {
+	uid, err := peerUID(c)
+	if err != nil {
+		return err
+	}
+	if own := getuid(); uid != uint32(own) {
+		return fmt.Errorf("%s user %d, not %d: refused", who, uid, own)
 	}
 	return nil
 }

@@ -2,9 +2,11 @@ package handoff
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -184,5 +188,130 @@ func TestSameAddress(t *testing.T) {
 		if SameAddress(got, c.want) != c.same {
 			t.Errorf("SameAddress(%s, %q) = %v, want %v", got, c.want, !c.same, c.same)
 		}
+	}
+}
+
+// asOtherUser makes this process check its peers as if it ran as another
+// user, so that every peer is of a foreign user ID, until t ends. Call it
+// before starting a server: its goroutine reads getuid.
+func asOtherUser(t *testing.T) {
+	t.Helper()
+	getuid = func() int { return os.Getuid() + 1 }
+	t.Cleanup(func() { getuid = os.Getuid })
+}
+
+// TestOtherUserRefused: the server hands nothing to a peer of another user
+// ID (it reads the peer's credentials, closes, and logs why), and Fetch
+// takes nothing from a server of another user ID.
+func TestOtherUserRefused(t *testing.T) {
+	start := func(t *testing.T) (string, *lockedBuffer) {
+		path := filepath.Join(t.TempDir(), HolderSocket)
+		logged := &lockedBuffer{}
+		s, err := Serve(path, bind(t), slog.New(slog.NewTextHandler(logged, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() }) // before asOtherUser's cleanup
+		return path, logged
+	}
+	t.Run("server refuses the peer", func(t *testing.T) {
+		asOtherUser(t)
+		path, logged := start(t)
+		// A plain client, without Fetch's own check of the server.
+		c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		oob := make([]byte, unix.CmsgSpace(4))
+		n, oobn, _, _, err := c.ReadMsgUnix(make([]byte, 1), oob)
+		if n != 0 || oobn != 0 {
+			t.Fatalf("a peer of another user got %d bytes and %d of control data (%v), want the connection closed with nothing", n, oobn, err)
+		}
+		testkit.WaitFor(t, "the refusal in the server's log", func() bool {
+			return strings.Contains(logged.String(), "peer runs as user")
+		})
+	})
+	t.Run("Fetch refuses the server", func(t *testing.T) {
+		asOtherUser(t)
+		path, _ := start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		fd, err := Fetch(ctx, path)
+		if err == nil {
+			_ = unix.Close(int(fd))
+			t.Fatal("Fetch took a socket from a server of another user")
+		}
+		if !strings.Contains(err.Error(), "is served by user") {
+			t.Errorf("Fetch: %v, want a refusal of the server's user", err)
+		}
+	})
+	t.Run("same user", func(t *testing.T) {
+		path, _ := start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		fd, err := Fetch(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = unix.Close(int(fd))
+	})
+}
+
+// lockedBuffer is a log the server's goroutine writes and the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestBacklog: a bound socket takes as many connections as
+// net.core.somaxconn allows (Bind asks for more), and those made while
+// nobody accepts wait in its queue.
+func TestBacklog(t *testing.T) {
+	held := bind(t)
+	raw, err := os.ReadFile("/proc/sys/net/core/somaxconn")
+	if err != nil {
+		t.Skip(err)
+	}
+	somaxconn, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, limit, err := Backlog(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := min(somaxconn, 1<<16-1); queued != 0 || limit != want {
+		t.Errorf("Backlog: %d queued, limit %d; want 0 and %d (net.core.somaxconn)", queued, limit, want)
+	}
+	addr, err := Addr(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		c, err := net.Dial("tcp", addr.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	if queued, _, err := Backlog(held); err != nil || queued != 3 {
+		t.Errorf("after 3 connections nobody accepted: %d queued (%v), want 3", queued, err)
+	}
+	if _, _, err := Backlog(FD(-1)); err == nil {
+		t.Error("Backlog of no socket: no error")
 	}
 }
