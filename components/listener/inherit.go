@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 
 	"github.com/fanout-dev/fanout/internal/handoff"
@@ -66,9 +67,19 @@ func (s *Server) handOut(ln *net.TCPListener) *handoff.Server {
 	return h
 }
 
-// noKeepAlive turns TCP keep-alive off on accepted connections, as
-// listenConfig does for a listener opened here: an inherited listener
-// (net.FileListener) has Go's default, on.
+// acceptFrom is the listener Start serves: tl itself, or for an inherited
+// loopback socket tl with TCP keep-alive turned off on each accepted
+// connection, as listenConfig does for a listener opened here.
+func acceptFrom(tl *net.TCPListener, inherited bool) net.Listener {
+	if ap, err := netip.ParseAddrPort(tl.Addr().String()); inherited && err == nil && ap.Addr().Unmap().IsLoopback() {
+		return noKeepAlive{tl}
+	}
+	return tl
+}
+
+// noKeepAlive turns TCP keep-alive off on accepted connections: an
+// inherited listener (net.FileListener) has Go's default, on, as it
+// cannot take a ListenConfig.
 type noKeepAlive struct{ *net.TCPListener }
 
 func (l noKeepAlive) Accept() (net.Conn, error) {

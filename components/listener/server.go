@@ -162,12 +162,9 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var ln net.Listener = tl
+	ln := acceptFrom(tl, inherited)
 	if inherited {
 		s.metrics.inherited.Set(1)
-		if ap, err := netip.ParseAddrPort(tl.Addr().String()); err == nil && ap.Addr().Unmap().IsLoopback() {
-			ln = noKeepAlive{tl}
-		}
 	} else {
 		s.metrics.inherited.Set(0)
 	}
