@@ -77,6 +77,11 @@ func (r *restartRig) startFanout(withHolder bool) {
 		args = append(args, "--listen-from", r.dir)
 	}
 	r.fanout = exec.Command(r.bin, args...)
+	if cg := os.Getenv("FANOUT_RESTART_GAP_CGROUP"); cg != "" {
+		// A CPU-starved fanout, as in a pod with a CPU limit on a busy
+		// node: the shell joins the cgroup and becomes fanout.
+		r.fanout = exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, cg, r.bin}, args...)...)
+	}
 	r.fanout.Stderr = r.fanoutLog
 	if err := r.fanout.Start(); err != nil {
 		r.t.Fatal(err)

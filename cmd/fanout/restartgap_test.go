@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestRestartGapFigures measures what a client sees while fanout is
@@ -31,6 +35,18 @@ import (
 // (ECONNREFUSED: nobody listened), reset/EOF (a connection broke under
 // the request), other. client-go would retry the GETs that broke
 // (IsConnectionReset, IsProbableEOF), not a refusal and not a POST.
+// Broken requests are sorted by what broke them (brokenWhen).
+//
+// More settings, all optional:
+//
+//	FANOUT_RESTART_GAP_RATE=N      requests a second (200)
+//	FANOUT_RESTART_GAP_DELAY=D     from the kill to the new fanout's start (1s)
+//	FANOUT_RESTART_GAP_SPACING=D   kill D after fanout is back, whether or
+//	                               not it has answered what queued in the gap
+//	                               (default: once it has, then 2 s more)
+//	FANOUT_RESTART_GAP_CGROUP=DIR  run fanout in this cgroup (v1 or v2,
+//	                               e.g. with a CPU quota: a starved fanout)
+//	FANOUT_RESTART_GAP_LOGS=DIR    keep fanout's and the holder's logs there
 func TestRestartGapFigures(t *testing.T) {
 	cycles, _ := strconv.Atoi(os.Getenv("FANOUT_RESTART_GAP"))
 	if cycles <= 0 {
@@ -40,7 +56,14 @@ func TestRestartGapFigures(t *testing.T) {
 	if rate <= 0 {
 		rate = 200
 	}
-	const delay = time.Second // the kubelet's restart of a native sidecar, as on the real node
+	delay := time.Second // the kubelet's restart of a native sidecar, as on the real node
+	if d, err := time.ParseDuration(os.Getenv("FANOUT_RESTART_GAP_DELAY")); err == nil {
+		delay = d // a crash-loop back-off, or a slow start
+	}
+	// By default each kill waits until the requests that queued in the
+	// last gap are answered: restarts apart. With a spacing, it comes
+	// that long after fanout is back, served or not.
+	spacing, _ := time.ParseDuration(os.Getenv("FANOUT_RESTART_GAP_SPACING"))
 	bin := buildFanout(t)
 	for _, withHolder := range []bool{false, true} {
 		name := map[bool]string{false: "without holder", true: "with fanout hold"}[withHolder]
@@ -55,18 +78,38 @@ func TestRestartGapFigures(t *testing.T) {
 		}
 		r.startFanout(withHolder)
 		load := startLoad("http://"+r.listen, rate)
-		var kills, backs []time.Time
+		var kills, deads, backs []time.Time
+		back := time.Now()
 		for range cycles {
-			time.Sleep(3 * time.Second) // the queued burst is served and the rate steady again
+			if spacing > 0 {
+				time.Sleep(spacing)
+			} else {
+				// A fanout killed while it still serves the burst that
+				// queued in its last gap breaks that burst too: on a
+				// starved machine that can take seconds.
+				load.waitServed(t, back)
+				time.Sleep(2 * time.Second) // the rate steady again
+			}
 			kills = append(kills, time.Now())
 			r.kill(r.fanout)
+			deads = append(deads, time.Now())
 			time.Sleep(delay)
 			r.startFanout(withHolder)
-			backs = append(backs, time.Now())
+			back = time.Now()
+			backs = append(backs, back)
 		}
-		time.Sleep(3 * time.Second)
+		load.waitServed(t, back)
+		time.Sleep(2 * time.Second)
 		results := load.stop()
-		report(t, name, results, kills, backs)
+		report(t, name, results, kills, deads, backs)
+		if dir := os.Getenv("FANOUT_RESTART_GAP_LOGS"); dir != "" {
+			logs := fmt.Sprintf("fanout:\n%s\nfanout hold:\n%s", r.fanoutLog, r.holdLogs)
+			file := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".log")
+			if err := os.WriteFile(file, []byte(logs), 0o644); err != nil {
+				t.Error(err)
+			}
+			t.Logf("%s: fanout's and the holder's logs in %s", name, file)
+		}
 	}
 }
 
@@ -76,13 +119,34 @@ type outcome struct {
 	method  string
 	kind    string // ok, delayed, refused, reset/EOF, other
 	err     string
+	// The connection the request went out on: when its dial completed
+	// (zero when reused from the pool), and its local address.
+	dialed time.Time
+	local  string
 }
 
 type loadGen struct {
-	stopCh  chan struct{}
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	results []outcome
+	stopCh   chan struct{}
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	results  []outcome
+	next     int
+	inflight map[int]time.Time // the start of each request not yet answered
+}
+
+// waitServed waits until every request started before t has ended.
+func (g *loadGen) waitServed(t *testing.T, before time.Time) {
+	t.Helper()
+	testkit.WaitFor(t, "the requests sent before "+before.Format("15:04:05.000")+" to end", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, start := range g.inflight {
+			if start.Before(before) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // startLoad sends rate requests a second to base, each in its own
@@ -95,7 +159,7 @@ func startLoad(base string, rate int) *loadGen {
 		IdleConnTimeout:     90 * time.Second,
 	}
 	c := &http.Client{Transport: tr, Timeout: 60 * time.Second}
-	g := &loadGen{stopCh: make(chan struct{})}
+	g := &loadGen{stopCh: make(chan struct{}), inflight: map[int]time.Time{}}
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
@@ -129,7 +193,29 @@ func (g *loadGen) one(c *http.Client, base, method string) {
 	req, _ := http.NewRequest(method, base+"/api/v1/namespaces/default/configmaps", body)
 	req.Header.Set("Content-Type", "application/json")
 	o := outcome{start: time.Now(), method: method}
+	g.mu.Lock()
+	id := g.next
+	g.next++
+	g.inflight[id] = o.start
+	g.mu.Unlock()
+	var mu sync.Mutex // httptrace hooks may run on the transport's goroutines
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		ConnectDone: func(_, _ string, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				o.dialed = time.Now()
+			}
+		},
+		GotConn: func(ci httptrace.GotConnInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			o.local = ci.Conn.LocalAddr().String()
+		},
+	}))
 	resp, err := c.Do(req)
+	mu.Lock()
+	defer mu.Unlock()
 	if err == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -156,6 +242,7 @@ func (g *loadGen) one(c *http.Client, base, method string) {
 	}
 	g.mu.Lock()
 	g.results = append(g.results, o)
+	delete(g.inflight, id)
 	g.mu.Unlock()
 }
 
@@ -165,7 +252,7 @@ func (g *loadGen) stop() []outcome {
 	return g.results
 }
 
-func report(t *testing.T, name string, results []outcome, kills, backs []time.Time) {
+func report(t *testing.T, name string, results []outcome, kills, deads, backs []time.Time) {
 	t.Helper()
 	count := map[string]int{}
 	var retryable, maxDelay time.Duration
@@ -249,6 +336,7 @@ func report(t *testing.T, name string, results []outcome, kills, backs []time.Ti
 		}
 	}
 	t.Logf("%s: broken requests started %s and ended %s after the kill; errors %v", name, spread(brokeStart), spread(brokeEnd), msgs)
+	brokenWhen(t, name, results, kills, deads, backs)
 	t.Logf("%s: delayed answers' latency %s; they came after fanout served again by %s", name, spread(delayed), spread(afterBack))
 	failed := count["refused"] + count["reset/EOF"] + count["other"]
 	cgFailed := failed - clientGoRetries
@@ -261,6 +349,58 @@ func report(t *testing.T, name string, results []outcome, kills, backs []time.Ti
 		name, failed, float64(failed)/float64(n), cgFailed, float64(cgFailed)/float64(n))
 	t.Logf("%s: SIGKILL to fanout serving again (1s delay + start): %v; SIGKILL to the last refused request's start: %v; to the first successful request's start: %v",
 		name, spread(restarts), spread(refusalWindows), spread(firstOKs))
+}
+
+// brokenWhen sorts the broken requests (reset/EOF) by what broke them.
+// A request that ended as a fanout was being killed (between the SIGKILL
+// and the process's end, plus the client's own lag) was in flight on a
+// connection that fanout had accepted: it died with the process. Of those,
+// some had queued in the previous restart's gap and were still being
+// served. Any other broken request broke while nothing was killed: with
+// the holder, one that waited in the backlog and broke anyway.
+func brokenWhen(t *testing.T, name string, results []outcome, kills, deads, backs []time.Time) {
+	t.Helper()
+	const lag = 250 * time.Millisecond // the client noticing the broken connection
+	dialed := map[string]time.Time{}
+	for _, o := range results {
+		if !o.dialed.IsZero() {
+			dialed[o.local] = o.dialed
+		}
+	}
+	var atKill, queued, queuedDialed, elsewhere int
+	var others []string
+	for _, o := range results {
+		if o.kind != "reset/EOF" {
+			continue
+		}
+		end := o.start.Add(o.latency)
+		j := -1
+		for i := range kills {
+			if !end.Before(kills[i]) && !end.After(deads[i].Add(lag)) {
+				j = i
+			}
+		}
+		if j < 0 {
+			elsewhere++
+			if len(others) < 5 {
+				d := dialed[o.local]
+				others = append(others, fmt.Sprintf("%s %s started %s, dialled %s, ended %s: %s", o.method, o.local,
+					o.start.Format("15:04:05.000"), d.Format("15:04:05.000"), end.Format("15:04:05.000"), o.err))
+			}
+			continue
+		}
+		atKill++
+		// Queued in the previous gap: sent after the previous kill,
+		// before fanout was back from it.
+		if j > 0 && o.start.After(kills[j-1]) && o.start.Before(backs[j-1]) {
+			queued++
+			if d, ok := dialed[o.local]; ok && d.After(kills[j-1]) {
+				queuedDialed++
+			}
+		}
+	}
+	t.Logf("%s: broken requests: %d ended as a fanout was killed (in flight on a connection it had accepted; %d of them sent in the previous restart's gap, %d of those on a connection dialled then, i.e. queued in the backlog and still being served), %d ended at another time %v",
+		name, atKill, queued, queuedDialed, elsewhere, others)
 }
 
 // spread is min/median/max of ds.
