@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -29,7 +28,7 @@ type restartRig struct {
 	listen, admin       string // host:port
 	written             string
 	fanout, holder      *exec.Cmd
-	fanoutLog, holdLogs *syncBuffer
+	fanoutLog, holdLogs *testkit.Buffer
 }
 
 func newRestartRig(t *testing.T, bin string, h http.Handler) *restartRig {
@@ -40,7 +39,7 @@ func newRestartRig(t *testing.T, bin string, h http.Handler) *restartRig {
 	r := &restartRig{t: t, bin: bin, dir: t.TempDir(),
 		kubeconfig: clientKubeconfig(t, dir, ca, "restart", upstream.URL),
 		listen:     freePort(t), admin: freePort(t),
-		written: filepath.Join(dir, "client.kubeconfig"), fanoutLog: &syncBuffer{}, holdLogs: &syncBuffer{}}
+		written: filepath.Join(dir, "client.kubeconfig"), fanoutLog: &testkit.Buffer{}, holdLogs: &testkit.Buffer{}}
 	t.Cleanup(func() {
 		for _, c := range []*exec.Cmd{r.fanout, r.holder} {
 			if c != nil && c.ProcessState == nil {
@@ -115,24 +114,6 @@ func (r *restartRig) kill(c *exec.Cmd) {
 		r.t.Fatal(err)
 	}
 	_ = c.Wait()
-}
-
-// syncBuffer is a bytes buffer safe for a process's stderr and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // sendGet writes a GET on a new connection to addr and returns the

@@ -143,15 +143,21 @@ func TestFetchRefusesWhatIsNotAListener(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), HolderSocket)
 	serve(t, path, raw)
+	fetchRefused(t, path, "want a listening TCP socket")
+}
+
+// fetchRefused checks that Fetch from path fails, saying want.
+func fetchRefused(t *testing.T, path, want string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	fd, err := Fetch(ctx, path)
 	if err == nil {
 		_ = unix.Close(int(fd))
-		t.Fatal("Fetch took a connected socket, want it refused")
+		t.Fatalf("Fetch from %s took a socket, want a refusal saying %q", path, want)
 	}
-	if !strings.Contains(err.Error(), "want a listening TCP socket") {
-		t.Fatalf("Fetch: %v, want it to say a listening TCP socket was expected", err)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("Fetch: %v, want it to say %q", err, want)
 	}
 }
 
@@ -163,6 +169,12 @@ func TestServeReplacesAStaleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, path, bind(t))
+	fetchOK(t, path)
+}
+
+// fetchOK checks that Fetch from path gets a socket, and closes it.
+func fetchOK(t *testing.T, path string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	fd, err := Fetch(ctx, path)
@@ -204,9 +216,9 @@ func asOtherUser(t *testing.T) {
 // ID (it reads the peer's credentials, closes, and logs why), and Fetch
 // takes nothing from a server of another user ID.
 func TestOtherUserRefused(t *testing.T) {
-	start := func(t *testing.T) (string, *lockedBuffer) {
+	start := func(t *testing.T) (string, *testkit.Buffer) {
 		path := filepath.Join(t.TempDir(), HolderSocket)
-		logged := &lockedBuffer{}
+		logged := &testkit.Buffer{}
 		s, err := Serve(path, bind(t), slog.New(slog.NewTextHandler(logged, nil)))
 		if err != nil {
 			t.Fatal(err)
@@ -236,45 +248,12 @@ func TestOtherUserRefused(t *testing.T) {
 	t.Run("Fetch refuses the server", func(t *testing.T) {
 		asOtherUser(t)
 		path, _ := start(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		fd, err := Fetch(ctx, path)
-		if err == nil {
-			_ = unix.Close(int(fd))
-			t.Fatal("Fetch took a socket from a server of another user")
-		}
-		if !strings.Contains(err.Error(), "is served by user") {
-			t.Errorf("Fetch: %v, want a refusal of the server's user", err)
-		}
+		fetchRefused(t, path, "is served by user")
 	})
 	t.Run("same user", func(t *testing.T) {
 		path, _ := start(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		fd, err := Fetch(ctx, path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = unix.Close(int(fd))
+		fetchOK(t, path)
 	})
-}
-
-// lockedBuffer is a log the server's goroutine writes and the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestBacklog: a bound socket takes as many connections as
