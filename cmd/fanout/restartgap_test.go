@@ -347,7 +347,7 @@ func report(t *testing.T, name string, results []outcome, kills, deads, backs []
 		count["reset/EOF"], count["reset/EOF GET"], count["reset/EOF POST"], count["other"], others)
 	t.Logf("%s: failed %d = %.1f per restart; failed even with client-go's retry of broken GETs: %d = %.1f per restart",
 		name, failed, float64(failed)/float64(n), cgFailed, float64(cgFailed)/float64(n))
-	t.Logf("%s: SIGKILL to fanout serving again (1s delay + start): %v; SIGKILL to the last refused request's start: %v; to the first successful request's start: %v",
+	t.Logf("%s: SIGKILL to fanout serving again (delay + start): %v; SIGKILL to the last refused request's start: %v; to the first successful request's start: %v",
 		name, spread(restarts), spread(refusalWindows), spread(firstOKs))
 }
 
