@@ -255,14 +255,15 @@ func (g *loadGen) stop() []outcome {
 func report(t *testing.T, name string, results []outcome, kills, deads, backs []time.Time) {
 	t.Helper()
 	count := map[string]int{}
-	var retryable, maxDelay time.Duration
-	_ = retryable
+	var maxDelay time.Duration
 	var clientGoRetries int
 	others := map[string]int{}
 	for _, o := range results {
 		count[o.kind]++
 		count[o.kind+" "+o.method]++
-		if o.kind == "reset/EOF" && o.method == http.MethodGet {
+		// client-go resends a GET that broke, and any request answered
+		// 429 with Retry-After (fanout's --max-inflight answer).
+		if o.kind == "reset/EOF" && o.method == http.MethodGet || o.err == "status 429" {
 			clientGoRetries++
 		}
 		if o.kind == "other" {
@@ -345,7 +346,7 @@ func report(t *testing.T, name string, results []outcome, kills, deads, backs []
 		name, n, len(results), count["ok"], count["delayed"], maxDelay.Round(time.Millisecond),
 		count["refused"], count["refused GET"], count["refused POST"],
 		count["reset/EOF"], count["reset/EOF GET"], count["reset/EOF POST"], count["other"], others)
-	t.Logf("%s: failed %d = %.1f per restart; failed even with client-go's retry of broken GETs: %d = %.1f per restart",
+	t.Logf("%s: failed %d = %.1f per restart; failed even with client-go's retries (of broken GETs, and of 429s): %d = %.1f per restart",
 		name, failed, float64(failed)/float64(n), cgFailed, float64(cgFailed)/float64(n))
 	t.Logf("%s: SIGKILL to fanout serving again (delay + start): %v; SIGKILL to the last refused request's start: %v; to the first successful request's start: %v",
 		name, spread(restarts), spread(refusalWindows), spread(firstOKs))
