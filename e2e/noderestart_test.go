@@ -41,6 +41,7 @@ const (
 // refused: the kills opened a gap. Measured: docs/resilience.md.
 func TestNodeRestartGap(t *testing.T) {
 	e := realNode(t)
+	begin := time.Now() // the node is up: what the test itself takes
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	const ns = "e2e-node-restart"
@@ -150,8 +151,9 @@ func TestNodeRestartGap(t *testing.T) {
 	}
 	ownFailed, ownRefused := sum(own)
 	heldFailed, heldRefused := sum(held)
-	t.Logf("failed requests per restart (client-go, one request every %s, %d restarts each): fanout's own socket %.1f (%d refused in all), with fanout hold %.1f (%d refused)",
-		restartGapInterval, restartGapKills, float64(ownFailed)/restartGapKills, ownRefused, float64(heldFailed)/restartGapKills, heldRefused)
+	t.Logf("failed requests per restart (client-go, one request every %s, %d restarts each): fanout's own socket %.1f (%d refused in all), with fanout hold %.1f (%d refused); %s on the node",
+		restartGapInterval, restartGapKills, float64(ownFailed)/restartGapKills, ownRefused, float64(heldFailed)/restartGapKills, heldRefused,
+		time.Since(begin).Round(time.Second))
 	if ownRefused == 0 {
 		t.Errorf("no request was refused during fanout's restarts without the holder: the kills did not open a gap, and the comparison shows nothing")
 	}
