@@ -1,6 +1,7 @@
 package listener
 
 import (
+	"bufio"
 	"context"
 	"net"
 	"net/http"
@@ -153,4 +154,81 @@ func TestListenerMetricsLint(t *testing.T) {
 			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 		}
 	}
+}
+
+// TestAcceptAfter: a Server told to wait for its endpoints listens at
+// Start but accepts only once they are there (a request sent meanwhile
+// waits in the socket's backlog, then is answered), or once the wait
+// bound has passed; Stop ends the wait.
+func TestAcceptAfter(t *testing.T) {
+	start := func(t *testing.T, ready <-chan struct{}, wait time.Duration) (*Server, handoff.FD, string) {
+		dir := t.TempDir()
+		fd, addr := holder(t, dir)
+		s := New(Config{ListenAddress: addr, ListenFrom: dir}, &recordingHandler{}, nil)
+		s.AcceptAfter(ready, wait)
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return s, fd, addr
+	}
+	// send writes a request and returns a function that reads its answer.
+	send := func(t *testing.T, addr string) func() int {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write([]byte("GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		return func() int {
+			_ = c.SetReadDeadline(time.Now().Add(testkit.WaitLimit))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+	}
+	t.Run("ready", func(t *testing.T) {
+		ready := make(chan struct{})
+		s, fd, addr := start(t, ready, time.Hour)
+		defer s.Stop(context.Background())
+		answer := send(t, addr)
+		testkit.WaitFor(t, "the connection to wait in the backlog", func() bool {
+			queued, _, err := handoff.Backlog(fd)
+			return err == nil && queued == 1
+		})
+		close(ready)
+		if code := answer(); code != http.StatusNoContent {
+			t.Errorf("answered %d once ready, want the handler's 204", code)
+		}
+	})
+	t.Run("wait bound", func(t *testing.T) {
+		const wait = 300 * time.Millisecond
+		begin := time.Now()
+		s, _, addr := start(t, make(chan struct{}), wait) // never ready
+		defer s.Stop(context.Background())
+		if code := send(t, addr)(); code != http.StatusNoContent {
+			t.Errorf("answered %d, want 204", code)
+		}
+		if took := time.Since(begin); took < wait {
+			t.Errorf("answered %s after Start, before the %s bound: the Server did not hold accepting back", took, wait)
+		}
+	})
+	t.Run("stop while waiting", func(t *testing.T) {
+		s, _, addr := start(t, make(chan struct{}), time.Hour)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
+		defer cancel()
+		if err := s.Stop(ctx); err != nil {
+			t.Fatalf("Stop while holding accepting back: %v", err)
+		}
+		// The holder's copy of the socket still queues connections.
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("after Stop: %v, want the holder's socket still open", err)
+		}
+		c.Close()
+	})
 }
