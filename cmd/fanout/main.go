@@ -23,6 +23,8 @@ func main() {
 			os.Exit(statusMain(os.Args[2:]))
 		case "top":
 			os.Exit(topMain(os.Args[2:]))
+		case "hold":
+			os.Exit(holdMain(os.Args[2:]))
 		}
 	}
 	o, rt := sidecar.NewConfig(), runtimetune.NewOptions()

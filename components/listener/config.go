@@ -66,6 +66,17 @@ type Config struct {
 	// (--listen-tls). Set ClientAuth in it to require client certificates.
 	TLS *tls.Config
 
+	// ListenFrom is a directory shared with `fanout hold` (--listen-from):
+	// Start takes the listening socket the holder holds there
+	// (internal/handoff) instead of opening one, and hands its own copy
+	// out in turn, for a holder that restarts. When no holder answers
+	// within ListenFromWait, Start listens itself. "" turns it off.
+	ListenFrom string
+	// ListenFromWait bounds the wait for the holder. Default 2s: at the
+	// pod's start the holder, started just before, may not have bound yet;
+	// at a restart of fanout it answers at once.
+	ListenFromWait time.Duration
+
 	// ShutdownGrace bounds how long Stop waits for short requests
 	// (--shutdown-grace); zero means until Stop's context is done.
 	// Long-running requests are ended at once either way.
@@ -92,6 +103,7 @@ const (
 	DefaultMaxInflight                   = 1000
 	DefaultMaxLongRunning                = 4096
 	DefaultRequestBodyTimeout            = 60 * time.Second
+	DefaultListenFromWait                = 2 * time.Second
 	// DefaultShutdownGrace is --shutdown-grace's default; a zero
 	// ShutdownGrace waits until Stop's context is done.
 	DefaultShutdownGrace = 30 * time.Second
@@ -176,6 +188,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RequestBodyTimeout <= 0 {
 		c.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if c.ListenFromWait <= 0 {
+		c.ListenFromWait = DefaultListenFromWait
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

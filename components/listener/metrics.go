@@ -8,6 +8,7 @@ type Metrics struct {
 	rejected    *prometheus.CounterVec
 	connections prometheus.Gauge
 	inflight    *prometheus.GaugeVec
+	inherited   prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil
@@ -38,6 +39,10 @@ func newMetrics() *Metrics {
 			Name: "fanout_downstream_inflight_requests",
 			Help: "Client requests being served, by kind (short; long: watch, logs, exec, port-forward, proxy), as counted against --max-inflight and --max-long-running.",
 		}, []string{"kind"}),
+		inherited: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_listener_inherited",
+			Help: "1 when the client listener's socket came from `fanout hold` (--listen-from), which keeps it open while fanout restarts; 0 when fanout opened it itself.",
+		}),
 	}
 	// Known label values start at 0 so that a rate() or an alert sees the
 	// series before its first event.
@@ -50,5 +55,5 @@ func newMetrics() *Metrics {
 // Collectors are the listener's collectors, for a caller that registers
 // them itself.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.rejected, m.connections, m.inflight}
+	return []prometheus.Collector{m.rejected, m.connections, m.inflight, m.inherited}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/internal/h1server"
+	"github.com/fanout-dev/fanout/internal/handoff"
 	"github.com/fanout-dev/fanout/internal/kstatus"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 	"github.com/fanout-dev/fanout/internal/serve"
@@ -51,10 +52,21 @@ type Server struct {
 	// from Start on; nil with TLS. See route.
 	h1 *h1server.Server
 
-	mu       sync.Mutex // guards ln and served
-	ln       net.Listener
+	mu        sync.Mutex // guards ln, inherited, handout and served
+	ln        net.Listener
+	inherited bool
+	// handout serves the socket to a restarted `fanout hold`; nil
+	// without ListenFrom.
+	handout  *handoff.Server
 	served   chan struct{} // closed when Serve returned
 	serveErr error
+
+	// acceptAfter and acceptWait hold accepting back (AcceptAfter);
+	// stopping is closed by Stop, which ends that wait.
+	acceptAfter <-chan struct{}
+	acceptWait  time.Duration
+	stopping    chan struct{}
+	stopOnce    sync.Once
 }
 
 // New prepares a Server for h, counting into m (NewMetrics; nil counts
@@ -102,7 +114,37 @@ func New(cfg Config, h Handler, m *Metrics) *Server {
 	// then watches end (clients re-watch elsewhere), then short requests
 	// drain.
 	srv.RegisterOnShutdown(h.StopLongRunning)
-	return &Server{cfg: cfg, handler: h, metrics: m, srv: srv}
+	return &Server{cfg: cfg, handler: h, metrics: m, srv: srv, stopping: make(chan struct{})}
+}
+
+// AcceptAfter makes Start listen at once but accept only once ready is
+// closed, or wait has passed; call it before Start. Connections made
+// meanwhile wait in the socket's backlog. The sidecar holds its client's
+// requests so until the engine has its first endpoints, rather than
+// answering them 503, after which client-go sleeps the Retry-After (1 s):
+// after a restart with `fanout hold` the client's queued requests are then
+// answered as soon as fanout can, and at a first start too.
+func (s *Server) AcceptAfter(ready <-chan struct{}, wait time.Duration) {
+	s.acceptAfter, s.acceptWait = ready, wait
+}
+
+// awaitAccept waits for what AcceptAfter set, and says false when Stop
+// came first.
+func (s *Server) awaitAccept() bool {
+	if s.acceptAfter == nil {
+		return true
+	}
+	t := time.NewTimer(s.acceptWait)
+	defer t.Stop()
+	select {
+	case <-s.acceptAfter:
+	case <-t.C:
+		s.cfg.Log.Warn("accepting client connections before the first endpoints are known: requests meanwhile are answered 503 with Retry-After",
+			"waited", s.acceptWait)
+	case <-s.stopping:
+		return false
+	}
+	return true
 }
 
 // withRequestInfo is the edge, as kube-apiserver's WithRequestInfo is of
@@ -153,11 +195,18 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.ln != nil {
 		return errors.New("listener: server already started")
 	}
-	lc := listenConfig(s.cfg.ListenAddress)
-	ln, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)
+	tl, inherited, err := s.open(ctx)
 	if err != nil {
-		return fmt.Errorf("listener: listening on %s failed: %w; is another fanout or process using the port?", s.cfg.ListenAddress, err)
+		return err
 	}
+	ln := acceptFrom(tl, inherited)
+	if inherited {
+		s.metrics.inherited.Set(1)
+	} else {
+		s.metrics.inherited.Set(0)
+	}
+	s.inherited = inherited
+	s.handout = s.handOut(tl)
 	ln = serve.LimitListener(ln, s.cfg.MaxConnections, serve.ListenerMetrics{
 		Rejected: s.metrics.rejected.WithLabelValues(rejectConnections), Open: s.metrics.connections})
 	s.ln = ln
@@ -173,6 +222,10 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	go func() {
 		defer close(s.served)
+		if !s.awaitAccept() {
+			_ = ln.Close()
+			return
+		}
 		if err := s.route(ln); !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr = err
 		}
@@ -226,6 +279,7 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.handler.StopLongRunning()
 		return nil
 	}
+	s.stopOnce.Do(func() { close(s.stopping) })
 	if s.cfg.ShutdownGrace > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.ShutdownGrace)
@@ -257,10 +311,21 @@ func (s *Server) Stop(ctx context.Context) error {
 		err = uerr
 	}
 	<-s.served
+	if s.handout != nil {
+		_ = s.handout.Close()
+	}
 	if err == nil {
 		err = s.serveErr
 	}
 	return err
+}
+
+// Inherited tells whether the listening socket came from `fanout hold`
+// (Config.ListenFrom) rather than being opened by the Server.
+func (s *Server) Inherited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inherited
 }
 
 // WithRejectProxyRequests refuses requests meant for a forward proxy.

@@ -67,14 +67,21 @@ func App(c Config, log *slog.Logger) fx.Option {
 		listener.Module,
 		admin.Module,
 		fx.Invoke(func(log *slog.Logger, reg prometheus.Registerer) error { return reportInsecure(&c, log, reg) }),
+		// The client's first requests wait in the backlog for endpoints
+		// rather than get 503 and a 1 s Retry-After.
+		fx.Invoke(func(s *listener.Server, e *engine.Engine) { s.AcceptAfter(e.Resolved(), acceptWait) }),
 		fx.Invoke(func(lc fx.Lifecycle, s *listener.Server) {
 			lc.Append(fx.StartHook(func() error {
 				// The listener's start hook has run: it is bound.
 				addr := s.Addr().String()
+				socket := "own"
+				if s.Inherited() {
+					socket = "fanout hold"
+				}
 				if localCA != nil {
-					log.Info("proxy listening", "address", addr, "protocols", "HTTP/2 and HTTP/1.1 over TLS, client certificate required")
+					log.Info("proxy listening", "address", addr, "protocols", "HTTP/2 and HTTP/1.1 over TLS, client certificate required", "socket", socket)
 				} else {
-					log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c")
+					log.Info("proxy listening", "address", addr, "protocols", "HTTP/1.1, h2c", "socket", socket)
 				}
 				if c.WriteKubeconfig == "" {
 					startup.Done()
@@ -90,6 +97,12 @@ func App(c Config, log *slog.Logger) fx.Option {
 		}),
 	)
 }
+
+// acceptWait bounds how long the listener holds connections back for the
+// engine's first endpoints: discovery is one LIST from an apiserver, which
+// may be slow or down; after this fanout accepts and answers 503 as
+// before.
+const acceptWait = 2 * time.Second
 
 // engineConfig is c.Engine with the client's identity (--kubeconfig or
 // --in-cluster) read in, and how the endpointslice resolver gets its

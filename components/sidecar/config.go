@@ -96,6 +96,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Listener.ListenAddress, "listen-address", c.Listener.ListenAddress,
 		"Plaintext HTTP/1.1 and h2c (prior knowledge) listener for the client (TLS with --listen-tls). Must be a loopback address unless --allow-remote is set, because fanout adds the client's credentials to every request. "+
 			"Requests must be addressed to it by loopback name or address (Host localhost, 127.0.0.0/8 or ::1, any port), against DNS rebinding; others get 403.")
+	fs.StringVar(&c.Listener.ListenFrom, "listen-from", c.Listener.ListenFrom,
+		"Directory shared with a `fanout hold` sidecar (an emptyDir): take the listening socket it holds for --listen-address instead of opening one, so that while fanout restarts "+
+			"the client's connection attempts wait in the kernel's backlog instead of being refused. Without an answer within 2s fanout listens itself and says so (fanout_listener_inherited 0).")
 	fs.BoolVar(&c.Listener.AllowAnyHost, "allow-remote", c.Listener.AllowAnyHost,
 		"Allow a non-loopback --listen-address, and requests addressed to any Host. Anyone who reaches it acts with the client's identity.")
 	fs.BoolVar(&c.AllowSharedLoopback, "allow-shared-loopback", c.AllowSharedLoopback,

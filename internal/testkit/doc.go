@@ -17,6 +17,7 @@
 //     request helpers (NewRequest, RoundTrip, WaitFor).
 //   - HTTP clients as client-go is one of fanout's listener (NewClient),
 //     and raw requests no http.Client sends (RawRequest).
+//   - a Buffer for logs written by other goroutines or processes.
 //
 // # synctest or Clock
 //

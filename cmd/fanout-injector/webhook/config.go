@@ -22,6 +22,11 @@ const (
 	// injector picks (see sidecarMounts): for a kubeconfig naming files
 	// in a volume the client also names on its command line.
 	AnnotationSidecarVolumes = "fanout.dev/sidecar-volumes"
+	// AnnotationHoldListener "true" adds `fanout hold` before the
+	// sidecar: a second native sidecar that holds the listening socket
+	// while fanout restarts, so that the client's connections wait
+	// instead of being refused (docs/resilience.md, fanout restarts).
+	AnnotationHoldListener = "fanout.dev/hold-listener"
 	// AnnotationInjected marks a mutated pod; its value lists the client
 	// containers that were pointed at fanout.
 	AnnotationInjected = "fanout.dev/injected"
@@ -34,6 +39,12 @@ const (
 	VolumeName = "fanout-kubeconfig"
 	// MountPath is where that emptyDir is mounted, in both containers.
 	MountPath = "/var/run/fanout"
+	// HolderName is the `fanout hold` init container's name, and
+	// HoldVolumeName the emptyDir it and fanout share the socket through
+	// (mounted at HoldMountPath in those two only, not in the client).
+	HolderName     = "fanout-hold"
+	HoldVolumeName = "fanout-hold"
+	HoldMountPath  = "/var/run/fanout-hold"
 	// KubeconfigPath is the localhost kubeconfig the client is pointed at.
 	KubeconfigPath = MountPath + "/kubeconfig"
 	// AdminPortName names the sidecar's admin port (for Prometheus).

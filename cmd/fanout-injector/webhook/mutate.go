@@ -116,6 +116,10 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 		}
 		endpoints = v
 	}
+	hold, msg := c.wantsHolder(pod)
+	if msg != "" {
+		return left(ReasonConflict, msg)
+	}
 	first := &pod.Spec.Containers[t.clients[0]]
 	mounts, msg := sidecarMounts(pod, first, t)
 	if msg != "" {
@@ -124,7 +128,7 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 	if msg := c.unreadable(pod, first, t); msg != "" {
 		return left(ReasonConflict, msg)
 	}
-	sidecar := c.sidecar(pod, first, mounts, t, endpoints)
+	sidecar := c.sidecar(pod, first, mounts, t, endpoints, hold)
 
 	p := &patcher{pod: pod.DeepCopy()}
 	var names []string
@@ -135,6 +139,10 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 		appendTo(p, &ct.VolumeMounts, containerPath(false, i)+"/volumeMounts",
 			corev1.VolumeMount{Name: VolumeName, MountPath: MountPath, ReadOnly: true})
 	}
+	if hold {
+		// Native sidecars start in order: the holder binds first.
+		appendTo(p, &p.pod.Spec.InitContainers, "/spec/initContainers", c.holder(&sidecar))
+	}
 	appendTo(p, &p.pod.Spec.InitContainers, "/spec/initContainers", sidecar)
 	appendTo(p, &p.pod.Spec.Volumes, "/spec/volumes", corev1.Volume{
 		Name: VolumeName,
@@ -142,6 +150,14 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 			SizeLimit: ptr.To(resource.MustParse("1Mi")),
 		}},
 	})
+	if hold {
+		appendTo(p, &p.pod.Spec.Volumes, "/spec/volumes", corev1.Volume{
+			Name: HoldVolumeName,
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+				SizeLimit: ptr.To(resource.MustParse("1Mi")),
+			}},
+		})
+	}
 	p.setAnnotation(AnnotationInjected, strings.Join(names, ","))
 	return p.pod, p.ops, Decision{Mutated: true, Clients: names, InCluster: t.path == ""}
 }
@@ -227,8 +243,12 @@ func removeSidecar(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 	}
 	p.pod.Spec.InitContainers = slices.Delete(p.pod.Spec.InitContainers, k, k+1)
 	p.remove(containerPath(true, k))
+	if h := slices.IndexFunc(p.pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == HolderName }); h >= 0 {
+		p.pod.Spec.InitContainers = slices.Delete(p.pod.Spec.InitContainers, h, h+1)
+		p.remove(containerPath(true, h))
+	}
 	for j := len(p.pod.Spec.Volumes) - 1; j >= 0; j-- {
-		if p.pod.Spec.Volumes[j].Name == VolumeName {
+		if n := p.pod.Spec.Volumes[j].Name; n == VolumeName || n == HoldVolumeName {
 			p.pod.Spec.Volumes = slices.Delete(p.pod.Spec.Volumes, j, j+1)
 			p.remove(fmt.Sprintf("/spec/volumes/%d", j))
 		}
@@ -535,7 +555,7 @@ func ShutdownGrace(pod *corev1.Pod, limit time.Duration) time.Duration {
 
 // sidecar builds the fanout init container for client, with mounts (from
 // sidecarMounts) and the emptyDir it writes the localhost kubeconfig to.
-func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []corev1.VolumeMount, t target, endpoints string) corev1.Container {
+func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []corev1.VolumeMount, t target, endpoints string, hold bool) corev1.Container {
 	var args []string
 	if t.path == "" {
 		args = append(args, "--in-cluster")
@@ -552,8 +572,14 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []core
 		"--shutdown-grace="+ShutdownGrace(pod, c.MaxShutdownGrace).String(),
 		"--zone=$("+ZoneEnv+")",
 	)
+	if hold {
+		args = append(args, "--listen-from="+HoldMountPath)
+	}
 	args = append(args, c.ExtraArgs...)
 	mounts = append(slices.Clip(mounts), corev1.VolumeMount{Name: VolumeName, MountPath: MountPath})
+	if hold {
+		mounts = append(mounts, corev1.VolumeMount{Name: HoldVolumeName, MountPath: HoldMountPath})
+	}
 	uid, gid := c.Identity(pod, client)
 	probe := func(p string, period, failures int32) *corev1.Probe {
 		return &corev1.Probe{
@@ -587,6 +613,53 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []core
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
+	}
+}
+
+// wantsHolder reads AnnotationHoldListener, and says what clashes with
+// the holder's container and volume names or mount path.
+func (c Config) wantsHolder(pod *corev1.Pod) (bool, string) {
+	v, ok := pod.Annotations[AnnotationHoldListener]
+	switch {
+	case !ok || v == "false":
+		return false, ""
+	case v != "true":
+		return false, fmt.Sprintf("annotation %s=%q: want \"true\" or \"false\"", AnnotationHoldListener, v)
+	}
+	for _, ct := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if ct.Name == HolderName {
+			return false, fmt.Sprintf("the pod already has a container named %q, which annotation %s adds; rename it", HolderName, AnnotationHoldListener)
+		}
+		for _, m := range ct.VolumeMounts {
+			if m.Name == HoldVolumeName || path.Clean(m.MountPath) == HoldMountPath {
+				return false, fmt.Sprintf("container %q mounts %s or volume %s, which annotation %s uses", ct.Name, HoldMountPath, HoldVolumeName, AnnotationHoldListener)
+			}
+		}
+	}
+	if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == HoldVolumeName }) {
+		return false, fmt.Sprintf("the pod already has a volume named %q, which annotation %s adds", HoldVolumeName, AnnotationHoldListener)
+	}
+	return true, ""
+}
+
+// holder builds the `fanout hold` init container for sidecar: the same
+// image and user (it hands the socket only to its own user ID), the
+// sidecar's listen address, the shared emptyDir and nothing else. It
+// idles at about 2 MiB of anonymous memory and no CPU.
+func (c Config) holder(sidecar *corev1.Container) corev1.Container {
+	return corev1.Container{
+		Name:            HolderName,
+		Image:           sidecar.Image,
+		ImagePullPolicy: sidecar.ImagePullPolicy,
+		Args: []string{"hold", "--socket-dir=" + HoldMountPath,
+			fmt.Sprintf("--listen-address=127.0.0.1:%d", c.ListenPort)},
+		RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+		},
+		VolumeMounts:             []corev1.VolumeMount{{Name: HoldVolumeName, MountPath: HoldMountPath}},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		SecurityContext:          sidecar.SecurityContext.DeepCopy(),
 	}
 }
 
