@@ -78,8 +78,12 @@ func TestNodeQuietWatchesRespread(t *testing.T) {
 		baseFrom = synced
 	}
 	baseline, _ := informerLists(t, e.cp, fromKCM, baseFrom, rollStart)
-	t.Logf("watches %v per apiserver, spread %s after the last apiserver was ready; informer re-lists of %s in the %s from the roll's start: %d %v; in the %s before it: %d %v; freshness LISTs: %d",
-		spread, spreadAt.Round(time.Second), kcmInformerUser,
+	spreadNote := "not spread"
+	if spreadAt > 0 {
+		spreadNote = "spread " + spreadAt.Round(time.Second).String()
+	}
+	t.Logf("watches %v per apiserver, %s after the last apiserver was ready; informer re-lists of %s in the %s from the roll's start: %d %v; in the %s before it: %d %v; freshness LISTs: %d",
+		spread, spreadNote, kcmInformerUser,
 		end.Sub(rollStart).Round(time.Second), len(duringRoll), duringRoll, rollStart.Sub(baseFrom).Round(time.Second), len(baseline), baseline, fresh)
 	e.logSidecarMetrics(t, ctx, "kube-controller-manager", func(l string) bool { return strings.HasPrefix(l, "fanout_watch_") })
 	if spreadAt == 0 {
