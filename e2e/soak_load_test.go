@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -84,10 +85,11 @@ func (l *soakLedger) snapshot() []soakOp {
 	return slices.Clone(l.ops)
 }
 
-// injectReplay, when set, makes writer 0 send its every 50th create twice:
-// the replay a proxy must never make. The break check of
-// docs/resilience.md sets it to see the duplicate check fail.
-var injectReplay = false
+// soakBreak, set from FANOUT_SOAK_BREAK=replay, makes writer 0 replay its
+// every 20th create and update as a broken proxy would (the update applied
+// a second time, past its precondition): the break check of
+// docs/resilience.md (Soak), which must see the duplicate check fail.
+var soakBreak = os.Getenv("FANOUT_SOAK_BREAK") == "replay"
 
 // soakWriter creates, updates and deletes ConfigMaps in ns through client
 // every interval until ctx ends, recording each write in the ledger.
@@ -95,7 +97,7 @@ func soakWriter(ctx context.Context, client kubernetes.Interface, ns string, w i
 	cms := client.CoreV1().ConfigMaps(ns)
 	logName := fmt.Sprintf("soak-log-%d", w)
 	var logCM *corev1.ConfigMap
-	var live []string // names of confirmed creates, oldest first
+	var live [][2]string // name and ID of each confirmed create, oldest first
 	for seq := 0; ; seq++ {
 		select {
 		case <-ctx.Done():
@@ -112,13 +114,13 @@ func soakWriter(ctx context.Context, client kubernetes.Interface, ns string, w i
 		}
 		i := l.begin(soakOp{Kind: "create", ID: id, Writer: w})
 		got, err := cms.Create(ctx, cm, metav1.CreateOptions{})
-		if err == nil && injectReplay && w == 0 && seq%50 == 0 {
+		if err == nil && soakBreak && w == 0 && seq%20 == 0 {
 			_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
 		}
 		name := ""
 		if err == nil {
 			name = got.Name
-			live = append(live, name)
+			live = append(live, [2]string{name, id})
 		}
 		l.end(i, name, err)
 
@@ -139,6 +141,10 @@ func soakWriter(ctx context.Context, client kubernetes.Interface, ns string, w i
 			// only over exactly what this writer last saw, so a replay
 			// of an applied update conflicts instead of appending again.
 			upd, err := cms.Update(ctx, next, metav1.UpdateOptions{})
+			if err == nil && soakBreak && w == 0 && seq%20 == 0 {
+				upd.Data["log"] += " " + id
+				upd, err = cms.Update(ctx, upd, metav1.UpdateOptions{})
+			}
 			l.end(i, "", err)
 			logCM = upd
 			if err != nil {
@@ -147,10 +153,10 @@ func soakWriter(ctx context.Context, client kubernetes.Interface, ns string, w i
 		}
 
 		if len(live) > soakLive {
-			name := live[0]
+			old := live[0]
 			live = live[1:]
-			i := l.begin(soakOp{Kind: "delete", ID: id, Writer: w, Name: name})
-			l.end(i, "", cms.Delete(ctx, name, metav1.DeleteOptions{}))
+			i := l.begin(soakOp{Kind: "delete", ID: old[1], Writer: w, Name: old[0]})
+			l.end(i, "", cms.Delete(ctx, old[0], metav1.DeleteOptions{}))
 		}
 	}
 }

@@ -41,9 +41,10 @@ type soak struct {
 // Soak settings, from the environment (Makefile target soak).
 const (
 	soakDefaultDuration = 3 * time.Minute
-	// soakDefaultSeed gives, in the first six faults, every kind once;
-	// a 3-minute run (three faults) gets a roll, a host cut and an APF
-	// overload, which touch every apiserver and the soak client's flow.
+	// Every seed gives each kind once in every six faults. Seed 1 opens
+	// with kill-sidecar, apf-overload, kill-apiserver: the three faults of
+	// a 3-minute run; seed 10 with the other three (cut-host, rotate,
+	// roll).
 	soakDefaultSeed = 1
 	soakFaultEvery  = time.Minute
 	soakFirstFault  = 30 * time.Second
