@@ -7,12 +7,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
@@ -130,8 +133,14 @@ const soakAPFName = "e2e-soak-reject"
 
 // apfOverload puts the soak user's resource requests, for 30 s, in a
 // priority level with no seats of its own, none to borrow, and rejection
-// instead of queueing: every apiserver answers them 429 at once. fanout's
-// own /readyz probes, non-resource requests, stay in their usual level.
+// instead of queueing, and overloads it: one more client of the same user
+// per apiserver, directly, LISTs without pause. APF still admits a request
+// when none of the level is executing (so that a level of zero seats is
+// slow, not dead), so without that load the soak's few concurrent requests
+// would pass one after the other; with it, every apiserver rejects most of
+// the user's requests with 429. fanout's own /readyz probes, non-resource
+// requests, stay in their usual level. The target names the rejections
+// the apiservers counted.
 func (s *soak) apfOverload(ctx context.Context) (string, error) {
 	fc := s.cp.AdminClient.FlowcontrolV1()
 	pl := &flowcontrolv1.PriorityLevelConfiguration{
@@ -165,12 +174,41 @@ func (s *soak) apfOverload(ctx context.Context) (string, error) {
 	}
 	_, err := fc.FlowSchemas().Create(ctx, fs, metav1.CreateOptions{})
 	if err == nil {
-		pause(ctx, 30*time.Second)
+		hogCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+		var wg sync.WaitGroup
+		for _, a := range s.cp.APIServers {
+			cfg := rest.CopyConfig(s.direct)
+			cfg.Host = a.URL
+			cfg.QPS, cfg.Burst = -1, 0
+			client, cerr := kubernetes.NewForConfig(cfg)
+			if cerr != nil {
+				err = cerr
+				break
+			}
+			wg.Go(func() {
+				for hogCtx.Err() == nil {
+					if _, err := client.CoreV1().ConfigMaps(s.ns).List(hogCtx, metav1.ListOptions{}); err != nil {
+						pause(hogCtx, 10*time.Millisecond)
+					}
+				}
+			})
+		}
+		<-hogCtx.Done()
+		stop()
+		wg.Wait()
 	}
 	if derr := removeSoakAPF(context.WithoutCancel(ctx), s.cp); derr != nil && err == nil {
 		err = derr
 	}
-	return s.user, err
+	var rejected float64
+	for _, a := range s.cp.APIServers {
+		n, merr := a.Metric(ctx, "apiserver_flowcontrol_rejected_requests_total", `priority_level="`+soakAPFName+`"`)
+		if merr != nil && err == nil {
+			err = merr
+		}
+		rejected += n
+	}
+	return fmt.Sprintf("%s (%.0f rejected)", s.user, rejected), err
 }
 
 // removeSoakAPF deletes the soak's APF objects, if there are any.

@@ -31,24 +31,25 @@ var auditGroupNames = [auditGroups]string{"soak client (fanout)", "kube-controll
 const soakBucket = 30 * time.Second
 
 // soakAudit reads every apiserver's audit log incrementally: the requests
-// each served per client and bucket since the soak began, and the soak
-// user's open watches.
+// each served per client and bucket since the soak began, and the open
+// watches of the soak user and of the L4 informers' user.
 type soakAudit struct {
-	cp            *harness.ControlPlane
-	node          *harness.Node
-	user, l4User  string
-	since         time.Time
-	tails         []*harness.AuditTail
-	open          []map[string]time.Time // per apiserver: audit ID -> watch start
-	served        map[int][auditGroups][]int
-	watchesServed [auditGroups][]int
+	cp           *harness.ControlPlane
+	node         *harness.Node
+	user, l4User string
+	since        time.Time
+	tails        []*harness.AuditTail
+	open         [auditGroups][]map[string]time.Time // per client, per apiserver: audit ID -> watch start
+	served       map[int][auditGroups][]int
 }
 
 func newSoakAudit(cp *harness.ControlPlane, node *harness.Node, user, l4User string) *soakAudit {
 	a := &soakAudit{cp: cp, node: node, user: user, l4User: l4User, served: map[int][auditGroups][]int{}}
 	for _, s := range cp.APIServers {
 		a.tails = append(a.tails, &harness.AuditTail{Path: s.AuditLog})
-		a.open = append(a.open, map[string]time.Time{})
+		for _, g := range []int{auditSoak, auditL4} {
+			a.open[g] = append(a.open[g], map[string]time.Time{})
+		}
 	}
 	return a
 }
@@ -75,12 +76,12 @@ func (a *soakAudit) poll() error {
 			if g < 0 {
 				return
 			}
-			if g == auditSoak && e.Verb == "watch" {
+			if open := a.open[g]; open != nil && e.Verb == "watch" {
 				switch e.Stage {
 				case "ResponseStarted":
-					a.open[i][e.AuditID] = e.StageTimestamp
+					open[i][e.AuditID] = e.StageTimestamp
 				case "ResponseComplete", "Panic":
-					delete(a.open[i], e.AuditID)
+					delete(open[i], e.AuditID)
 				}
 			}
 			if a.since.IsZero() || e.StageTimestamp.Before(a.since) || !e.Served() || e.IsHealthProbe() {
@@ -101,12 +102,13 @@ func (a *soakAudit) poll() error {
 	return nil
 }
 
-// openWatches counts the soak user's watches each apiserver holds now.
-// A watch that began before the apiserver's current process did went with
-// the old one (a SIGKILLed apiserver logs no end for its watches).
-func (a *soakAudit) openWatches() []int {
-	out := make([]int, len(a.open))
-	for i, open := range a.open {
+// openWatches counts the watches of client g (auditSoak or auditL4) each
+// apiserver holds now. A watch that began before the apiserver's current
+// process did went with the old one (a SIGKILLed apiserver logs no end for
+// its watches).
+func (a *soakAudit) openWatches(g int) []int {
+	out := make([]int, len(a.open[g]))
+	for i, open := range a.open[g] {
 		started := a.cp.APIServers[i].StartedAt()
 		for id, at := range open {
 			if at.Before(started) {
@@ -139,8 +141,10 @@ type soakSample struct {
 	ReadFailures  int     `json:"read_failures"`
 	Writes        int     `json:"writes"`
 	WriteFailures int     `json:"write_failures"`
-	// Watches are the soak user's open watches per apiserver.
-	Watches []int `json:"watches"`
+	// Watches and L4Watches are the open watches per apiserver of the
+	// informers through fanout and through the L4 balancer.
+	Watches   []int `json:"watches"`
+	L4Watches []int `json:"l4_watches"`
 }
 
 // rssMiB reads a process's resident set size from /proc.
