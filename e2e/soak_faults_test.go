@@ -108,24 +108,26 @@ func (s *soak) roll(ctx context.Context) (string, error) {
 	return "all", nil
 }
 
+// killAPIServer SIGKILLs one apiserver and starts it 10 s later.
 func (s *soak) killAPIServer(ctx context.Context) (string, error) {
-	a := s.cp.APIServers[s.rng.IntN(len(s.cp.APIServers))]
-	target := fmt.Sprintf("apiserver %d", a.Index+1)
-	if err := a.Kill(); err != nil {
-		return target, err
-	}
-	pause(ctx, 10*time.Second)
-	return target, a.Start(ctx)
+	return s.oneAPIServer(ctx, (*harness.APIServer).Kill, 10*time.Second, (*harness.APIServer).Start)
 }
 
+// cutHost cuts one apiserver's host off the network for 30 s.
 func (s *soak) cutHost(ctx context.Context) (string, error) {
+	return s.oneAPIServer(ctx, (*harness.APIServer).Disconnect, 30*time.Second, func(a *harness.APIServer, _ context.Context) error { return a.Reconnect() })
+}
+
+// oneAPIServer takes an apiserver the seed picks down with off, and back
+// with on d later.
+func (s *soak) oneAPIServer(ctx context.Context, off func(*harness.APIServer) error, d time.Duration, on func(*harness.APIServer, context.Context) error) (string, error) {
 	a := s.cp.APIServers[s.rng.IntN(len(s.cp.APIServers))]
 	target := fmt.Sprintf("apiserver %d", a.Index+1)
-	if err := a.Disconnect(); err != nil {
+	if err := off(a); err != nil {
 		return target, err
 	}
-	pause(ctx, 30*time.Second)
-	return target, a.Reconnect()
+	pause(ctx, d)
+	return target, on(a, ctx)
 }
 
 // soakAPFName names the soak's PriorityLevelConfiguration and FlowSchema.

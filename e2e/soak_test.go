@@ -228,19 +228,7 @@ func TestSoak(t *testing.T) {
 	fanoutClient := soakClient(t, s.sidecar.Config, time.Minute)
 	fanoutInformerClient := soakClient(t, s.sidecar.Config, 0)
 
-	var backends []string
-	for _, a := range cp.APIServers {
-		u, err := url.Parse(a.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		backends = append(backends, u.Host)
-	}
-	proxy, err := harness.StartL4Proxy(backends)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := startL4ProxyFor(t, cp)
 	l4Kubeconfig, err := cp.UserKubeconfig(l4User)
 	if err != nil {
 		t.Fatal(err)
@@ -432,6 +420,26 @@ func TestSoak(t *testing.T) {
 		t.Error(err)
 	}
 	t.Log("\n" + r.summary(out))
+}
+
+// startL4ProxyFor starts a round-robin TCP balancer over cp's apiservers,
+// closed when t ends.
+func startL4ProxyFor(t *testing.T, cp *harness.ControlPlane) *harness.L4Proxy {
+	t.Helper()
+	var backends []string
+	for _, ep := range cp.Endpoints() {
+		u, err := url.Parse(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, u.Host)
+	}
+	proxy, err := harness.StartL4Proxy(backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	return proxy
 }
 
 // soakClient is a client of cfg without client-side rate limits: the
