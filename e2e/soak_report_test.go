@@ -137,6 +137,7 @@ type soakSample struct {
 	At            float64 `json:"at_s"` // seconds since the soak began
 	RSSMiB        float64 `json:"rss_mib"`
 	Goroutines    float64 `json:"goroutines"`
+	HeapMiB       float64 `json:"heap_inuse_mib"` // reported, not judged
 	Reads         int     `json:"reads"`
 	ReadFailures  int     `json:"read_failures"`
 	Writes        int     `json:"writes"`
