@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -135,8 +134,8 @@ type soakFaultReport struct {
 	ReadFailures int     `json:"read_failures"`
 	WriteErrors  int     `json:"write_errors"`
 	// MaxLagS is how long after the fault's end its last failure began
-	// (negative: all began during it).
-	MaxLagS float64 `json:"max_lag_s"`
+	// (negative: all began during it); nil without failures.
+	MaxLagS *float64 `json:"max_lag_s,omitempty"`
 }
 
 type soakShareWindow struct {
@@ -537,10 +536,11 @@ func (r *soakReport) attribute() {
 	for i := range r.Faults {
 		f := &r.Faults[i]
 		f.StartS, f.EndS = f.Start.Sub(r.start).Seconds(), f.End.Sub(r.start).Seconds()
-		f.MaxLagS = math.Inf(-1)
 	}
 	lag := func(f *soakFaultReport, start time.Time) {
-		f.MaxLagS = max(f.MaxLagS, start.Sub(f.End).Seconds())
+		if d := start.Sub(f.End).Seconds(); f.MaxLagS == nil || d > *f.MaxLagS {
+			f.MaxLagS = &d
+		}
 	}
 	in := func(start, end time.Time) int {
 		for i := range r.Faults {
@@ -565,11 +565,6 @@ func (r *soakReport) attribute() {
 	for _, op := range r.writeErrors {
 		if j := in(op.Start, op.End); j >= 0 {
 			r.Faults[j].WriteErrors++
-		}
-	}
-	for i := range r.Faults {
-		if math.IsInf(r.Faults[i].MaxLagS, -1) {
-			r.Faults[i].MaxLagS = 0
 		}
 	}
 }
@@ -650,8 +645,12 @@ func (r *soakReport) summary(out string) string {
 		r.Seed, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second), time.Duration(r.WallS*float64(time.Second)).Round(time.Second), out, out)
 	fmt.Fprintf(&b, "faults (window = start .. end + %.0f s grace):\n", r.GraceS)
 	for _, f := range r.Faults {
-		fmt.Fprintf(&b, "  %6.0fs %-15s %-28s %5.1f s  failed reads %3d, write errors %3d, last failure %+.1f s after its end\n",
-			f.StartS, f.Kind, f.Target, f.EndS-f.StartS, f.ReadFailures, f.WriteErrors, f.MaxLagS)
+		lag := ""
+		if f.MaxLagS != nil {
+			lag = fmt.Sprintf(", the last began %+.1f s after its end", *f.MaxLagS)
+		}
+		fmt.Fprintf(&b, "  %6.0fs %-15s %-30s %5.1f s  failed reads %3d, write errors %3d%s\n",
+			f.StartS, f.Kind, f.Target, f.EndS-f.StartS, f.ReadFailures, f.WriteErrors, lag)
 	}
 	w := r.Writes
 	fmt.Fprintf(&b, "writes: %d (%d confirmed, %d indeterminate); lost %d, duplicated %d, unknown %d; %d objects at the end\n",
