@@ -9,7 +9,7 @@ import (
 )
 
 // TestSoakCheckWrites checks the soak's write check on made-up histories:
-// what it must call lost, duplicated or fine. No cluster.
+// what it must call lost, duplicated or fine (16 cases). No cluster.
 func TestSoakCheckWrites(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
@@ -38,6 +38,7 @@ func TestSoakCheckWrites(t *testing.T) {
 		{"all there", []soakOp{create("c1", "a", 1, ""), update("u1", 2, "")}, []corev1.ConfigMap{obj("a", "c1"), logCM(" u1")}, 0, 0, 0},
 		{"create lost", []soakOp{create("c1", "a", 1, "")}, []corev1.ConfigMap{logCM("")}, 1, 0, 0},
 		{"create replayed", []soakOp{create("c1", "a", 1, "")}, []corev1.ConfigMap{obj("a", "c1"), obj("b", "c1"), logCM("")}, 0, 1, 0},
+		{"create replayed, the first deleted", []soakOp{create("c1", "a", 1, ""), del("a", 2, "")}, []corev1.ConfigMap{obj("b", "c1"), logCM("")}, 0, 1, 0},
 		{"failed create absent", []soakOp{create("c1", "", 1, "timeout")}, []corev1.ConfigMap{logCM("")}, 0, 0, 0},
 		{"failed create present once", []soakOp{create("c1", "", 1, "timeout")}, []corev1.ConfigMap{obj("a", "c1"), logCM("")}, 0, 0, 0},
 		{"failed create present twice", []soakOp{create("c1", "", 1, "timeout")}, []corev1.ConfigMap{obj("a", "c1"), obj("b", "c1"), logCM("")}, 0, 1, 0},

@@ -130,19 +130,24 @@ func (s *soak) oneAPIServer(ctx context.Context, off func(*harness.APIServer) er
 	return target, on(a, ctx)
 }
 
-// soakAPFName names the soak's PriorityLevelConfiguration and FlowSchema.
-const soakAPFName = "e2e-soak-reject"
+// soakAPFName names the soak's PriorityLevelConfiguration and FlowSchema;
+// soakHogUser overloads the level, GETting soakHogObject.
+const (
+	soakAPFName   = "e2e-soak-reject"
+	soakHogUser   = "e2e-soak-hog"
+	soakHogObject = "soak-hog"
+)
 
-// apfOverload puts the soak user's resource requests, for 30 s, in a
-// priority level with no seats of its own, none to borrow, and rejection
-// instead of queueing, and overloads it: one more client of the same user
-// per apiserver, directly, LISTs without pause. APF still admits a request
-// when none of the level is executing (so that a level of zero seats is
-// slow, not dead), so without that load the soak's few concurrent requests
-// would pass one after the other; with it, every apiserver rejects most of
-// the user's requests with 429. fanout's own /readyz probes, non-resource
-// requests, stay in their usual level. The target names the rejections
-// the apiservers counted.
+// apfOverload puts the resource requests of the soak user and of a hog
+// user, for 30 s, in one priority level with no seats of its own, none to
+// borrow, and rejection instead of queueing, and overloads it: the hog,
+// directly, GETs a small ConfigMap from every apiserver without pause, 4
+// at a time. APF still admits a request when none of the level is
+// executing (a level of zero seats is slow, not dead), so without the hog
+// the soak's few concurrent requests would pass one after the other; with
+// it, the soak user's requests mostly meet a busy level and get 429.
+// fanout's own /readyz probes, non-resource requests, stay in their usual
+// level. The target names the rejections the apiservers counted.
 func (s *soak) apfOverload(ctx context.Context) (string, error) {
 	fc := s.cp.AdminClient.FlowcontrolV1()
 	pl := &flowcontrolv1.PriorityLevelConfiguration{
@@ -167,7 +172,10 @@ func (s *soak) apfOverload(ctx context.Context) (string, error) {
 			MatchingPrecedence:         500,
 			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByUserType},
 			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: s.user}}},
+				Subjects: []flowcontrolv1.Subject{
+					{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: s.user}},
+					{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: soakHogUser}},
+				},
 				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
 					Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, Namespaces: []string{"*"},
 				}},
@@ -179,7 +187,7 @@ func (s *soak) apfOverload(ctx context.Context) (string, error) {
 		hogCtx, stop := context.WithTimeout(ctx, 30*time.Second)
 		var wg sync.WaitGroup
 		for _, a := range s.cp.APIServers {
-			cfg := rest.CopyConfig(s.direct)
+			cfg := rest.CopyConfig(s.hog)
 			cfg.Host = a.URL
 			cfg.QPS, cfg.Burst = -1, 0
 			client, cerr := kubernetes.NewForConfig(cfg)
@@ -187,13 +195,15 @@ func (s *soak) apfOverload(ctx context.Context) (string, error) {
 				err = cerr
 				break
 			}
-			wg.Go(func() {
-				for hogCtx.Err() == nil {
-					if _, err := client.CoreV1().ConfigMaps(s.ns).List(hogCtx, metav1.ListOptions{}); err != nil {
-						pause(hogCtx, 10*time.Millisecond)
+			for range 4 {
+				wg.Go(func() {
+					for hogCtx.Err() == nil {
+						if _, err := client.CoreV1().ConfigMaps(s.ns).Get(hogCtx, soakHogObject, metav1.GetOptions{}); err != nil {
+							pause(hogCtx, 20*time.Millisecond)
+						}
 					}
-				}
-			})
+				})
+			}
 		}
 		<-hogCtx.Done()
 		stop()

@@ -220,14 +220,19 @@ func checkWrites(ops []soakOp, objs []corev1.ConfigMap, asOf time.Time) soakWrit
 		case "create":
 			known[op.ID] = true
 			names := byID[op.ID]
-			if len(names) > 1 {
+			switch {
+			case len(names) > 1:
 				c.Duplicated = append(c.Duplicated, fmt.Sprintf("create %s: %d objects %v", op.ID, len(names), names))
+			case len(names) == 1 && op.Name != "" && names[0] != op.Name:
+				// The object the create answered with was deleted; a
+				// second one made by a replay remains.
+				c.Duplicated = append(c.Duplicated, fmt.Sprintf("create %s: object %s, but the create made %s", op.ID, names[0], op.Name))
 			}
 			del, hasDel := deleted[op.Name]
 			if settled(op) && op.Err == "" && len(names) == 0 && !hasDel {
 				c.Lost = append(c.Lost, fmt.Sprintf("create %s (%s): no object", op.ID, op.Name))
 			}
-			if hasDel && settled(del) && del.Err == "" && len(names) > 0 {
+			if hasDel && settled(del) && del.Err == "" && byName[op.Name] {
 				c.Lost = append(c.Lost, fmt.Sprintf("delete of %s (%s): object still there", op.Name, op.ID))
 			}
 		case "update":

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -31,8 +32,8 @@ type soak struct {
 	user string
 	ns   string
 	dir  string
-	// direct is the soak user's config for one apiserver, without fanout.
-	direct  *rest.Config
+	// hog is the APF overload's user, for one apiserver.
+	hog     *rest.Config
 	rng     *rand.Rand
 	sidecar *harness.Fanout
 	vol     *harness.SecretVolume
@@ -201,7 +202,17 @@ func TestSoak(t *testing.T) {
 	// Registered after the namespace's cleanup, so it runs first: the
 	// namespace is deleted through apiserver 1.
 	t.Cleanup(s.restoreEnv)
-	soakRBAC(ctx, t, cp, ns, user, l4User)
+	soakRBAC(ctx, t, cp, ns, user, l4User, soakHogUser)
+	hogKubeconfig, err := cp.UserKubeconfig(soakHogUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.hog, err = harness.RESTConfig(hogKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.AdminClient.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: soakHogObject}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	// The host fanout reads its client certificate from a secret volume,
 	// so that a rotation can swap it.
@@ -218,9 +229,6 @@ func TestSoak(t *testing.T) {
 	}
 	kubeconfig := filepath.Join(s.dir, "kubeconfig")
 	fileKubeconfig(t, kubeconfig, cp.Endpoints()[0], caFile, s.vol.Path("tls.crt"), s.vol.Path("tls.key"), "")
-	if s.direct, err = harness.RESTConfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
 	if s.sidecar, err = cp.StartFanout(ctx, t, "soak", kubeconfig); err != nil {
 		t.Fatal(err)
 	}
@@ -460,9 +468,9 @@ func soakClient(t *testing.T, cfg *rest.Config, timeout time.Duration) kubernete
 	return c
 }
 
-// soakRBAC lets the soak user write ConfigMaps, watch Pods and scale
-// Deployments in ns, and the L4 user read ConfigMaps and Pods.
-func soakRBAC(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns, user, l4User string) {
+// soakRBAC lets the soak's users (the one through fanout, the L4 one and
+// the hog) write ConfigMaps, watch Pods and scale Deployments in ns.
+func soakRBAC(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns string, users ...string) {
 	t.Helper()
 	rbac := cp.AdminClient.RbacV1()
 	role := &rbacv1.Role{
@@ -479,15 +487,14 @@ func soakRBAC(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns, u
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "soak", Namespace: ns},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "soak"},
-		Subjects: []rbacv1.Subject{
-			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user},
-			{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: l4User},
-		},
+	}
+	for _, u := range users {
+		rb.Subjects = append(rb.Subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: u})
 	}
 	if _, err := rbac.RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{user, l4User} {
+	for _, u := range users {
 		for _, res := range []string{"configmaps", "pods"} {
 			for _, verb := range []string{"list", "watch"} {
 				if err := cp.WaitAuthorized(ctx, u, verb, res, ns); err != nil {
