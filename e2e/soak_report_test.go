@@ -241,7 +241,7 @@ func svgPlot(r *soakReport, a *soakAudit) string {
 			if sumInts(c) == 0 {
 				continue
 			}
-			xs = append(xs, (float64(bk)+0.5)*soakBucket.Seconds())
+			xs = append(xs, min((float64(bk)+0.5)*soakBucket.Seconds(), end))
 			ys = append(ys, 100*float64(c[i])/float64(sumInts(c)))
 		}
 		line(0, 100, xs, ys, colors[i%len(colors)])
