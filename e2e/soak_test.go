@@ -95,9 +95,13 @@ func soakLimit(rate, rise, spanH float64) float64 {
 // soakReport is the JSON report (soak.json) and what the summary and the
 // plot draw from.
 type soakReport struct {
-	Seed          uint64              `json:"seed"`
-	DurationS     float64             `json:"duration_s"`
-	WallS         float64             `json:"wall_s"`
+	Seed      uint64  `json:"seed"`
+	DurationS float64 `json:"duration_s"`
+	WallS     float64 `json:"wall_s"`
+	// EnvS is what of WallS went to setting up the real node's
+	// environment (nothing when an earlier test did): WallS − EnvS is
+	// what the soak adds to a suite.
+	EnvS          float64             `json:"env_s"`
 	GraceS        float64             `json:"grace_s"`
 	APIServers    []string            `json:"apiservers"`
 	Faults        []soakFaultReport   `json:"faults"`
@@ -192,6 +196,7 @@ func TestSoak(t *testing.T) {
 	t.Logf("soak: %s, seed %d (FANOUT_SOAK_SEED), output in %s", duration, seed, out)
 	wallStart := time.Now()
 	e := realNode(t)
+	envS := time.Since(wallStart).Seconds()
 	cp := e.cp
 	ctx, cancel := context.WithTimeout(context.Background(), duration+30*time.Minute)
 	defer cancel()
@@ -271,7 +276,7 @@ func TestSoak(t *testing.T) {
 	fanoutBase, l4Base := fanoutLists.Total(), l4Lists.Total()
 
 	audit := newSoakAudit(cp, e.node, user, l4User)
-	r := &soakReport{Seed: seed, GraceS: soakGrace.Seconds(), Checks: map[string]string{}, Extra: map[string][]string{}}
+	r := &soakReport{Seed: seed, EnvS: envS, GraceS: soakGrace.Seconds(), Checks: map[string]string{}, Extra: map[string][]string{}}
 	for _, a := range cp.APIServers {
 		r.APIServers = append(r.APIServers, a.URL)
 	}
@@ -648,8 +653,9 @@ func (r *soakReport) judge(t *testing.T) {
 // summary is the one-screen report.
 func (r *soakReport) summary(out string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "SOAK seed %d, %s of load, %s wall; report %s/soak.json, plot %s/soak.svg\n",
-		r.Seed, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second), time.Duration(r.WallS*float64(time.Second)).Round(time.Second), out, out)
+	fmt.Fprintf(&b, "SOAK seed %d, %s of load, %s wall (%s of it the real node's setup); report %s/soak.json, plot %s/soak.svg\n",
+		r.Seed, time.Duration(r.DurationS*float64(time.Second)).Round(time.Second), time.Duration(r.WallS*float64(time.Second)).Round(time.Second),
+		time.Duration(r.EnvS*float64(time.Second)).Round(time.Second), out, out)
 	fmt.Fprintf(&b, "faults (window = start .. end + %.0f s grace):\n", r.GraceS)
 	for _, f := range r.Faults {
 		lag := ""
