@@ -9,7 +9,7 @@ import (
 )
 
 // TestSoakCheckWrites checks the soak's write check on made-up histories:
-// what it must call lost, duplicated or fine (16 cases). No cluster.
+// what it must call lost, duplicated or fine (18 cases). No cluster.
 func TestSoakCheckWrites(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
@@ -25,8 +25,8 @@ func TestSoakCheckWrites(t *testing.T) {
 	update := func(id string, end int, err string) soakOp {
 		return soakOp{Kind: "update", ID: id, Name: "soak-log-0", Start: at(end - 1), End: at(end), Err: err}
 	}
-	del := func(name string, end int, err string) soakOp {
-		return soakOp{Kind: "delete", Name: name, Start: at(end - 1), End: at(end), Err: err}
+	del := func(id, name string, end int, err string) soakOp {
+		return soakOp{Kind: "delete", ID: id, Name: name, Start: at(end - 1), End: at(end), Err: err}
 	}
 	asOf := at(100)
 	for _, tc := range []struct {
@@ -38,15 +38,17 @@ func TestSoakCheckWrites(t *testing.T) {
 		{"all there", []soakOp{create("c1", "a", 1, ""), update("u1", 2, "")}, []corev1.ConfigMap{obj("a", "c1"), logCM(" u1")}, 0, 0, 0},
 		{"create lost", []soakOp{create("c1", "a", 1, "")}, []corev1.ConfigMap{logCM("")}, 1, 0, 0},
 		{"create replayed", []soakOp{create("c1", "a", 1, "")}, []corev1.ConfigMap{obj("a", "c1"), obj("b", "c1"), logCM("")}, 0, 1, 0},
-		{"create replayed, the first deleted", []soakOp{create("c1", "a", 1, ""), del("a", 2, "")}, []corev1.ConfigMap{obj("b", "c1"), logCM("")}, 0, 1, 0},
+		{"create replayed, the first deleted", []soakOp{create("c1", "a", 1, ""), del("c1", "a", 2, "")}, []corev1.ConfigMap{obj("b", "c1"), logCM("")}, 0, 1, 0},
+		{"a new object under a deleted one's name", []soakOp{create("c1", "a", 1, ""), del("c1", "a", 2, ""), create("c2", "a", 3, "")}, []corev1.ConfigMap{obj("a", "c2"), logCM("")}, 0, 0, 0},
+		{"a new object under a deleted one's name, lost", []soakOp{create("c1", "a", 1, ""), del("c1", "a", 2, ""), create("c2", "a", 3, "")}, []corev1.ConfigMap{logCM("")}, 1, 0, 0},
 		{"failed create absent", []soakOp{create("c1", "", 1, "timeout")}, []corev1.ConfigMap{logCM("")}, 0, 0, 0},
 		{"failed create present once", []soakOp{create("c1", "", 1, "timeout")}, []corev1.ConfigMap{obj("a", "c1"), logCM("")}, 0, 0, 0},
 		{"failed create present twice", []soakOp{create("c1", "", 1, "timeout")}, []corev1.ConfigMap{obj("a", "c1"), obj("b", "c1"), logCM("")}, 0, 1, 0},
 		{"create after asOf absent", []soakOp{create("c1", "a", 101, "")}, []corev1.ConfigMap{logCM("")}, 0, 0, 0},
-		{"deleted", []soakOp{create("c1", "a", 1, ""), del("a", 2, "")}, []corev1.ConfigMap{logCM("")}, 0, 0, 0},
-		{"delete lost", []soakOp{create("c1", "a", 1, ""), del("a", 2, "")}, []corev1.ConfigMap{obj("a", "c1"), logCM("")}, 1, 0, 0},
-		{"delete failed, object there", []soakOp{create("c1", "a", 1, ""), del("a", 2, "EOF")}, []corev1.ConfigMap{obj("a", "c1"), logCM("")}, 0, 0, 0},
-		{"delete running at the list", []soakOp{create("c1", "a", 1, ""), {Kind: "delete", Name: "a", Start: at(99)}}, []corev1.ConfigMap{logCM("")}, 0, 0, 0},
+		{"deleted", []soakOp{create("c1", "a", 1, ""), del("c1", "a", 2, "")}, []corev1.ConfigMap{logCM("")}, 0, 0, 0},
+		{"delete lost", []soakOp{create("c1", "a", 1, ""), del("c1", "a", 2, "")}, []corev1.ConfigMap{obj("a", "c1"), logCM("")}, 1, 0, 0},
+		{"delete failed, object there", []soakOp{create("c1", "a", 1, ""), del("c1", "a", 2, "EOF")}, []corev1.ConfigMap{obj("a", "c1"), logCM("")}, 0, 0, 0},
+		{"delete running at the list", []soakOp{create("c1", "a", 1, ""), {Kind: "delete", ID: "c1", Name: "a", Start: at(99)}}, []corev1.ConfigMap{logCM("")}, 0, 0, 0},
 		{"update lost", []soakOp{update("u1", 2, "")}, []corev1.ConfigMap{logCM("")}, 1, 0, 0},
 		{"update replayed", []soakOp{update("u1", 2, "")}, []corev1.ConfigMap{logCM(" u1 u1")}, 0, 1, 0},
 		{"failed update applied once", []soakOp{update("u1", 2, "conflict")}, []corev1.ConfigMap{logCM(" u1")}, 0, 0, 0},

@@ -185,10 +185,10 @@ func (c soakWriteCheck) ok() bool {
 func checkWrites(ops []soakOp, objs []corev1.ConfigMap, asOf time.Time) soakWriteCheck {
 	var c soakWriteCheck
 	byID := map[string][]string{}
-	byName := map[string]bool{}
+	idOf := map[string]string{} // object name -> its ID label
 	logs := map[string]map[string]int{}
 	for _, o := range objs {
-		byName[o.Name] = true
+		idOf[o.Name] = o.Labels[soakIDLabel]
 		if id, ok := o.Labels[soakIDLabel]; ok {
 			byID[id] = append(byID[id], o.Name)
 		}
@@ -201,10 +201,13 @@ func checkWrites(ops []soakOp, objs []corev1.ConfigMap, asOf time.Time) soakWrit
 		}
 	}
 	known := map[string]bool{}
-	deleted := map[string]soakOp{} // object name -> its delete
+	// A delete carries the ID of the create that made its object: names
+	// alone do not tell objects apart, since generateName may give a new
+	// object the name of a deleted one (it did, 2,600 creates into a run).
+	deleted := map[string]soakOp{} // create ID -> the delete of its object
 	for _, op := range ops {
 		if op.Kind == "delete" {
-			deleted[op.Name] = op
+			deleted[op.ID] = op
 		}
 	}
 	settled := func(op soakOp) bool { return !op.End.IsZero() && op.End.Before(asOf) }
@@ -228,11 +231,11 @@ func checkWrites(ops []soakOp, objs []corev1.ConfigMap, asOf time.Time) soakWrit
 				// second one made by a replay remains.
 				c.Duplicated = append(c.Duplicated, fmt.Sprintf("create %s: object %s, but the create made %s", op.ID, names[0], op.Name))
 			}
-			del, hasDel := deleted[op.Name]
+			del, hasDel := deleted[op.ID]
 			if settled(op) && op.Err == "" && len(names) == 0 && !hasDel {
 				c.Lost = append(c.Lost, fmt.Sprintf("create %s (%s): no object", op.ID, op.Name))
 			}
-			if hasDel && settled(del) && del.Err == "" && byName[op.Name] {
+			if hasDel && settled(del) && del.Err == "" && idOf[op.Name] == op.ID {
 				c.Lost = append(c.Lost, fmt.Sprintf("delete of %s (%s): object still there", op.Name, op.ID))
 			}
 		case "update":
