@@ -13,7 +13,7 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
 E2E_TIMEOUT ?= 75m
 
-.PHONY: all build test unit e2e e2e-binaries conformance lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
+.PHONY: all build test unit e2e e2e-binaries conformance soak lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
 
 all: build
 
@@ -59,6 +59,19 @@ conformance: e2e-packages
 	@echo "conformance: building or finding the Kubernetes binaries and e2e.test"
 	cd e2e && $(GO) run ./cmd/kubebins -conformance
 	cd e2e && FANOUT_CONFORMANCE=1 $(GO) test -count=1 -timeout 50m -v -run '^TestConformanceThroughFanout$$' .
+
+## soak: the chaos soak of docs/resilience.md (Soak) on the real node,
+## for SOAK_DURATION (default 30m; make test runs it for 3m as part of the
+## e2e suite): the in-pod controllers, writers, readers and 50 informers
+## through fanout, the same informers through an L4 balancer, and a fault
+## a minute drawn by SOAK_SEED. The report (soak.json, soak.svg) goes to
+## SOAK_OUT (default: a new temporary directory, printed).
+SOAK_DURATION ?= 30m
+SOAK_SEED ?= 1
+SOAK_OUT ?=
+SOAK_TIMEOUT ?= 90m
+soak: e2e-packages e2e-binaries
+	cd e2e && FANOUT_SOAK_DURATION=$(SOAK_DURATION) FANOUT_SOAK_SEED=$(SOAK_SEED) FANOUT_SOAK_OUT=$(SOAK_OUT) $(GO) test -count=1 -timeout $(SOAK_TIMEOUT) -v -run '^TestSoak$$' .
 
 ## e2e: the Kubernetes binaries first, then the suite. -p 1 makes go test
 ## print each test's output as it comes instead of holding a package's

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"testing"
 	"time"
 
@@ -67,19 +66,7 @@ func TestOneClientThroughL4Proxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	userNamespace(ctx, t, cp, "e2e-l4", user)
-	var backends []string
-	for _, ep := range cp.Endpoints() {
-		u, err := url.Parse(ep)
-		if err != nil {
-			t.Fatal(err)
-		}
-		backends = append(backends, u.Host)
-	}
-	proxy, err := harness.StartL4Proxy(backends)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
+	proxy := startL4ProxyFor(t, cp)
 
 	cfg, err := harness.RESTConfig(kubeconfig)
 	if err != nil {
