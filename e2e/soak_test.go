@@ -104,32 +104,32 @@ type soakReport struct {
 	// EnvS is what of WallS went to setting up the real node's
 	// environment (nothing when an earlier test did): WallS − EnvS is
 	// what the soak adds to a suite.
-	EnvS          float64             `json:"env_s"`
-	GraceS        float64             `json:"grace_s"`
-	APIServers    []string            `json:"apiservers"`
-	Faults        []soakFaultReport   `json:"faults"`
-	Writes        soakWriteCheck      `json:"writes"`
-	WriteErrors   int                 `json:"write_errors"`
-	Reads         int                 `json:"reads"`
-	ReadFailures  []soakFailure       `json:"read_failures"`
-	ReadsOutside  int                 `json:"read_failures_outside_windows"`
-	RelistsFanout int64               `json:"relists_fanout"`
-	RelistsL4     int64               `json:"relists_l4"`
-	WatchErrors   [2]int64            `json:"watch_errors_fanout_l4"`
-	Watches       []int               `json:"open_watches_end"`
-	L4Watches     []int               `json:"l4_open_watches_end"`
-	SpreadAfterS  float64             `json:"spread_within_after_s"`
-	SpreadOK      bool                `json:"spread_ok"`
-	RSSSlope      float64             `json:"rss_slope_mib_per_h"`
-	GoroutineSlop float64             `json:"goroutine_slope_per_h"`
-	FitSpanS      float64             `json:"fit_span_s"`
-	RSSLimit      float64             `json:"rss_slope_limit"`
-	GoroutineLim  float64             `json:"goroutine_slope_limit"`
-	Windows       []soakShareWindow   `json:"share_windows"`
-	Samples       []soakSample        `json:"samples"`
-	Deployment    string              `json:"deployment"`
-	Checks        map[string]string   `json:"checks"`
-	Extra         map[string][]string `json:"extra,omitempty"`
+	EnvS           float64             `json:"env_s"`
+	GraceS         float64             `json:"grace_s"`
+	APIServers     []string            `json:"apiservers"`
+	Faults         []soakFaultReport   `json:"faults"`
+	Writes         soakWriteCheck      `json:"writes"`
+	WriteErrors    int                 `json:"write_errors"`
+	Reads          int                 `json:"reads"`
+	ReadFailures   []soakFailure       `json:"read_failures"`
+	ReadsOutside   int                 `json:"read_failures_outside_windows"`
+	RelistsFanout  int64               `json:"relists_fanout"`
+	RelistsL4      int64               `json:"relists_l4"`
+	WatchErrors    [2]int64            `json:"watch_errors_fanout_l4"`
+	Watches        []int               `json:"open_watches_end"`
+	L4Watches      []int               `json:"l4_open_watches_end"`
+	SpreadAfterS   float64             `json:"spread_within_after_s"`
+	SpreadOK       bool                `json:"spread_ok"`
+	RSSSlope       float64             `json:"rss_slope_mib_per_h"`
+	GoroutineSlope float64             `json:"goroutine_slope_per_h"`
+	FitSpanS       float64             `json:"fit_span_s"`
+	RSSLimit       float64             `json:"rss_slope_limit"`
+	GoroutineLim   float64             `json:"goroutine_slope_limit"`
+	Windows        []soakShareWindow   `json:"share_windows"`
+	Samples        []soakSample        `json:"samples"`
+	Deployment     string              `json:"deployment"`
+	Checks         map[string]string   `json:"checks"`
+	Extra          map[string][]string `json:"extra,omitempty"`
 
 	start       time.Time
 	writeErrors []soakOp
@@ -597,7 +597,7 @@ func (r *soakReport) trends() {
 		rss = append(rss, s.RSSMiB)
 		gs = append(gs, s.Goroutines)
 	}
-	r.RSSSlope, r.GoroutineSlop = slope(xs, rss), slope(xs, gs)
+	r.RSSSlope, r.GoroutineSlope = slope(xs, rss), slope(xs, gs)
 	if len(xs) > 1 {
 		r.FitSpanS = 3600 * (xs[len(xs)-1] - xs[0])
 	}
@@ -646,7 +646,7 @@ func (r *soakReport) judge(t *testing.T) {
 	check("relists", r.RelistsFanout*10 <= r.RelistsL4, "fanout's informers re-listed %d times, the L4 balancer's %d (want fanout ≤ L4/10)", r.RelistsFanout, r.RelistsL4)
 	check("spread", r.SpreadOK, "open watches per apiserver %v (want each 33%% ± %.0f points of %d)", r.Watches, 100*soakSpreadTol, soakInformers)
 	check("rss", r.RSSSlope <= r.RSSLimit, "RSS slope %+.1f MiB/h over %.0f s (limit %.0f)", r.RSSSlope, r.FitSpanS, r.RSSLimit)
-	check("goroutines", r.GoroutineSlop <= r.GoroutineLim, "goroutine slope %+.0f /h over %.0f s (limit %.0f)", r.GoroutineSlop, r.FitSpanS, r.GoroutineLim)
+	check("goroutines", r.GoroutineSlope <= r.GoroutineLim, "goroutine slope %+.0f /h over %.0f s (limit %.0f)", r.GoroutineSlope, r.FitSpanS, r.GoroutineLim)
 	check("controllers", r.Deployment == "3/3 Ready", "Deployment soak: %s", r.Deployment)
 	for _, f := range r.Faults {
 		check(fmt.Sprintf("fault %.0fs %s", f.StartS, f.Kind), f.Err == "", "%s, %.1f s%s", f.Target, f.EndS-f.StartS, map[bool]string{true: "", false: ": " + f.Err}[f.Err == ""])
@@ -674,7 +674,7 @@ func (r *soakReport) summary(out string) string {
 	fmt.Fprintf(&b, "reads: %d, failed %d, of which outside fault windows %d\n", r.Reads, len(r.ReadFailures), r.ReadsOutside)
 	fmt.Fprintf(&b, "re-lists: fanout %d, L4 %d (watch errors %d / %d)\n", r.RelistsFanout, r.RelistsL4, r.WatchErrors[0], r.WatchErrors[1])
 	fmt.Fprintf(&b, "watch spread at the end: fanout %v (within 33%% ± %.0f: %v, %.0f s after the soak's duration), L4 %v\n", r.Watches, 100*soakSpreadTol, r.SpreadOK, r.SpreadAfterS, r.L4Watches)
-	fmt.Fprintf(&b, "host fanout: RSS slope %+.2f MiB/h, goroutine slope %+.1f /h", r.RSSSlope, r.GoroutineSlop)
+	fmt.Fprintf(&b, "host fanout: RSS slope %+.2f MiB/h, goroutine slope %+.1f /h", r.RSSSlope, r.GoroutineSlope)
 	if n := len(r.Samples); n > 0 {
 		fmt.Fprintf(&b, " (last: %.1f MiB, %.0f goroutines)", r.Samples[n-1].RSSMiB, r.Samples[n-1].Goroutines)
 	}
