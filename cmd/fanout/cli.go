@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/pflag"
@@ -22,4 +24,22 @@ func usage(fs *pflag.FlagSet) {
 func exit(code int, format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "fanout: "+format+"\n", args...)
 	os.Exit(code)
+}
+
+// parseSubcommand parses a subcommand's flags, which take no positional
+// arguments. When it returns done, the subcommand ends with code: 0 after
+// --help, 2 (the error said on stderr) for bad flags or arguments.
+func parseSubcommand(fs *pflag.FlagSet, args []string, stderr io.Writer) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return 2, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", fs.Name(), fs.Args())
+		return 2, true
+	}
+	return 0, false
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,11 +46,8 @@ func runHold(ctx context.Context, args []string, stderr io.Writer) int {
 			"A restarted holder takes the socket back from the running fanout.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); errors.Is(err, pflag.ErrHelp) {
-		return 0
-	} else if err != nil {
-		fmt.Fprintf(stderr, "fanout hold: %v\n", err)
-		return 2
+	if code, done := parseSubcommand(fs, args, stderr); done {
+		return code
 	}
 	if *dir == "" {
 		fmt.Fprintln(stderr, "fanout hold: --socket-dir is required: the directory fanout's --listen-from names")

@@ -57,6 +57,7 @@ func TestFlags(t *testing.T) {
 		{"hold is a subcommand", []string{"hold", "--help"}, 0, "It never accepts a connection or reads data"},
 		{"hold needs a socket directory", []string{"hold"}, 2, "--socket-dir is required"},
 		{"hold holds loopback only", []string{"hold", "--socket-dir", "/tmp", "--listen-address", "0.0.0.0:7080"}, 2, "want a loopback host:port"},
+		{"hold takes no arguments", []string{"hold", "--socket-dir", "/tmp", "extra"}, 2, "unexpected arguments"},
 		{"top is a subcommand", []string{"top", "--help"}, 0, "Keys: r sort by requests/s"},
 		{"top reports an unreachable admin address", []string{"top", "--admin-address", "127.0.0.1:1"}, 1, "fanout top: reading http://127.0.0.1:1/debug/cost"},
 		{"sysmon must be steady or go", []string{"--kubeconfig", "x", "--sysmon", "off"}, 2, `--sysmon "off": want steady or go`},

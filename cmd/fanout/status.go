@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -41,16 +40,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer, isT
 			"Without --watch, share and counts are since fanout started.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(stderr, "fanout status: %v\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fanout status: unexpected arguments %q\n", fs.Args())
-		return 2
+	if code, done := parseSubcommand(fs, args, stderr); done {
+		return code
 	}
 	if *watch && *interval < 100*time.Millisecond {
 		fmt.Fprintf(stderr, "fanout status: --interval %s is too short; use at least 100ms\n", *interval)

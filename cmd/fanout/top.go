@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -103,14 +102,8 @@ func runTop(ctx context.Context, args []string, stdout, stderr io.Writer, open f
 		fmt.Fprintf(stderr, "fanout top: "+format+"\n", args...)
 		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			return 0
-		}
-		return fail(2, "%v", err)
-	}
-	if fs.NArg() > 0 {
-		return fail(2, "unexpected arguments %q", fs.Args())
+	if code, done := parseSubcommand(fs, args, stderr); done {
+		return code
 	}
 	if *interval < 100*time.Millisecond {
 		return fail(2, "--interval %s is too short; use at least 100ms", *interval)
