@@ -257,7 +257,7 @@ func svgPlot(r *soakReport, a *soakAudit) string {
 			reads[i]++
 		}
 	}
-	for _, op := range r.writeErrors {
+	for _, op := range r.WriteFailures {
 		if i := int(op.Start.Sub(r.start).Seconds() / fb); i >= 0 && i < nf {
 			writes[i]++
 		}

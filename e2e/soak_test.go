@@ -104,12 +104,14 @@ type soakReport struct {
 	// EnvS is what of WallS went to setting up the real node's
 	// environment (nothing when an earlier test did): WallS − EnvS is
 	// what the soak adds to a suite.
-	EnvS           float64             `json:"env_s"`
-	GraceS         float64             `json:"grace_s"`
-	APIServers     []string            `json:"apiservers"`
-	Faults         []soakFaultReport   `json:"faults"`
-	Writes         soakWriteCheck      `json:"writes"`
-	WriteErrors    int                 `json:"write_errors"`
+	EnvS        float64           `json:"env_s"`
+	GraceS      float64           `json:"grace_s"`
+	APIServers  []string          `json:"apiservers"`
+	Faults      []soakFaultReport `json:"faults"`
+	Writes      soakWriteCheck    `json:"writes"`
+	WriteErrors int               `json:"write_errors"`
+	// WriteFailures are the writes that returned an error, each with it.
+	WriteFailures  []soakOp            `json:"write_failures"`
 	Reads          int                 `json:"reads"`
 	ReadFailures   []soakFailure       `json:"read_failures"`
 	ReadsOutside   int                 `json:"read_failures_outside_windows"`
@@ -131,8 +133,7 @@ type soakReport struct {
 	Checks         map[string]string   `json:"checks"`
 	Extra          map[string][]string `json:"extra,omitempty"`
 
-	start       time.Time
-	writeErrors []soakOp
+	start time.Time
 }
 
 type soakFaultReport struct {
@@ -416,10 +417,10 @@ func TestSoak(t *testing.T) {
 	r.Writes = soakCheckWrites(ctx, t, cp, ns, &ledger)
 	for _, op := range ledger.snapshot() {
 		if op.Err != "" {
-			r.writeErrors = append(r.writeErrors, op)
+			r.WriteFailures = append(r.WriteFailures, op)
 		}
 	}
-	r.WriteErrors = len(r.writeErrors)
+	r.WriteErrors = len(r.WriteFailures)
 	r.Reads, r.ReadFailures = reads.snapshot()
 	r.attribute()
 	r.RelistsFanout, r.RelistsL4 = fanoutLists.Total()-fanoutBase, l4Lists.Total()-l4Base
@@ -577,7 +578,7 @@ func (r *soakReport) attribute() {
 			r.Faults[rf.Fault].ReadFailures++
 		}
 	}
-	for _, op := range r.writeErrors {
+	for _, op := range r.WriteFailures {
 		if j := in(op.Start, op.End); j >= 0 {
 			r.Faults[j].WriteErrors++
 		}
@@ -667,6 +668,10 @@ func (r *soakReport) summary(out string) string {
 		}
 		fmt.Fprintf(&b, "  %6.0fs %-15s %-30s %5.1f s  failed reads %3d, write errors %3d%s\n",
 			f.StartS, f.Kind, f.Target, f.EndS-f.StartS, f.ReadFailures, f.WriteErrors, lag)
+	}
+	for _, op := range r.WriteFailures {
+		fmt.Fprintf(&b, "  write error: %s %s at %.1f s, %.1f s: %s\n", op.Kind, op.ID,
+			op.Start.Sub(r.start).Seconds(), op.End.Sub(op.Start).Seconds(), op.Err)
 	}
 	w := r.Writes
 	fmt.Fprintf(&b, "writes: %d (%d confirmed, %d indeterminate); lost %d, duplicated %d, unknown %d; %d objects at the end\n",
