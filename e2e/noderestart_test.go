@@ -149,8 +149,10 @@ func TestNodeRestartGap(t *testing.T) {
 // refused, but a request waits in the backlog until fanout is back, and
 // the client's own timeout (podclient: 5 s) ends those that wait longer.
 // It wants some refused without the holder in the second restart, none
-// with it. Measured: docs/resilience.md.
+// with it. Measured: docs/resilience.md. About a minute on the node; left
+// out of make test (FANOUT_E2E_LONG=1) for CI's time budget.
 func TestNodeCrashLoopGap(t *testing.T) {
+	skipUnlessLong(t, "TestNodeRestartGap checks the held socket across a restart")
 	e := realNode(t)
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
