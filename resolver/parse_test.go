@@ -93,3 +93,54 @@ func TestNormalize(t *testing.T) {
 		})
 	}
 }
+
+// TestParseServerService checks endpointslice:///namespace/*: the Service
+// the kubeconfig's server names, as a pod in that namespace resolves it,
+// and the kubeconfig's server alone when it names none.
+func TestParseServerService(t *testing.T) {
+	api := APIServer{URL: "https://10.96.0.1:443", Transport: http.DefaultTransport}
+	discovery := func() (APIServer, error) { return api, nil }
+	tests := []struct {
+		server, spec string
+		want         Resolver
+		wantErr      string
+	}{
+		{"https://kube-apiserver", "endpointslice:///shoot--p--c/*",
+			&EndpointSlices{Namespace: "shoot--p--c", Service: "kube-apiserver", Fallback: []Endpoint{{Address: "kube-apiserver:443"}}}, ""},
+		{"https://virtual-garden-kube-apiserver.garden.svc:443", "endpointslice:///other/*",
+			&EndpointSlices{Namespace: "garden", Service: "virtual-garden-kube-apiserver", Fallback: []Endpoint{{Address: "virtual-garden-kube-apiserver.garden.svc:443"}}}, ""},
+		{"https://kube-apiserver.shoot--p--c.svc.cluster.local", "endpointslice:///x/*:https",
+			&EndpointSlices{Namespace: "shoot--p--c", Service: "kube-apiserver", PortName: "https", Fallback: []Endpoint{{Address: "kube-apiserver.shoot--p--c.svc.cluster.local:443"}}}, ""},
+		{"https://kube-apiserver.shoot--p--c", "endpointslice:///x/*",
+			&EndpointSlices{Namespace: "shoot--p--c", Service: "kube-apiserver", Fallback: []Endpoint{{Address: "kube-apiserver.shoot--p--c:443"}}}, ""},
+		// Names no Service: the kubeconfig's server alone.
+		{"https://10.0.0.1:6443", "endpointslice:///ns/*", Static{Endpoints: []Endpoint{{Address: "10.0.0.1:6443"}}}, ""},
+		{"https://api.shoot.example.com", "endpointslice:///ns/*", Static{Endpoints: []Endpoint{{Address: "api.shoot.example.com:443"}}}, ""},
+		{"https://9lives", "endpointslice:///ns/*", Static{Endpoints: []Endpoint{{Address: "9lives:443"}}}, ""},
+		{"https://kube-apiserver", "endpointslice:///Bad/*", nil, "namespace \"Bad\""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.server+" "+tt.spec, func(t *testing.T) {
+			u, err := url.Parse(tt.server)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := Parse(tt.spec, Config{Fallback: u, Discovery: discovery})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse(%q) error = %v, want one containing %q", tt.spec, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%q) = %v", tt.spec, err)
+			}
+			if es, ok := r.(*EndpointSlices); ok {
+				es.APIServer = APIServer{}
+			}
+			if !reflect.DeepEqual(r, tt.want) {
+				t.Fatalf("Parse(%q) with server %s = %+v, want %+v", tt.spec, tt.server, r, tt.want)
+			}
+		})
+	}
+}

@@ -87,8 +87,10 @@ type Config struct {
 //	https://host:port[,https://host:port...]   a static list
 //	dns:///name[:port]                         A/AAAA records of name, every 5s (port 443 by default)
 //	endpointslice:///namespace/service[:port]  EndpointSlices of a Service; port is a port name
+//	endpointslice:///namespace/*               EndpointSlices of the Service the kubeconfig's server names
 //
-// An empty spec means the kubeconfig server alone (c.Fallback).
+// An empty spec means the kubeconfig server alone (c.Fallback). For the
+// "*" form see ServerService.
 func Parse(spec string, c Config) (Resolver, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
@@ -171,9 +173,48 @@ func parseDNS(spec, after string, c Config) (Resolver, error) {
 	return &DNS{Host: host, Port: port, Fallback: c.fallback(), Clock: c.Clock, Log: c.Log, Metrics: c.Metrics}, nil
 }
 
-// parseEndpointSlice accepts endpointslice:///namespace/service[:port-name].
+// ServerServiceWildcard, as the Service of an endpointslice:/// spec,
+// stands for the Service that the kubeconfig's server names
+// (ServerService).
+const ServerServiceWildcard = "*"
+
+// ServerService returns the Service that server's host names, the way a
+// pod in namespace ns resolves it through cluster DNS: "svc" (the pod's
+// own namespace, as its DNS search path does), "svc.other",
+// "svc.other.svc" and "svc.other.svc.<cluster domain>". A hosted control
+// plane's clients reach their kube-apiserver as https://kube-apiserver,
+// the Service beside them in the hosting cluster (Gardener: generic-
+// token-kubeconfig). An IP address, or a name of more labels whose third
+// is not "svc", names no Service: why says so.
+func ServerService(server *url.URL, ns string) (namespace, service, why string) {
+	if server == nil || server.Hostname() == "" {
+		return "", "", "the kubeconfig has no server"
+	}
+	host := strings.TrimSuffix(server.Hostname(), ".")
+	if net.ParseIP(host) != nil {
+		return "", "", fmt.Sprintf("the server %s is an IP address, not a Service name", host)
+	}
+	labels := strings.Split(host, ".")
+	switch {
+	case len(labels) == 1:
+	case len(labels) == 2 || labels[2] == "svc":
+		ns = labels[1]
+	default:
+		return "", "", fmt.Sprintf("the server %s is not a Service name (service, service.namespace or service.namespace.svc[.domain])", host)
+	}
+	if err := checkService(labels[0]); err != nil {
+		return "", "", fmt.Sprintf("the server %s: %q is not a Service name: %v", host, labels[0], err)
+	}
+	if err := checkNamespace(ns); err != nil {
+		return "", "", fmt.Sprintf("the server %s: %q is not a namespace: %v", host, ns, err)
+	}
+	return ns, labels[0], ""
+}
+
+// parseEndpointSlice accepts endpointslice:///namespace/service[:port-name]
+// and endpointslice:///namespace/* (ServerServiceWildcard).
 func parseEndpointSlice(spec, after string, c Config) (Resolver, error) {
-	const want = "expected endpointslice:///namespace/service[:port-name]"
+	const want = "expected endpointslice:///namespace/service[:port-name] or endpointslice:///namespace/*"
 	path, ok := strings.CutPrefix(after, "/")
 	ns, svc, ok2 := strings.Cut(path, "/")
 	if !ok || !ok2 || strings.Contains(svc, "/") {
@@ -182,6 +223,20 @@ func parseEndpointSlice(spec, after string, c Config) (Resolver, error) {
 	svc, port, hasPort := strings.Cut(svc, ":")
 	if err := checkNamespace(ns); err != nil {
 		return nil, fmt.Errorf("--endpoints %q: namespace %q: %v; %s", spec, ns, err, want)
+	}
+	if svc == ServerServiceWildcard {
+		var why string
+		if ns, svc, why = ServerService(c.Fallback, ns); why != "" {
+			// Not an error: a hosted control plane's client may be
+			// pointed at an address outside the namespace, and a
+			// sidecar that refused to start would stop the client too.
+			logger(c.Log).Warn("--endpoints names the kubeconfig server's Service, but the server names none: using the kubeconfig's server alone",
+				"endpoints", spec, "reason", why)
+			if ep := c.fallback(); len(ep) > 0 {
+				return Static{Endpoints: ep}, nil
+			}
+			return nil, fmt.Errorf("--endpoints %q: %s, and the kubeconfig has no usable server", spec, why)
+		}
 	}
 	if err := checkService(svc); err != nil {
 		return nil, fmt.Errorf("--endpoints %q: service %q: %v; %s", spec, svc, err, want)

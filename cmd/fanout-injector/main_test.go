@@ -42,6 +42,7 @@ func TestFlags(t *testing.T) {
 		{"bad quantity", []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i", "--sidecar-memory-limit", "lots"}, 2, "--sidecar-memory-limit"},
 		{"request above limit", []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i", "--sidecar-memory-request", "1Gi"}, 2, "exceeds its limit"},
 		{"same ports", []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i", "--sidecar-admin-port", "7080"}, 2, "must differ"},
+		{"bad hosted label", []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i", "--hosted-pod-labels", "bad key!=x"}, 2, "--hosted-pod-labels"},
 		{"unreadable key pair", []string{"--tls-cert-file", cert, "--tls-private-key-file", cert, "--sidecar-image", "i"}, 1, "--tls-private-key-file"},
 	}
 	for _, tt := range tests {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
 )
@@ -26,6 +27,7 @@ type options struct {
 	memoryLimit    string
 	logFormat      string
 	verbosity      int
+	hostedLabels   map[string]string
 	sidecar        webhook.Config
 }
 
@@ -38,6 +40,7 @@ func newOptions() *options {
 		memoryRequest:  "32Mi",
 		memoryLimit:    "256Mi",
 		logFormat:      "text",
+		hostedLabels:   webhook.DefaultHostedPodLabels,
 		sidecar:        webhook.DefaultConfig(),
 	}
 }
@@ -64,6 +67,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.sidecar.RunAsGroup, "sidecar-run-as-group", o.sidecar.RunAsGroup,
 		"gid of the sidecar when the client sets neither runAsUser nor runAsGroup. Otherwise the sidecar takes the client's runAsGroup, or gid 0 when the client sets a user only, as the container runtime gives it.")
 	fs.StringSliceVar(&o.sidecar.ExtraArgs, "sidecar-extra-args", o.sidecar.ExtraArgs, "Arguments appended to every sidecar's command line, e.g. --balancer=round-robin,--probe-interval=5s.")
+	fs.StringToStringVar(&o.hostedLabels, "hosted-pod-labels", o.hostedLabels,
+		"Labels added to pods injected in a namespace labelled fanout.dev/inject=hosted, where the pod lacks them: NetworkPolicy selectors that let the sidecar reach the hosting cluster's kube-apiserver for discovery. "+
+			"The default is Gardener's; pass --hosted-pod-labels= (empty) for none.")
 	fs.StringVar(&o.logFormat, "log-format", o.logFormat, "Log format: text or json.")
 	fs.IntVarP(&o.verbosity, "v", "v", o.verbosity, "Log verbosity: 0 info, 1 debug.")
 }
@@ -110,6 +116,12 @@ func (o *options) complete() error {
 			*list = corev1.ResourceList{}
 		}
 		(*list)[q.name] = v
+	}
+	o.sidecar.HostedPodLabels = o.hostedLabels
+	for k, v := range o.hostedLabels {
+		for _, msg := range append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...) {
+			errs = append(errs, fmt.Errorf("--hosted-pod-labels %s=%s: %s", k, v, msg))
+		}
 	}
 	if err := o.sidecar.Validate(); err != nil {
 		errs = append(errs, err)

@@ -86,7 +86,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Engine.Endpoints, "endpoints", c.Engine.Endpoints,
 		"kube-apiserver endpoints: a comma-separated list of https://host:port; dns:///name:port (A/AAAA records, looked up every 5s); "+
 			"or endpointslice:///namespace/service[:port-name] (the Service's EndpointSlices, watched; e.g. endpointslice:///default/kubernetes; "+
-			"terminating endpoints get no new requests). Discovery failures keep the last known endpoints, and until discovery first succeeds fanout uses the kubeconfig's server. "+
+			"terminating endpoints get no new requests); endpointslice:///namespace/* takes the Service the kubeconfig's server names "+
+			"(https://service resolved in namespace, or https://service.namespace[.svc[.domain]]), as a hosted control plane's clients reach their kube-apiserver, "+
+			"and the kubeconfig's server alone if it names none (docs/hosted-control-planes.md). Discovery failures keep the last known endpoints, and until discovery first succeeds fanout uses the kubeconfig's server. "+
 			"Default: the kubeconfig's server alone.")
 	fs.StringVar(&c.DiscoveryKubeconfig, "discovery-kubeconfig", c.DiscoveryKubeconfig,
 		"Credentials for --endpoints endpointslice:///...: empty uses --kubeconfig (its server, directly); a path uses that kubeconfig, read as --kubeconfig is (no exec or auth-provider plugins); "+

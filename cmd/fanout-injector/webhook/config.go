@@ -3,6 +3,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,9 +28,30 @@ const (
 	// while fanout restarts, so that the client's connections wait
 	// instead of being refused (docs/resilience.md, fanout restarts).
 	AnnotationHoldListener = "fanout.dev/hold-listener"
+	// AnnotationDiscoveryKubeconfig overrides the sidecar's
+	// --discovery-kubeconfig for one pod: "in-cluster" (the pod's service
+	// account, projected into the sidecar only when the pod does not mount
+	// it) or an absolute path.
+	AnnotationDiscoveryKubeconfig = "fanout.dev/discovery-kubeconfig"
+	// AnnotationTLSServerName sets the sidecar's --tls-server-name.
+	AnnotationTLSServerName = "fanout.dev/tls-server-name"
+	// AnnotationCPURequest and its siblings override the injector's
+	// --sidecar-cpu-request, --sidecar-cpu-limit,
+	// --sidecar-memory-request and --sidecar-memory-limit for one pod.
+	AnnotationCPURequest    = "fanout.dev/sidecar-cpu-request"
+	AnnotationCPULimit      = "fanout.dev/sidecar-cpu-limit"
+	AnnotationMemoryRequest = "fanout.dev/sidecar-memory-request"
+	AnnotationMemoryLimit   = "fanout.dev/sidecar-memory-limit"
 	// AnnotationInjected marks a mutated pod; its value lists the client
 	// containers that were pointed at fanout.
 	AnnotationInjected = "fanout.dev/injected"
+	// NamespaceEnabled and NamespaceHosted are the values of LabelInject
+	// on a Namespace that switch injection on for the control-plane
+	// clients in it (see Scope); LabelOptOut, on a pod there, keeps that
+	// pod out.
+	NamespaceEnabled = "enabled"
+	NamespaceHosted  = "hosted"
+	LabelOptOut      = "false"
 	// annotationMirror marks the API copy of a static pod.
 	annotationMirror = "kubernetes.io/config.mirror"
 
@@ -51,7 +73,36 @@ const (
 	AdminPortName = "fanout-admin"
 	// ServiceAccountDir is where the kubelet mounts the pod's token and CA.
 	ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// DiscoveryVolumeName is the projected volume of the pod's own
+	// service account token, the cluster CA and the namespace that the
+	// sidecar alone mounts at ServiceAccountDir when its discovery uses
+	// the pod's service account and the pod mounts none
+	// (automountServiceAccountToken: false, as hosted control planes run
+	// their clients).
+	DiscoveryVolumeName = "fanout-discovery"
+	// DiscoveryTokenSeconds is that token's lifetime; the kubelet renews
+	// it at 80 %, and fanout re-reads the file.
+	DiscoveryTokenSeconds = 3600
+	// PodNamespaceEnv is the sidecar's environment variable holding the
+	// pod's namespace (downward API), which HostedEndpoints names.
+	PodNamespaceEnv = "FANOUT_POD_NAMESPACE"
+	// HostedEndpoints is a hosted control plane client's --endpoints: the
+	// EndpointSlices of the Service its kubeconfig's server names, in the
+	// pod's own namespace (https://kube-apiserver in Gardener), read in
+	// the hosting cluster with the pod's service account.
+	HostedEndpoints = "endpointslice:///$(" + PodNamespaceEnv + ")/*"
+	// DiscoveryInCluster is fanout's --discovery-kubeconfig value for the
+	// pod's service account.
+	DiscoveryInCluster = "in-cluster"
 )
+
+// DefaultHostedPodLabels are added to hosted control plane pods the
+// injector mutates (Scope hosted), unless the pod sets them: Gardener's
+// NetworkPolicy label that lets a seed pod reach the seed's (the hosting
+// cluster's) kube-apiserver, where the sidecar reads the EndpointSlices.
+// Egress to the kube-apiserver pods themselves is what the client already
+// has (networking.resources.gardener.cloud/to-kube-apiserver-tcp-443).
+var DefaultHostedPodLabels = map[string]string{"networking.gardener.cloud/to-runtime-apiserver": "allowed"}
 
 // Config is how the injector builds sidecars. It is immutable once the
 // injector runs, so Mutate is safe for concurrent use.
@@ -76,6 +127,9 @@ type Config struct {
 	RunAsGroup int64
 	// ExtraArgs are appended to the sidecar's arguments.
 	ExtraArgs []string
+	// HostedPodLabels are set on pods injected in Scope hosted, where
+	// the pod has no such label yet (NetworkPolicy selectors).
+	HostedPodLabels map[string]string
 }
 
 // DefaultConfig returns the defaults of fanout-injector's flags.
@@ -87,6 +141,7 @@ func DefaultConfig() Config {
 		MaxShutdownGrace: 10 * time.Second,
 		RunAsUser:        65532,
 		RunAsGroup:       65532,
+		HostedPodLabels:  maps.Clone(DefaultHostedPodLabels),
 	}
 }
 

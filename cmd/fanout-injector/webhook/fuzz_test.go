@@ -203,7 +203,9 @@ func FuzzMutate(f *testing.F) {
 		if err := json.Unmarshal(data, &in); err != nil || checkPod(&in) != nil {
 			t.Skip()
 		}
-		checkMutation(t, cfg, &in)
+		for _, scope := range scopes {
+			checkMutation(t, cfg, &in, scope)
+		}
 	})
 }
 
@@ -246,7 +248,10 @@ func FuzzMutateArgs(f *testing.F) {
 		if checkPod(in) != nil {
 			t.Skip()
 		}
-		out := checkMutation(t, cfg, in)
+		for _, scope := range scopes[1:] {
+			checkMutation(t, cfg, in, scope)
+		}
+		out := checkMutation(t, cfg, in, ScopePod)
 		if out == nil {
 			return
 		}
@@ -271,12 +276,14 @@ func FuzzMutateArgs(f *testing.F) {
 	})
 }
 
-// checkMutation checks Mutate's invariants on in and returns the mutated
-// pod, or nil when in was skipped.
-func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
+var scopes = []Scope{ScopePod, ScopeNamespace, ScopeHosted}
+
+// checkMutation checks MutateIn's invariants on in for scope and returns
+// the mutated pod, or nil when in was skipped.
+func checkMutation(t *testing.T, cfg Config, in *corev1.Pod, scope Scope) *corev1.Pod {
 	t.Helper()
 	snapshot := in.DeepCopy()
-	out, ops, d := cfg.plan(in)
+	out, ops, d := cfg.plan(in, scope)
 	if !reflect.DeepEqual(in, snapshot) {
 		t.Fatal("Mutate modified its input")
 	}
@@ -289,7 +296,7 @@ func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
 	if err := checkPod(out); err != nil {
 		t.Fatalf("mutated pod is invalid: %v", err)
 	}
-	again, d2 := cfg.Mutate(out.DeepCopy())
+	again, d2 := cfg.MutateIn(out.DeepCopy(), scope)
 	if d2.Mutated || d2.Removed || !reflect.DeepEqual(again, out) {
 		t.Fatalf("second pass changed the pod: %+v", d2)
 	}
@@ -327,8 +334,17 @@ func checkMutation(t *testing.T, cfg Config, in *corev1.Pod) *corev1.Pod {
 	if sc.Name != SidecarName || (sc.Args[0] != "--in-cluster" && !path.IsAbs(sc.Args[0][len("--kubeconfig="):])) {
 		t.Fatalf("sidecar %+v", sc)
 	}
-	if d.InCluster && !slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == ServiceAccountDir }) {
+	saMount := slices.ContainsFunc(sc.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == ServiceAccountDir })
+	if d.InCluster && !saMount {
 		t.Fatalf("in-cluster sidecar without the service account mount: %+v", sc.VolumeMounts)
+	}
+	if slices.Contains(sc.Args, "--discovery-kubeconfig="+DiscoveryInCluster) && !saMount {
+		t.Fatalf("sidecar discovering as the pod's service account without its token: %+v", sc.VolumeMounts)
+	}
+	for i, c := range out.Spec.Containers {
+		if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == DiscoveryVolumeName }) {
+			t.Fatalf("client container %d mounts the sidecar's discovery token", i)
+		}
 	}
 	return out
 }

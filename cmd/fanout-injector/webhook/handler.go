@@ -23,7 +23,7 @@ const maxReviewBytes = 8 << 20
 // whatever those types do not know (newer fields, volume sources) is kept
 // only because the patch never writes back a decoded container or volume.
 type Mutator interface {
-	Patch(pod *corev1.Pod) ([]PatchOp, Decision)
+	Patch(pod *corev1.Pod, scope Scope) ([]PatchOp, Decision)
 }
 
 var _ Mutator = Config{}
@@ -50,6 +50,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "POST an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
 		return
 	}
+	scope, ok := ScopeOfPath(r.URL.Path)
+	if !ok {
+		http.Error(w, "unknown path: POST to /mutate, /mutate/namespace or /mutate/hosted", http.StatusNotFound)
+		return
+	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
 	if err != nil || len(body) > maxReviewBytes {
 		http.Error(w, "reading the AdmissionReview failed or it exceeds 8 MiB", http.StatusBadRequest)
@@ -60,7 +65,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("expected an admission.k8s.io/v1 AdmissionReview with a request: %v", err), http.StatusBadRequest)
 		return
 	}
-	resp := h.Review(review.Request)
+	resp := h.Review(review.Request, scope)
 	out := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
 		Response: resp,
@@ -69,8 +74,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(out)
 }
 
-// Review decides on one admission request.
-func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+// Review decides on one admission request that scope opted in.
+func (h *Handler) Review(req *admissionv1.AdmissionRequest, scope Scope) *admissionv1.AdmissionResponse {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	if req.Kind.Kind != "Pod" || req.Kind.Group != "" || req.SubResource != "" || req.Operation != admissionv1.Create {
 		// The webhook configuration sends pod CREATEs only; anything
@@ -83,7 +88,7 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		resp.Warnings = []string{"fanout-injector could not decode the pod and left it unmutated: " + err.Error()}
 		return resp
 	}
-	ops, d := h.mutator.Patch(&pod)
+	ops, d := h.mutator.Patch(&pod, scope)
 	h.metrics.observe(d)
 	if d.Warning != "" {
 		resp.Warnings = []string{d.Warning}
@@ -110,6 +115,6 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 		h.log.Info("fanout removed from a pod made hostNetwork after injection", "namespace", req.Namespace, "pod", name, "clients", d.Clients)
 		return resp
 	}
-	h.log.Info("pod injected", "namespace", req.Namespace, "pod", name, "clients", d.Clients, "inCluster", d.InCluster)
+	h.log.Info("pod injected", "namespace", req.Namespace, "pod", name, "scope", scope, "clients", d.Clients, "inCluster", d.InCluster)
 	return resp
 }

@@ -27,7 +27,7 @@ func indexOf(list []corev1.Container, name string) int {
 // nothing of that is added; a later hostNetwork removes both sidecars.
 func TestMutateHoldListener(t *testing.T) {
 	cfg := testConfig()
-	out := checkMutation(t, cfg, holdPod("true"))
+	out := checkMutation(t, cfg, holdPod("true"), ScopePod)
 	if out == nil {
 		t.Fatal("a pod asking for the holder was not injected")
 	}
@@ -66,7 +66,7 @@ func TestMutateHoldListener(t *testing.T) {
 
 	// A later webhook makes it hostNetwork: both sidecars and the volume go.
 	out.Spec.HostNetwork = true
-	checkMutation(t, cfg, out) // the patch and Mutate agree
+	checkMutation(t, cfg, out, ScopePod) // the patch and Mutate agree
 	removed, d := cfg.Mutate(out)
 	if !d.Removed || indexOf(removed.Spec.InitContainers, HolderName) >= 0 ||
 		slices.ContainsFunc(removed.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == HoldVolumeName }) {

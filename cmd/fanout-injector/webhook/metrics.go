@@ -18,7 +18,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_injector_skipped_total",
-			Help: "Admission requests for pods the injector left unmutated, by reason (not-labelled, already-injected, mirror-pod, host-network, no-kubeconfig, conflict, invalid).",
+			Help: "Admission requests for pods the injector left unmutated, by reason (not-labelled, already-injected, mirror-pod, host-network, no-kubeconfig, conflict, invalid, opted-out, not-a-client).",
 		}, []string{"reason"}),
 	}
 	for _, r := range Reasons {

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -38,10 +39,60 @@ const (
 	ReasonConflict Reason = "conflict"
 	// ReasonInvalid: the request could not be decoded as a Pod.
 	ReasonInvalid Reason = "invalid"
+	// ReasonOptedOut: a pod labelled fanout.dev/inject=false in a
+	// namespace that opted in (the webhook's objectSelector should have
+	// kept it away).
+	ReasonOptedOut Reason = "opted-out"
+	// ReasonNotAClient: in a namespace that opted in, a pod that names no
+	// kubeconfig (etcd, the kube-apiserver pods, monitoring), or whose
+	// only sign of being a client is a mounted service account token,
+	// which most pods have without using it. Left alone without a
+	// warning.
+	ReasonNotAClient Reason = "not-a-client"
 )
 
 // Reasons lists every Reason, so that metrics start at zero.
-var Reasons = []Reason{ReasonNotLabelled, ReasonAlreadyInjected, ReasonMirrorPod, ReasonHostNetwork, ReasonNoKubeconfig, ReasonConflict, ReasonInvalid}
+var Reasons = []Reason{ReasonNotLabelled, ReasonAlreadyInjected, ReasonMirrorPod, ReasonHostNetwork, ReasonNoKubeconfig, ReasonConflict, ReasonInvalid, ReasonOptedOut, ReasonNotAClient}
+
+// Scope is what opted a pod in: which entry of the
+// MutatingWebhookConfiguration sent the review, told by its path.
+type Scope string
+
+const (
+	// ScopePod: the pod's label fanout.dev/inject=true (path /mutate).
+	// Every client the injector recognises is injected, in-cluster ones
+	// included; anything else is admitted with a warning.
+	ScopePod Scope = "pod"
+	// ScopeNamespace: the namespace's label fanout.dev/inject=enabled
+	// (path /mutate/namespace). Pods that name a kubeconfig (flag or
+	// KUBECONFIG) are injected as with ScopePod; in-cluster clients only
+	// when the pod is labelled fanout.dev/inject=true too; other pods
+	// are left alone without a warning (ReasonNotAClient);
+	// fanout.dev/inject=false on a pod keeps it out.
+	ScopeNamespace Scope = "namespace"
+	// ScopeHosted: the namespace's label fanout.dev/inject=hosted (path
+	// /mutate/hosted), for the namespace of a hosted control plane in
+	// the hosting cluster. As ScopeNamespace, and a kubeconfig client's
+	// sidecar discovers the replicas of the Service its kubeconfig's
+	// server names, beside it in the hosting cluster (HostedEndpoints),
+	// with the pod's own service account projected into the sidecar
+	// only; the pod gets Config.HostedPodLabels.
+	ScopeHosted Scope = "hosted"
+)
+
+// ScopeOfPath maps a webhook path to its Scope; ok is false for an
+// unknown path.
+func ScopeOfPath(p string) (s Scope, ok bool) {
+	switch p {
+	case "/mutate":
+		return ScopePod, true
+	case "/mutate/namespace":
+		return ScopeNamespace, true
+	case "/mutate/hosted":
+		return ScopeHosted, true
+	}
+	return "", false
+}
 
 // Decision is the outcome of Mutate and Patch.
 type Decision struct {
@@ -69,24 +120,32 @@ type Decision struct {
 var kubeconfigFlags = []string{"kubeconfig", "authentication-kubeconfig", "authorization-kubeconfig"}
 
 // Mutate returns a mutated deep copy of pod, or pod itself and the reason
-// it was left alone. It is pure and idempotent: mutating its own output
-// changes nothing.
+// it was left alone, for a pod opted in by its label (ScopePod). It is
+// pure and idempotent: mutating its own output changes nothing.
 func (c Config) Mutate(pod *corev1.Pod) (*corev1.Pod, Decision) {
-	out, _, d := c.plan(pod)
+	return c.MutateIn(pod, ScopePod)
+}
+
+// MutateIn is Mutate for a pod opted in by scope.
+func (c Config) MutateIn(pod *corev1.Pod, scope Scope) (*corev1.Pod, Decision) {
+	out, _, d := c.plan(pod, scope)
 	return out, d
 }
 
-// Patch decides like Mutate and returns the change as JSON Patch
+// Patch decides like MutateIn and returns the change as JSON Patch
 // operations against the pod's JSON as kube-apiserver sent it: nil when
 // the pod stays as it is.
-func (c Config) Patch(pod *corev1.Pod) ([]PatchOp, Decision) {
-	_, ops, d := c.plan(pod)
+func (c Config) Patch(pod *corev1.Pod, scope Scope) ([]PatchOp, Decision) {
+	_, ops, d := c.plan(pod, scope)
 	return ops, d
 }
 
-func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
-	if pod.Labels[LabelInject] != "true" {
+func (c Config) plan(pod *corev1.Pod, scope Scope) (*corev1.Pod, []PatchOp, Decision) {
+	switch label := pod.Labels[LabelInject]; {
+	case scope == ScopePod && label != "true":
 		return pod, nil, Decision{Reason: ReasonNotLabelled}
+	case scope != ScopePod && label == LabelOptOut:
+		return pod, nil, Decision{Reason: ReasonOptedOut}
 	}
 	if _, ok := pod.Annotations[AnnotationInjected]; ok {
 		if pod.Spec.HostNetwork {
@@ -95,6 +154,9 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 		return pod, nil, Decision{Reason: ReasonAlreadyInjected}
 	}
 	left := func(r Reason, msg string) (*corev1.Pod, []PatchOp, Decision) { return pod, nil, skip(r, msg) }
+	if scope != ScopePod && !isClient(pod) {
+		return pod, nil, Decision{Reason: ReasonNotAClient}
+	}
 	if _, ok := pod.Annotations[annotationMirror]; ok {
 		return left(ReasonMirrorPod, "mirror pod of a static pod: the kubelet runs the manifest on disk, not this object; add fanout to the manifest by hand (docs/static-pods.md)")
 	}
@@ -108,15 +170,7 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 	if reason != "" {
 		return left(reason, msg)
 	}
-	endpoints := c.Endpoints
-	if v, ok := pod.Annotations[AnnotationEndpoints]; ok {
-		v = strings.TrimSpace(v)
-		if v == "" || strings.ContainsAny(v, " \t\r\n") {
-			return left(ReasonConflict, fmt.Sprintf("annotation %s=%q is not a fanout --endpoints value (no spaces; e.g. https://10.0.0.11:6443,https://10.0.0.12:6443)", AnnotationEndpoints, v))
-		}
-		endpoints = v
-	}
-	hold, msg := c.wantsHolder(pod)
+	set, msg := c.settings(pod, t, scope)
 	if msg != "" {
 		return left(ReasonConflict, msg)
 	}
@@ -128,7 +182,17 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 	if msg := c.unreadable(pod, first, t); msg != "" {
 		return left(ReasonConflict, msg)
 	}
-	sidecar := c.sidecar(pod, first, mounts, t, endpoints, hold)
+	// Discovery as the pod's service account, which the pod does not
+	// mount: the sidecar alone gets a token of it.
+	projectToken := set.discovery == DiscoveryInCluster &&
+		!slices.ContainsFunc(mounts, func(m corev1.VolumeMount) bool { return path.Clean(m.MountPath) == ServiceAccountDir })
+	if projectToken {
+		if slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == DiscoveryVolumeName }) {
+			return left(ReasonConflict, fmt.Sprintf("the pod already has a volume named %q, which the sidecar's discovery token uses", DiscoveryVolumeName))
+		}
+		mounts = append(slices.Clip(mounts), corev1.VolumeMount{Name: DiscoveryVolumeName, MountPath: ServiceAccountDir, ReadOnly: true})
+	}
+	sidecar := c.sidecar(pod, first, mounts, t, set)
 
 	p := &patcher{pod: pod.DeepCopy()}
 	var names []string
@@ -139,7 +203,7 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 		appendTo(p, &ct.VolumeMounts, containerPath(false, i)+"/volumeMounts",
 			corev1.VolumeMount{Name: VolumeName, MountPath: MountPath, ReadOnly: true})
 	}
-	if hold {
+	if set.hold {
 		// Native sidecars start in order: the holder binds first.
 		appendTo(p, &p.pod.Spec.InitContainers, "/spec/initContainers", c.holder(&sidecar))
 	}
@@ -150,13 +214,23 @@ func (c Config) plan(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 			SizeLimit: ptr.To(resource.MustParse("1Mi")),
 		}},
 	})
-	if hold {
+	if set.hold {
 		appendTo(p, &p.pod.Spec.Volumes, "/spec/volumes", corev1.Volume{
 			Name: HoldVolumeName,
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 				SizeLimit: ptr.To(resource.MustParse("1Mi")),
 			}},
 		})
+	}
+	if projectToken {
+		appendTo(p, &p.pod.Spec.Volumes, "/spec/volumes", discoveryVolume())
+	}
+	if scope == ScopeHosted {
+		for _, k := range slices.Sorted(maps.Keys(c.HostedPodLabels)) {
+			if _, ok := p.pod.Labels[k]; !ok {
+				p.setLabel(k, c.HostedPodLabels[k])
+			}
+		}
 	}
 	p.setAnnotation(AnnotationInjected, strings.Join(names, ","))
 	return p.pod, p.ops, Decision{Mutated: true, Clients: names, InCluster: t.path == ""}
@@ -555,16 +629,23 @@ func ShutdownGrace(pod *corev1.Pod, limit time.Duration) time.Duration {
 
 // sidecar builds the fanout init container for client, with mounts (from
 // sidecarMounts) and the emptyDir it writes the localhost kubeconfig to.
-func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []corev1.VolumeMount, t target, endpoints string, hold bool) corev1.Container {
+func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []corev1.VolumeMount, t target, set settings) corev1.Container {
 	var args []string
 	if t.path == "" {
 		args = append(args, "--in-cluster")
 	} else {
 		args = append(args, "--kubeconfig="+t.path)
 	}
-	if endpoints != "" {
-		args = append(args, "--endpoints="+endpoints)
+	if set.endpoints != "" {
+		args = append(args, "--endpoints="+set.endpoints)
 	}
+	if set.discovery != "" {
+		args = append(args, "--discovery-kubeconfig="+set.discovery)
+	}
+	if set.tlsServerName != "" {
+		args = append(args, "--tls-server-name="+set.tlsServerName)
+	}
+	hold := set.hold
 	args = append(args,
 		fmt.Sprintf("--listen-address=127.0.0.1:%d", c.ListenPort),
 		fmt.Sprintf("--admin-address=:%d", c.AdminPort),
@@ -594,14 +675,14 @@ func (c Config) sidecar(pod *corev1.Pod, client *corev1.Container, mounts []core
 		Image:           c.Image,
 		ImagePullPolicy: c.ImagePullPolicy,
 		Args:            args,
-		Env:             []corev1.EnvVar{zoneEnv()},
+		Env:             sidecarEnv(set.endpoints),
 		RestartPolicy:   ptr.To(corev1.ContainerRestartPolicyAlways),
 		Ports:           []corev1.ContainerPort{{Name: AdminPortName, ContainerPort: c.AdminPort, Protocol: corev1.ProtocolTCP}},
 		// /startupz passes once the listener is bound and the kubeconfig
 		// written; it does not wait for an apiserver.
 		StartupProbe:             probe("/startupz", 1, 120),
 		LivenessProbe:            probe("/healthz", 10, 3),
-		Resources:                *c.Resources.DeepCopy(),
+		Resources:                set.resources,
 		VolumeMounts:             mounts,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		SecurityContext: &corev1.SecurityContext{

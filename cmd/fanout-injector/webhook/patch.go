@@ -80,3 +80,14 @@ func containerPath(init bool, i int) string {
 	}
 	return fmt.Sprintf("/spec/containers/%d", i)
 }
+
+// setLabel sets one label, creating the map when the pod has none.
+func (p *patcher) setLabel(k, v string) {
+	if len(p.pod.Labels) == 0 {
+		p.add("/metadata/labels", map[string]string{k: v})
+		p.pod.Labels = map[string]string{k: v}
+		return
+	}
+	p.add("/metadata/labels/"+escape(k), v)
+	p.pod.Labels[k] = v
+}

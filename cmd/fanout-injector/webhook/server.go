@@ -25,8 +25,8 @@ type ServerConfig struct {
 	ListenAddress string
 }
 
-// Server serves the admission handler over TLS at /mutate and answers
-// /healthz.
+// Server serves the admission handler over TLS at /mutate,
+// /mutate/namespace and /mutate/hosted (see Scope) and answers /healthz.
 type Server struct {
 	cfg ServerConfig
 	*serve.Server
@@ -40,6 +40,7 @@ func NewServer(cfg ServerConfig, h *Handler, certs CertificateSource, log *slog.
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", h)
+	mux.Handle("/mutate/", h) // /mutate/namespace, /mutate/hosted: the Scope
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
