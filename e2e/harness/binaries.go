@@ -28,7 +28,7 @@ var kubeCommands = []string{"kube-apiserver", "kube-controller-manager", "kube-s
 // as upstream builds its release binaries, so one build serves the host and
 // the images; a cache filled by an older harness (with cgo) gets static
 // builds of these in its static/ subdirectory.
-var staticCommands = []string{"kube-controller-manager", "kube-scheduler"}
+var staticCommands = []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver"}
 
 // Bins are the paths of the Kubernetes binaries at Version.
 type Bins struct {

@@ -21,6 +21,10 @@ const (
 	PodClientImage         = "localhost/fanout-e2e/podclient:v1"
 	ControllerManagerImage = "registry.k8s.io/kube-controller-manager:" // + version
 	SchedulerImage         = "registry.k8s.io/kube-scheduler:"          // + version
+	// APIServerImage and EtcdImage run a hosted control plane's
+	// kube-apiserver replicas and its etcd as pods (StartHosted).
+	APIServerImage = "localhost/fanout-e2e/kube-apiserver:" // + version
+	EtcdImage      = "localhost/fanout-e2e/etcd:v1"
 )
 
 // Image is an OCI image layout tarball and the reference it is imported as.
@@ -43,11 +47,15 @@ type NodeImages struct {
 	// otherwise, like the upstream images.
 	ControllerManager Image
 	Scheduler         Image
+	// APIServer is kube-apiserver like the two above; Etcd is
+	// e2e/cmd/etcd at /etcd.
+	APIServer Image
+	Etcd      Image
 }
 
 // All lists the images.
 func (im *NodeImages) All() []Image {
-	return []Image{im.Fanout, im.Pause, im.PodClient, im.ControllerManager, im.Scheduler}
+	return []Image{im.Fanout, im.Pause, im.PodClient, im.ControllerManager, im.Scheduler, im.APIServer, im.Etcd}
 }
 
 var nodeImages struct {
@@ -88,6 +96,8 @@ func buildNodeImages(ctx context.Context, bins *Bins, progress io.Writer) (*Node
 		PodClient:         Image{Ref: PodClientImage, Tar: filepath.Join(dir, "podclient.tar")},
 		ControllerManager: Image{Ref: ControllerManagerImage + bins.Version, Tar: filepath.Join(dir, "kube-controller-manager.tar")},
 		Scheduler:         Image{Ref: SchedulerImage + bins.Version, Tar: filepath.Join(dir, "kube-scheduler.tar")},
+		APIServer:         Image{Ref: APIServerImage + bins.Version, Tar: filepath.Join(dir, "kube-apiserver.tar")},
+		Etcd:              Image{Ref: EtcdImage, Tar: filepath.Join(dir, "etcd.tar")},
 	}
 	if err := runCmdWithProgress(ctx, root, "make", []string{"image", "BIN=" + filepath.Join(dir, "bin"), "IMAGE_TAR=" + im.Fanout.Tar, "IMAGE_REF=" + FanoutImage}, nil, progress, "make image"); err != nil {
 		return nil, err
@@ -97,7 +107,7 @@ func buildNodeImages(ctx context.Context, bins *Bins, progress io.Writer) (*Node
 		return nil, err
 	}
 	static := []string{"CGO_ENABLED=0"}
-	for _, c := range []struct{ name, pkg string }{{"pause", "./cmd/pause"}, {"podclient", "./cmd/podclient"}} {
+	for _, c := range []struct{ name, pkg string }{{"pause", "./cmd/pause"}, {"podclient", "./cmd/podclient"}, {"etcd", "./cmd/etcd"}} {
 		if err := runWithProgressEnv(ctx, modDir, []string{"build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "bin", c.name), c.pkg}, static, progress, "building "+c.name); err != nil {
 			return nil, err
 		}
@@ -114,6 +124,8 @@ func buildNodeImages(ctx context.Context, bins *Bins, progress io.Writer) (*Node
 		{im.PodClient, filepath.Join(dir, "bin", "podclient"), "65532:65532", "/podclient", "/"},
 		{im.ControllerManager, filepath.Join(staticDir, "kube-controller-manager"), "0:0", "/usr/local/bin/kube-controller-manager", "/usr/local/bin"},
 		{im.Scheduler, filepath.Join(staticDir, "kube-scheduler"), "0:0", "/usr/local/bin/kube-scheduler", "/usr/local/bin"},
+		{im.APIServer, filepath.Join(staticDir, "kube-apiserver"), "0:0", "/usr/local/bin/kube-apiserver", "/usr/local/bin"},
+		{im.Etcd, filepath.Join(dir, "bin", "etcd"), "0:0", "/etcd", "/"},
 	}
 	for _, b := range builds {
 		args := []string{"-o", b.img.Tar, "-tag", b.img.Ref, "-user", b.user, "-entrypoint", b.entry, "-dir", b.dir, b.bin}

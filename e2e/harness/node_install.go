@@ -127,6 +127,12 @@ patches:
       - op: add
         path: /webhooks/0/clientConfig/caBundle
         value: %[3]s
+      - op: add
+        path: /webhooks/1/clientConfig/caBundle
+        value: %[3]s
+      - op: add
+        path: /webhooks/2/clientConfig/caBundle
+        value: %[3]s
   - target: {kind: Deployment, name: fanout-injector, namespace: fanout-system}
     patch: |-
       - op: test
