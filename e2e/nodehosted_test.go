@@ -68,6 +68,13 @@ func TestNodeHostedControlPlane(t *testing.T) {
 		t.Fatalf("starting the hosted control plane: %v\npods:\n%s", err, e.cp.DescribePods(ctx, hostedNS))
 	}
 	t.Logf("hosted control plane up in %s", time.Since(begin).Round(time.Second))
+	np, err := harness.RepoPath("manifests", "examples", "hosted", "networkpolicy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.cp.Kubectl(ctx, "-n", hostedNS, "apply", "--dry-run=server", "-f", np); err != nil {
+		t.Errorf("the NetworkPolicy example does not apply: %v\n%s", err, out)
+	}
 
 	clients := map[string]*corev1.Pod{} // by Deployment
 	for _, d := range []string{"kube-controller-manager", "kube-scheduler"} {
