@@ -70,8 +70,8 @@ type Hosted struct {
 	// ServiceIP is the ClusterIP of the kube-apiserver Service.
 	ServiceIP string
 	// Client is the hosted cluster's admin (O=system:masters), talking to
-	// the Service from the node's network namespace: the test process has
-	// no route to the pod or service networks of its own.
+	// the Service from a test host's network namespace: the test process
+	// has no route to the pod or service networks of its own.
 	Client kubernetes.Interface
 	Config *rest.Config
 	// AuditDir holds one JSON audit log per kube-apiserver pod, named
@@ -140,7 +140,11 @@ func (n *Node) StartHosted(ctx context.Context, opts HostedOptions) (_ *Hosted, 
 			ServerName: HostedAPIServerService,
 			CAData:     pki.ca.CertPEM, CertData: pki.admin.CertPEM, KeyData: pki.admin.KeyPEM,
 		},
-		Dial:  DialInNetns(n.NS),
+		// From the first apiserver's test host, which routes the service
+		// network to the node (where kube-proxy's rules are): the node's
+		// own namespace has no route to ClusterIPs for locally made
+		// connections.
+		Dial:  DialInNetns(cp.Net.Hosts[0].NS),
 		QPS:   200,
 		Burst: 400,
 	}
