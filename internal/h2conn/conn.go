@@ -216,6 +216,15 @@ func (cc *Conn) CanTakeStream() bool {
 	return cc.err == nil && !cc.goAway && !cc.closing && uint32(len(cc.streams)) < cc.maxStreams
 }
 
+// InFlight reports how many streams the connection carries. A
+// connection that can take no stream (CanTakeStream) and carries none is
+// of no use until its server's SETTINGS change: a pool closes it.
+func (cc *Conn) InFlight() int {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return len(cc.streams)
+}
+
 // CloseWhenIdle makes the connection take no new stream and close once
 // its last stream ends; an idle one closes now.
 func (cc *Conn) CloseWhenIdle() {
