@@ -14,17 +14,15 @@ import (
 // last chunk, the connection closed.
 func TestTruncatedAnswerIsAnError(t *testing.T) {
 	part := strings.Repeat("x", 8<<10)
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	cut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, part)
 		w.(http.Flusher).Flush()
 		panic(http.ErrAbortHandler) // net/http's HTTP/2 server resets the stream
-	}), false)
+	})
 	for _, h2c := range []bool{false, true} {
 		name := map[bool]string{false: "HTTP/1.1", true: "h2c"}[h2c]
 		t.Run(name, func(t *testing.T) {
-			p := newFakePicker(addr)
-			u := newFakeUpstream()
-			u.set(addr, rt)
+			p, u := backend(t, cut)
 			_, _, base := startProxy(t, Config{}, p, u, nil)
 			resp, err := newClient(t, h2c).Get(base + "/api/v1/pods")
 			if err != nil {

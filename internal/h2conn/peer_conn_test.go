@@ -725,10 +725,7 @@ func TestPeerInformationalAndTrailers(t *testing.T) {
 // reach an HTTP/1.1 client as two lines, framed by the first.
 func TestPeerContentLength(t *testing.T) {
 	inBubble(t, "equal values are one", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t)
 		p.writeHeaders(1, false, ":status", "200", "content-length", "4", "content-length", " 4")
 		p.writeData(1, true, "body")
 		res := rt.response()
@@ -738,16 +735,24 @@ func TestPeerContentLength(t *testing.T) {
 		rt.wantBody("body")
 	})
 	inBubble(t, "conflicting values", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t)
 		p.writeHeaders(1, false, ":status", "200", "content-length", "4", "content-length", "40")
 		p.wantRSTStream(1, http2.ErrCodeProtocol)
 		if res, err := rt.result(); err == nil || !strings.Contains(err.Error(), "Content-Length") {
 			t.Errorf("RoundTrip = %v, %v; want an error naming the conflicting Content-Length", res != nil, err)
 		}
 	})
+}
+
+// getOnePeer is a greeted peer and a GET of / whose HEADERS it has read
+// (stream 1).
+func getOnePeer(t *testing.T) (*testPeer, *peerRT) {
+	t.Helper()
+	p := newTestPeer(t, Config{})
+	p.greet()
+	rt := p.get(t.Context(), "/")
+	p.wantHeaders(1, true, 0)
+	return p, rt
 }
 
 // TestPeerCancel: a request cancelled before its answer, while its body
