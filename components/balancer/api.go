@@ -143,8 +143,9 @@ type DoneInfo struct {
 	// response arrived. Used only for Short requests.
 	Latency time.Duration
 	// Failed counts the result towards passive outlier detection: a 5xx
-	// that is not a shutdown signal, a timeout, or a connection lost
-	// mid-request. Config.ConsecutiveFailures of them in a row eject the
+	// that is neither a shutdown signal nor kube-apiserver's 504 Timeout
+	// (the request's own deadline ran out), a round trip that timed out,
+	// or a connection lost mid-request. Config.ConsecutiveFailures of them in a row eject the
 	// endpoint. 401, 403 and other 4xx are answers, never failures.
 	Failed bool
 	// ShuttingDown says the apiserver rejected the request because it is

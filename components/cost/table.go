@@ -50,6 +50,13 @@ func (c Config) Validate() error {
 // parse each.
 const uaCacheSize = 256
 
+// maxCachedUserAgent is the longest User-Agent the cache keeps, so that
+// it holds at most uaCacheSize of them in bytes too: a header may carry
+// one of 1 MiB. kube-apiserver keeps as much of a User-Agent in its audit
+// events and managedFields (maxUserAgentLength). Client-go's are far
+// shorter; a longer one costs a parse per request.
+const maxCachedUserAgent = 1024
+
 // Table is the bounded table of who costs what. Create it with New; a nil
 // *Table is off: Snapshot reports an empty table and the Collector
 // exports nothing per key. All methods are safe for concurrent use.
@@ -235,7 +242,9 @@ func (t *Table) row(info *reqinfo.Info, userAgent string) *Row {
 	c, ok := t.agents.Get(userAgent)
 	if !ok {
 		c = strings.Clone(component(userAgent))
-		t.agents.Add(strings.Clone(userAgent), c)
+		if len(userAgent) <= maxCachedUserAgent {
+			t.agents.Add(strings.Clone(userAgent), c)
+		}
 	}
 	k := keyOf(info, c)
 	r, ok := t.rows.Get(k)

@@ -242,3 +242,28 @@ func BenchmarkShortParallel(b *testing.B) {
 		}
 	})
 }
+
+// TestUserAgentCacheBoundsBytes: 256 distinct User-Agents of 1 MB each
+// (the header limit allows them) leave the User-Agent cache holding a
+// bounded number of bytes, not 256 MB, and still count by component.
+func TestUserAgentCacheBoundsBytes(t *testing.T) {
+	tab := newTable(t, DefaultSize)
+	info := infoOf(t, http.MethodGet, "/api/v1/pods")
+	for i := range uaCacheSize {
+		ua := fmt.Sprintf("hostile/%d ", i) + strings.Repeat("x", 1<<20)
+		tab.Short(info, ua, &Outcome{Code: 200})
+	}
+	var held int
+	tab.mu.Lock()
+	for _, k := range tab.agents.Keys() {
+		v, _ := tab.agents.Peek(k)
+		held += len(k) + len(v)
+	}
+	tab.mu.Unlock()
+	if limit := uaCacheSize * (maxCachedUserAgent + 2*maxComponent + 1); held > limit {
+		t.Errorf("the User-Agent cache holds %d bytes after %d distinct 1 MB User-Agents, want at most %d", held, uaCacheSize, limit)
+	}
+	if r := rowOf(t, tab.Snapshot(), "hostile", "list", "pods"); r.Requests != uaCacheSize {
+		t.Errorf("component hostile counted %d requests, want %d", r.Requests, uaCacheSize)
+	}
+}

@@ -185,7 +185,7 @@ func (a *attempts) run() (answer, error) {
 				}
 				v = verdictAnswer
 			}
-			if v != verdictAnswer && (v == verdictShutdown || a.n == 1) &&
+			if v != verdictAnswer && v != verdictTimeout && (v == verdictShutdown || a.n == 1) &&
 				(v != verdictThrottled || isRead(a.out.Method)) && a.mayRetry(reason) {
 				pick.Done(info)
 				a.retry(reason, addr)

@@ -305,9 +305,16 @@ func listenerValue(t *testing.T, lm *listener.Metrics, name, label string) func(
 // upstream that know only it.
 func okBackend(t *testing.T) (*fakePicker, *fakeUpstream) {
 	t.Helper()
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
-	}), false)
+	}))
+}
+
+// backend is one HTTP/2 backend serving h, behind a picker and upstream
+// that know only it.
+func backend(t *testing.T, h http.Handler) (*fakePicker, *fakeUpstream) {
+	t.Helper()
+	addr, rt := newBackend(t, h, false)
 	u := newFakeUpstream()
 	u.set(addr, rt)
 	return newFakePicker(addr), u

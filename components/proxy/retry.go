@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
@@ -49,6 +50,14 @@ const (
 	// request is sent once more to the same endpoint. A 401 to a request
 	// that brings its own token is the caller's to handle.
 	verdictUnauthorized
+	// verdictTimeout: a 504 Timeout Status (isTimeoutStatus), what
+	// kube-apiserver answers when the request's own deadline ran out:
+	// the client's ?timeout=, or the apiserver's --request-timeout. It is
+	// passed on like verdictAnswer and never retried (the request may
+	// have been processed, and its time is up), but it is no failure of
+	// the endpoint's: a client's short timeouts must not eject healthy
+	// apiservers.
+	verdictTimeout
 )
 
 // Bodies of kube-apiserver's rejections (k8s.io/apiserver v0.37.2), which
@@ -88,7 +97,9 @@ func inspect(resp *http.Response) (v verdict, apf bool) {
 	if resp.StatusCode == http.StatusUnauthorized {
 		return verdictUnauthorized, false
 	}
-	if resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	default:
 		return verdictAnswer, false
 	}
 	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxInspectBody+1))
@@ -96,6 +107,12 @@ func inspect(resp *http.Response) (v verdict, apf bool) {
 	if err != nil || len(buf) > maxInspectBody {
 		if resp.StatusCode == http.StatusTooManyRequests {
 			return verdictThrottled, false
+		}
+		return verdictAnswer, false
+	}
+	if resp.StatusCode == http.StatusGatewayTimeout {
+		if isTimeoutStatus(buf) {
+			return verdictTimeout, false
 		}
 		return verdictAnswer, false
 	}
@@ -127,6 +144,92 @@ func isShutdownStatus(body []byte) bool {
 		return false
 	}
 	return st.Kind == "Status" && st.Code == http.StatusServiceUnavailable && st.Message == shutdown503Message
+}
+
+// isTimeoutStatus reports whether body is kube-apiserver's 504 Timeout
+// Status (apierrors.NewTimeoutError), in either form it takes: JSON from
+// filters.WithTimeoutForNonLongRunningRequests, which encodes the bare
+// Status (no kind), or from a handler's own deadline
+// (responsewriters.ErrorNegotiated: JSON with its kind, or protobuf for a
+// client that asks for it).
+func isTimeoutStatus(body []byte) bool {
+	if st, ok := bytes.CutPrefix(body, protobufMagic); ok {
+		reason, code, ok := protobufStatus(st)
+		return ok && reason == statusReasonTimeout && code == http.StatusGatewayTimeout
+	}
+	var st struct {
+		Kind   string       `json:"kind"`
+		Reason statusReason `json:"reason"`
+		Code   int          `json:"code"`
+	}
+	if json.Unmarshal(body, &st) != nil {
+		return false
+	}
+	return (st.Kind == "Status" || st.Kind == "") && st.Reason == statusReasonTimeout && st.Code == http.StatusGatewayTimeout
+}
+
+// protobufMagic starts every protobuf-encoded Kubernetes object.
+var protobufMagic = []byte("k8s\x00")
+
+// protobufStatus reads the reason and code of a protobuf-encoded
+// metav1.Status after its magic: a runtime.Unknown whose typeMeta (1)
+// names kind (2) Status and whose raw (2) is the Status, with its reason
+// (4) and code (6). ok is false for anything else, or bytes that do not
+// parse.
+func protobufStatus(unknown []byte) (reason statusReason, code int32, ok bool) {
+	var kind, raw []byte
+	if !protoFields(unknown, func(num protowire.Number, v []byte, _ uint64) {
+		switch num {
+		case 1:
+			protoFields(v, func(num protowire.Number, v []byte, _ uint64) {
+				if num == 2 {
+					kind = v
+				}
+			})
+		case 2:
+			raw = v
+		}
+	}) || string(kind) != "Status" {
+		return "", 0, false
+	}
+	ok = protoFields(raw, func(num protowire.Number, v []byte, n uint64) {
+		switch num {
+		case 4:
+			reason = statusReason(v)
+		case 6:
+			code = int32(n)
+		}
+	})
+	return reason, code, ok
+}
+
+// protoFields calls field with each field of the message b: v for a
+// length-delimited one, n for a varint. It says false if b does not
+// parse.
+func protoFields(b []byte, field func(num protowire.Number, v []byte, n uint64)) bool {
+	for len(b) > 0 {
+		num, typ, k := protowire.ConsumeTag(b)
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		var v []byte
+		var n uint64
+		switch typ {
+		case protowire.BytesType:
+			v, k = protowire.ConsumeBytes(b)
+		case protowire.VarintType:
+			n, k = protowire.ConsumeVarint(b)
+		default:
+			k = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if k < 0 {
+			return false
+		}
+		b = b[k:]
+		field(num, v, n)
+	}
+	return true
 }
 
 // rereadBody is a response body with its inspected head put back.

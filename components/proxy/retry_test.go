@@ -19,13 +19,18 @@ import (
 
 	"golang.org/x/net/http2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server/filters"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -51,9 +56,50 @@ func (closedWG) Done()         {}
 func shutdown503() http.Handler {
 	h := filters.WithWaitGroup(http.NotFoundHandler(), func(*http.Request, *apirequest.RequestInfo) bool { return false }, closedWG{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info, _ := (&apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}).NewRequestInfo(r)
-		h.ServeHTTP(w, r.WithContext(apirequest.WithRequestInfo(r.Context(), info)))
+		h.ServeHTTP(w, r.WithContext(withRequestInfo(r)))
 	})
+}
+
+// timeout504 is kube-apiserver's answer to a request whose deadline ran
+// out before it was done (a client's ?timeout=, which
+// WithRequestDeadline makes the context's deadline, here 1 ms):
+// filters.WithTimeoutForNonLongRunningRequests answers 504 with the
+// Timeout Status it encodes itself.
+func timeout504() http.Handler {
+	slow := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	h := filters.WithTimeoutForNonLongRunningRequests(slow, func(*http.Request, *apirequest.RequestInfo) bool { return false })
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(withRequestInfo(r), time.Millisecond)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// negotiatedStatus writes err as a handler of kube-apiserver's does
+// (responsewriters.ErrorNegotiated): JSON, or protobuf when the request
+// accepts it.
+func negotiatedStatus(err *apierrors.StatusError) http.HandlerFunc {
+	sch := runtime.NewScheme()
+	metav1.AddToGroupVersion(sch, schema.GroupVersion{Version: "v1"})
+	codecs := serializer.NewCodecFactory(sch).WithoutConversion()
+	return func(w http.ResponseWriter, r *http.Request) {
+		responsewriters.ErrorNegotiated(err, codecs, schema.GroupVersion{Version: "v1"}, w, r)
+	}
+}
+
+// protobufRequest asks for protobuf, as client-go does for built-in types.
+func protobufRequest(h http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Accept", "application/vnd.kubernetes.protobuf, application/json")
+		h.ServeHTTP(w, r)
+	}
+}
+
+// withRequestInfo is r's context with the RequestInfo kube-apiserver's
+// filters read.
+func withRequestInfo(r *http.Request) context.Context {
+	info, _ := (&apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}).NewRequestInfo(r)
+	return apirequest.WithRequestInfo(r.Context(), info)
 }
 
 // apf429 is what filters.WithPriorityAndFairness writes for a rejected
@@ -98,6 +144,13 @@ func TestInspect(t *testing.T) {
 			fmt.Fprint(w, overloadBody)
 		}), verdictAnswer, false},
 		{"403", jsonStatus(apierrors.NewForbidden(schemaGR, "x", errors.New("no"))), verdictAnswer, false},
+		{"timeout filter 504", timeout504(), verdictTimeout, false},
+		{"handler's own timeout 504, JSON", negotiatedStatus(requestTimeout), verdictTimeout, false},
+		{"handler's own timeout 504, protobuf", protobufRequest(negotiatedStatus(requestTimeout)), verdictTimeout, false},
+		{"other 504", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "upstream timed out", http.StatusGatewayTimeout)
+		}), verdictAnswer, false},
+		{"504 with another reason", negotiatedStatus(apierrors.NewServerTimeout(schemaGR, "list", 1)), verdictAnswer, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -409,3 +462,50 @@ func TestAuthErrorsAreNotFailures(t *testing.T) {
 }
 
 var schemaGR = schema.GroupResource{Resource: "configmaps"}
+
+// requestTimeout is what a kube-apiserver handler answers when the
+// request's deadline ran out (finisher.FinishRequest).
+var requestTimeout = apierrors.NewTimeoutError("request did not complete within requested timeout - context deadline exceeded", 0)
+
+// TestClientTimeoutsAreNotFailures: kube-apiserver's 504 Timeout, its
+// answer to a client whose own ?timeout= ran out, is passed on and never
+// retried, and ejects no endpoint however often it comes; a 504 of
+// another kind still counts towards ejection.
+func TestClientTimeoutsAreNotFailures(t *testing.T) {
+	c := newRealCluster(t, Config{}, timeout504(), negotiatedStatus(requestTimeout), protobufRequest(negotiatedStatus(requestTimeout)))
+	client := newClient(t, false)
+	for i := range 60 {
+		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps?timeout=1ms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGatewayTimeout {
+			t.Fatalf("request %d: %d, want the apiserver's 504 passed on", i, resp.StatusCode)
+		}
+	}
+	var hits int32
+	for i, a := range c.addrs {
+		hits += c.hits[i].Load()
+		if s := c.state(t, a); s.State != balancer.StateReady || s.ConsecutiveFailures != 0 {
+			t.Errorf("%s after 504 Timeouts: %+v, want ready with no failures", a, s)
+		}
+	}
+	if hits != 60 {
+		t.Errorf("the apiservers got %d requests, want 60: a 504 Timeout is not retried", hits)
+	}
+	other := newRealCluster(t, Config{}, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
+	}))
+	for range 5 {
+		resp, err := client.Get(other.base + "/api/v1/namespaces/ns/configmaps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	testkit.WaitFor(t, "5 plain 504s to eject the endpoint", func() bool {
+		return other.state(t, other.addrs[0]).State == balancer.StateEjected
+	})
+}

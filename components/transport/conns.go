@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -15,6 +16,14 @@ import (
 // (internal/h2conn); this file picks one below the server's stream limit
 // for a request, dials one (shared by the requests that wait for it) when
 // none can take it, and drops those that went away or closed.
+
+// maxConnsPerPool bounds the connections of one generation. fanout's
+// own limits allow about 5,100 streams in flight (--max-inflight and
+// --max-long-running); at kube-apiserver's 100 streams per connection they
+// fit in 51 connections. A server that allows fewer streams gets no more
+// connections: requests past them fail as unprocessed, so the proxy sends
+// them to another endpoint.
+const maxConnsPerPool = 64
 
 // h2Conns is the set of connections of one generation (one endpoint, one
 // client certificate).
@@ -36,7 +45,7 @@ type h2Dial struct {
 // one if none can.
 func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	for {
+	for tries := 1; ; tries++ {
 		cc, err := cs.get(ctx)
 		if err != nil {
 			closeReqBody(req)
@@ -44,31 +53,62 @@ func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		res, err := cc.RoundTrip(req)
 		if errors.Is(err, h2conn.ErrConnClosing) {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && tries < maxConnTries {
 				// Nothing was written: another connection may take it.
 				continue
 			}
 			closeReqBody(req)
+			if ctx.Err() == nil {
+				// A server whose fresh connections take no stream.
+				return nil, &UnprocessedError{Endpoint: cs.g.p.key.address, Err: err, Refused: true}
+			}
 		}
 		return res, err
 	}
 }
 
+// maxConnTries bounds the connections a request tries that turn out to
+// take no stream (taken by another request meanwhile, or a server whose
+// SETTINGS allow none), so that such a server costs a request a few dials,
+// not a dial loop until its deadline.
+const maxConnTries = 3
+
+// errPoolFull says every connection a pool may hold is at its server's
+// stream limit.
+var errPoolFull = fmt.Errorf("all %d connections at the server's stream limit (SETTINGS_MAX_CONCURRENT_STREAMS); try another endpoint", maxConnsPerPool)
+
 func (cs *h2Conns) get(ctx context.Context) (*h2conn.Conn, error) {
 	cs.mu.Lock()
-	for _, cc := range cs.conns {
+	var useless []*h2conn.Conn
+	for i := 0; i < len(cs.conns); i++ {
+		cc := cs.conns[i]
 		if cc.CanTakeStream() {
 			cs.mu.Unlock()
+			closeAll(useless)
 			return cc, nil
+		}
+		if cc.InFlight() == 0 {
+			// Open but allowed no stream (MAX_CONCURRENT_STREAMS 0):
+			// kept, it would only hold a TLS connection until its idle
+			// timeout.
+			useless = append(useless, cc)
+			cs.conns = append(cs.conns[:i], cs.conns[i+1:]...)
+			i--
 		}
 	}
 	d := cs.dialing
+	if d == nil && len(cs.conns) >= maxConnsPerPool {
+		cs.mu.Unlock()
+		closeAll(useless)
+		return nil, &UnprocessedError{Endpoint: cs.g.p.key.address, Err: errPoolFull, Refused: true}
+	}
 	if d == nil {
 		d = &h2Dial{done: make(chan struct{})}
 		cs.dialing = d
 		go cs.dial(d)
 	}
 	cs.mu.Unlock()
+	closeAll(useless)
 	select {
 	case <-d.done:
 	case <-ctx.Done():
@@ -134,6 +174,14 @@ func (cs *h2Conns) closeIdle() {
 	cs.mu.Lock()
 	conns := append([]*h2conn.Conn(nil), cs.conns...)
 	cs.mu.Unlock()
+	for _, cc := range conns {
+		cc.CloseWhenIdle()
+	}
+}
+
+// closeAll closes conns once nothing holds the pool's lock: their
+// OnClose (remove) takes it.
+func closeAll(conns []*h2conn.Conn) {
 	for _, cc := range conns {
 		cc.CloseWhenIdle()
 	}

@@ -186,7 +186,12 @@ type rawH2 struct {
 	addr      string
 	onHeaders func(fr *http2.Framer, streamID uint32) (closeConn bool)
 
-	mu             sync.Mutex
+	mu sync.Mutex
+	// serverSettings are what the server's SETTINGS say (none: the
+	// defaults); set before the first dial.
+	serverSettings []http2.Setting
+	open           int                        // connections being served
+	acks           int                        // SETTINGS ACKs from the client
 	settings       map[http2.SettingID]uint32 // first client SETTINGS
 	connWindowIncr uint32                     // first connection WINDOW_UPDATE
 	conns          []net.Conn
@@ -237,7 +242,16 @@ func (s *rawH2) serveConn(c net.Conn) {
 		return
 	}
 	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
+	s.mu.Lock()
+	settings := s.serverSettings
+	s.open++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.open--
+		s.mu.Unlock()
+	}()
+	if err := fr.WriteSettings(settings...); err != nil {
 		return
 	}
 	for {
@@ -247,10 +261,12 @@ func (s *rawH2) serveConn(c net.Conn) {
 		}
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
+			s.mu.Lock()
 			if f.IsAck() {
+				s.acks++
+				s.mu.Unlock()
 				continue
 			}
-			s.mu.Lock()
 			if s.settings == nil {
 				s.settings = map[http2.SettingID]uint32{}
 				f.ForeachSetting(func(st http2.Setting) error {

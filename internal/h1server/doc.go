@@ -33,8 +33,10 @@
 // What it deliberately does not do, compared with net/http's server: TLS
 // (serve TLS with net/http), HTTP/2 other than the h2c hand-off, the
 // "Upgrade: h2c" dance, read and write timeouts (a handler sets
-// deadlines), ConnState and ConnContext hooks, context values of net/http
-// (http.ServerContextKey, http.LocalAddrContextKey), keep-alive toggling,
+// deadlines), ConnState and ConnContext hooks, net/http's
+// http.LocalAddrContextKey (http.ServerContextKey is set, to an
+// http.Server that describes this one, so that httputil.ReverseProxy
+// aborts an answer whose upstream broke as under net/http), keep-alive toggling,
 // and "PRI * HTTP/2.0" requests other than the h2c preface (505). Where
 // the hang-up watcher is not available (not Linux), a client leaving in
 // the middle of a request is noticed when a write to it fails; a detached

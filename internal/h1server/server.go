@@ -57,6 +57,13 @@ type Server struct {
 	idleTimeout       time.Duration
 	maxHeaderBytes    int
 
+	// baseCtx is every request's context's parent. It carries
+	// http.ServerContextKey, as net/http's does: httputil.ReverseProxy
+	// aborts (panic(http.ErrAbortHandler)) an answer whose upstream body
+	// broke only under a server that says so, and without it ends the
+	// chunked answer as if it were whole.
+	baseCtx context.Context
+
 	shutting atomic.Bool
 	mu       sync.Mutex // guards ln, conns and streams
 	ln       net.Listener
@@ -73,7 +80,13 @@ func New(cfg Config) *Server {
 	if cfg.ErrorLog == nil {
 		cfg.ErrorLog = log.New(io.Discard, "", 0)
 	}
+	// The value is an http.Server that describes this one (it is never
+	// served): what a handler reads from it, such as its timeouts, is
+	// true of this server.
+	desc := &http.Server{Handler: cfg.Handler, ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: cfg.MaxHeaderBytes, ErrorLog: cfg.ErrorLog}
 	return &Server{
+		baseCtx:           context.WithValue(context.Background(), http.ServerContextKey, desc),
 		handler:           cfg.Handler,
 		h2c:               newHandoff(),
 		log:               cfg.ErrorLog,
@@ -611,7 +624,7 @@ func (c *conn) closeWriteAndWait() {
 // serveRequest runs the handler for req and ends its response. It says
 // whether the connection serves another request.
 func (c *conn) serveRequest(read *http.Request) bool {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(c.srv.baseCtx)
 	req := read.WithContext(ctx)
 	c.mu.Lock()
 	c.cancel = cancel

@@ -10,12 +10,14 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -84,6 +86,10 @@ func parityHandler(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		io.WriteString(w, "bad")
 		panic(http.ErrAbortHandler)
+	case "/abort-proxied":
+		// A reverse proxy whose upstream breaks mid-body aborts the
+		// answer under a server that sets http.ServerContextKey.
+		cutUpstream.ServeHTTP(w, r)
 	case "/early-hints":
 		w.Header().Set("Link", "</a.css>; rel=preload")
 		w.WriteHeader(http.StatusEarlyHints)
@@ -94,6 +100,22 @@ func parityHandler(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 	}
 }
+
+// cutUpstream is a reverse proxy whose upstream answers 3,000 bytes of
+// a body of unknown length, then breaks (a reset HTTP/2 stream).
+var cutUpstream = &httputil.ReverseProxy{
+	Rewrite:  func(*httputil.ProxyRequest) {},
+	ErrorLog: log.New(io.Discard, "", 0),
+	Transport: cutTransport(func(r *http.Request) (*http.Response, error) {
+		body := io.MultiReader(strings.NewReader(strings.Repeat("z", 3000)), iotest.ErrReader(errors.New("stream reset")))
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, ContentLength: -1,
+			Body: io.NopCloser(body), Request: r}, nil
+	}),
+}
+
+type cutTransport func(*http.Request) (*http.Response, error)
+
+func (f cutTransport) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // startH1 serves handler with the Server on loopback, h2c handed to
 // net/http.
@@ -326,6 +348,7 @@ func parityCases() []parityCase {
 		{"newline in a value", get("/newline"), 1, ""},
 		{"abort cuts the response", get("/abort"), 1, ""},
 		{"abort before anything went out", get("/abort-early"), 1, ""},
+		{"reverse proxy whose upstream broke aborts", get("/abort-proxied"), 1, ""},
 		{"103 before the answer", get("/early-hints"), 1, ""},
 		{"request fields", get("/proto"), 1, ""},
 		{"Date left out", get("/no-date"), 1, ""},

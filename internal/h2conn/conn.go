@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 	"sync"
@@ -213,6 +214,15 @@ func (cc *Conn) CanTakeStream() bool {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	return cc.err == nil && !cc.goAway && !cc.closing && uint32(len(cc.streams)) < cc.maxStreams
+}
+
+// InFlight reports how many streams the connection carries. A
+// connection that can take no stream (CanTakeStream) and carries none is
+// of no use until its server's SETTINGS change: a pool closes it.
+func (cc *Conn) InFlight() int {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return len(cc.streams)
 }
 
 // CloseWhenIdle makes the connection take no new stream and close once
@@ -791,6 +801,19 @@ func (cc *Conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		Status: statusLine(status, code), StatusCode: code,
 		Proto: "HTTP/2.0", ProtoMajor: 2,
 		Header: header, Trailer: trailer, Request: s.req, ContentLength: -1, TLS: cc.tls,
+	}
+	if cl := header["Content-Length"]; len(cl) > 1 {
+		// As net/http's Transport does over HTTP/1.1: equal values are
+		// one, others make the answer malformed. Passed on, they would
+		// reach an HTTP/1.1 client as two lines, framed by the first.
+		first := textproto.TrimString(cl[0])
+		for _, v := range cl[1:] {
+			if textproto.TrimString(v) != first {
+				cc.mu.Unlock()
+				return cc.streamError(s, fmt.Sprintf("conflicting Content-Length values %q", cl))
+			}
+		}
+		header["Content-Length"] = []string{first}
 	}
 	if cl := header["Content-Length"]; len(cl) == 1 {
 		if n, err := strconv.ParseUint(cl[0], 10, 63); err == nil {

@@ -718,6 +718,43 @@ func TestPeerInformationalAndTrailers(t *testing.T) {
 	})
 }
 
+// TestPeerContentLength: several content-length fields that agree are one
+// (the answer carries one line), and fields that disagree make the answer
+// malformed (RFC 9113 8.1.1): RST_STREAM PROTOCOL_ERROR and an error, as
+// net/http's Transport refuses them over HTTP/1.1. Passed on, they would
+// reach an HTTP/1.1 client as two lines, framed by the first.
+func TestPeerContentLength(t *testing.T) {
+	inBubble(t, "equal values are one", func(t *testing.T) {
+		p, rt := getOnePeer(t)
+		p.writeHeaders(1, false, ":status", "200", "content-length", "4", "content-length", " 4")
+		p.writeData(1, true, "body")
+		res := rt.response()
+		if got := res.Header["Content-Length"]; res.ContentLength != 4 || len(got) != 1 || got[0] != "4" {
+			t.Errorf("ContentLength %d, header %q; want 4 and one line", res.ContentLength, got)
+		}
+		rt.wantBody("body")
+	})
+	inBubble(t, "conflicting values", func(t *testing.T) {
+		p, rt := getOnePeer(t)
+		p.writeHeaders(1, false, ":status", "200", "content-length", "4", "content-length", "40")
+		p.wantRSTStream(1, http2.ErrCodeProtocol)
+		if res, err := rt.result(); err == nil || !strings.Contains(err.Error(), "Content-Length") {
+			t.Errorf("RoundTrip = %v, %v; want an error naming the conflicting Content-Length", res != nil, err)
+		}
+	})
+}
+
+// getOnePeer is a greeted peer and a GET of / whose HEADERS it has read
+// (stream 1).
+func getOnePeer(t *testing.T) (*testPeer, *peerRT) {
+	t.Helper()
+	p := newTestPeer(t, Config{})
+	p.greet()
+	rt := p.get(t.Context(), "/")
+	p.wantHeaders(1, true, 0)
+	return p, rt
+}
+
 // TestPeerCancel: a request cancelled before its answer, while its body
 // streams, by Body.Close, or by its deadline, sends RST_STREAM CANCEL and
 // frees its stream slot at once (the server allows one stream); DATA the
