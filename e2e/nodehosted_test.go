@@ -489,4 +489,3 @@ func (l *hostedLoad) String() string {
 	defer l.mu.Unlock()
 	return fmt.Sprintf("%d scale steps of 20 pods, %d failed (the test's own client: %v)", l.steps, len(l.errors), l.errors)
 }
-

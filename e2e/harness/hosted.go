@@ -48,6 +48,9 @@ const (
 	HostedControllerManagerRotatedUser = "e2e-hosted-kcm-rotated"
 	HostedSchedulerUser                = "system:kube-scheduler"
 	hostedAuditDir                     = "/var/log/kube-apiserver"
+	// HostedMinReadySeconds is the kube-apiserver Deployment's
+	// minReadySeconds.
+	HostedMinReadySeconds = 60
 )
 
 // HostedOptions configure StartHosted.
@@ -369,7 +372,12 @@ func (h *Hosted) startAPIServers(ctx context.Context, etcdIP string, replicas in
 	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 		MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
 	}}
-	d.Spec.MinReadySeconds = 3
+	// A replica counts as available a minute after it is ready, so a
+	// roll waits that long before it takes the next old one down: an
+	// informer whose watch sits on the old one needs a bookmark newer
+	// than the new replica's watch cache before it moves, or it
+	// re-lists (docs/resilience.md, "A roll paced on readiness alone").
+	d.Spec.MinReadySeconds = HostedMinReadySeconds
 	if _, err := h.cp.AdminClient.AppsV1().Deployments(h.Namespace).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		return err
 	}
