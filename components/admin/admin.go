@@ -125,8 +125,10 @@ type Cost interface {
 }
 
 // WithCost serves the cost table as JSON at /debug/cost in front of next,
-// to loopback clients only, as /debug/endpoints: it names the clients'
-// components and what they ask for (docs/cost.md).
+// to loopback clients only, as /debug/endpoints: it holds every key in
+// the table. /metrics exports only the costliest few, with the same
+// labels, because Prometheus scrapes over the pod network
+// (docs/security.md, "Cost rows on /metrics").
 func WithCost(next http.Handler, c Cost) http.Handler {
 	costs := WithLoopbackOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
