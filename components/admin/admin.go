@@ -46,7 +46,9 @@ type Config struct {
 	// EnablePprof serves /debug/pprof/ to loopback clients (WithPprof).
 	EnablePprof bool
 	// MaxConnections caps the connections the admin server holds open;
-	// more are closed at accept. 0 means DefaultMaxConnections.
+	// at the cap the one idle longest makes room for a new one, and a new
+	// one is closed at accept only when all are mid-request. 0 means
+	// DefaultMaxConnections.
 	MaxConnections int
 }
 
@@ -55,13 +57,23 @@ type Config struct {
 // Prometheus scrapers, a person with kubectl port-forward. The port is
 // open to the pod network, and without a cap anyone who reaches it could
 // make the sidecar hold a goroutine, buffers and a file descriptor per
-// connection, up to the 5 s header timeout each, at any rate.
+// connection, up to the 5 s header timeout each, at any rate. Idle
+// connections are evicted at the cap, so holding them open does not lock
+// the kubelet's probes out.
 const DefaultMaxConnections = 64
+
+// idleTimeout closes an admin keep-alive connection this long after its
+// last request. The kubelet opens a new connection per probe and
+// Prometheus scrapes every 15 s or more, so keeping connections longer
+// saves nobody a handshake and only holds slots.
+const idleTimeout = 5 * time.Second
 
 // Server is the admin HTTP server.
 type Server struct {
 	cfg Config
 	*serve.Server
+	// evicted counts idle connections closed to make room at the cap.
+	evicted prometheus.Counter
 }
 
 // NewHandler returns the admin mux. gatherer serves /metrics. resolver may
@@ -113,8 +125,10 @@ type Cost interface {
 }
 
 // WithCost serves the cost table as JSON at /debug/cost in front of next,
-// to loopback clients only, as /debug/endpoints: it names the clients'
-// components and what they ask for (docs/cost.md).
+// to loopback clients only, as /debug/endpoints: it holds every key in
+// the table. /metrics exports only the costliest few, with the same
+// labels, because Prometheus scrapes over the pod network
+// (docs/security.md, "Cost rows on /metrics").
 func WithCost(next http.Handler, c Cost) http.Handler {
 	costs := WithLoopbackOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -178,21 +192,29 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 func NewServer(cfg Config, h http.Handler, log *slog.Logger) *Server {
 	s := &Server{
 		cfg: cfg,
+		evicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fanout_admin_connections_evicted_total",
+			Help: "Idle connections the admin server closed to make room for a new one at its connection cap. A steady rate means something holds connections to the admin port open.",
+		}),
 		Server: serve.New("admin server", "--admin-address", &http.Server{
 			Handler:           h,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       10 * time.Second,
 			WriteTimeout:      30 * time.Second,
-			IdleTimeout:       60 * time.Second,
+			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    64 << 10,
 		}, log),
 	}
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
-	s.LimitConnections(cfg.MaxConnections)
+	s.LimitConnections(cfg.MaxConnections, s.evicted)
 	return s
 }
+
+// Collectors are the admin server's own metrics, for the caller to
+// register.
+func (s *Server) Collectors() []prometheus.Collector { return []prometheus.Collector{s.evicted} }
 
 // Start listens on the configured address and serves in the background.
 func (s *Server) Start(context.Context) error { return s.Server.Start(s.cfg.ListenAddress) }

@@ -149,16 +149,23 @@ func TestDebugEndpointsJSON(t *testing.T) {
 func TestModuleServes(t *testing.T) {
 	st := &fakeState{}
 	var srv *Server
+	reg := prometheus.NewRegistry()
 	app := fxtest.New(t, Module,
 		fx.Supply(Config{ListenAddress: "127.0.0.1:0"}, slog.New(slog.DiscardHandler)),
 		fx.Provide(
 			func() State { return st },
-			func() prometheus.Gatherer { return prometheus.NewRegistry() },
+			func() prometheus.Gatherer { return reg },
+			func() prometheus.Registerer { return reg },
 		),
 		fx.Populate(&srv),
 	)
 	app.RequireStart()
-	resp, err := http.Get("http://" + srv.Addr().String() + "/readyz")
+	// Its own transport, closed before Stop: a connection it dialed and
+	// left unused would hold Shutdown for 5 s (net/http's rule for new
+	// connections).
+	tr := &http.Transport{}
+	client := &http.Client{Transport: tr}
+	resp, err := client.Get("http://" + srv.Addr().String() + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +173,17 @@ func TestModuleServes(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("readyz with no endpoints = %d, want 503", resp.StatusCode)
 	}
+	// The server's own counter is exported from the start, at 0.
+	resp, err = client.Get("http://" + srv.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "\nfanout_admin_connections_evicted_total 0\n") {
+		t.Fatalf("/metrics lacks fanout_admin_connections_evicted_total 0:\n%s", b)
+	}
+	tr.CloseIdleConnections()
 	app.RequireStop()
 }
 

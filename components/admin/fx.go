@@ -8,13 +8,13 @@ import (
 )
 
 // Module serves the admin endpoints. The app supplies Config, a State, a
-// prometheus.Gatherer and a *slog.Logger, and optionally a ResolverStatus
-// and a Cost.
+// prometheus.Gatherer and a *slog.Logger, and optionally a ResolverStatus,
+// a Cost and a prometheus.Registerer for the server's own metrics.
 var Module = fx.Module("admin",
 	fx.Provide(
 		// The hook is appended where the server is built, so whatever
 		// depends on *Server starts after it and stops before it.
-		func(p Params) *Server {
+		func(p Params) (*Server, error) {
 			h := NewHandler(p.State, p.Gatherer, p.Resolver)
 			if p.Cost != nil {
 				h = WithCost(h, p.Cost)
@@ -23,8 +23,15 @@ var Module = fx.Module("admin",
 				h = WithPprof(h)
 			}
 			s := NewServer(p.Config, p.Startup.Wrap(h), p.Log)
+			if p.Registerer != nil {
+				for _, c := range s.Collectors() {
+					if err := p.Registerer.Register(c); err != nil {
+						return nil, err
+					}
+				}
+			}
 			p.Lifecycle.Append(fx.StartStopHook(s.Start, s.Stop))
-			return s
+			return s, nil
 		},
 	),
 	// Serves even when nothing depends on the server.
@@ -39,8 +46,10 @@ type Params struct {
 	Config    Config
 	State     State
 	Gatherer  prometheus.Gatherer
-	Log       *slog.Logger
-	Resolver  ResolverStatus `optional:"true"`
+	// Registerer takes the admin server's own metrics when supplied.
+	Registerer prometheus.Registerer `optional:"true"`
+	Log        *slog.Logger
+	Resolver   ResolverStatus `optional:"true"`
 	// Cost serves /debug/cost when supplied.
 	Cost Cost `optional:"true"`
 	// Startup serves /startupz when supplied.

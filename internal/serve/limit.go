@@ -1,20 +1,32 @@
 package serve
 
 import (
+	"crypto/tls"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // LimitConnections caps the connections the server holds open at once;
-// 0 (the default) means no cap. Call it before Start. A connection beyond
-// the cap is closed as soon as it is accepted, so its client fails at once
-// (a probe fails, a scrape errors) instead of waiting in the kernel's
-// backlog, and the server's goroutines, buffers and file descriptors stay
-// bounded whoever connects.
-func (s *Server) LimitConnections(max int) { s.maxConns = max }
+// 0 (the default) means no cap. Call it before Start. At the cap, a new
+// connection takes the place of the one that has been idle longest, which
+// is closed; evicted counts those, and may be nil. Idle is net/http's
+// sense: between requests, or before a request's header has been read
+// whole, so a connection that trickles its header is evicted too. Only
+// when every connection is in the middle of a request (its header read,
+// its answer not yet written) is the new one closed at accept, so its
+// client fails at once instead of waiting in the kernel's backlog. The
+// server's goroutines, buffers and file descriptors stay bounded whoever
+// connects, and a peer that merely holds connections open cannot lock out
+// a newcomer such as a kubelet probe. HTTP/1.x only: net/http reports no
+// states for HTTP/2 over TLS, whose connections would all count as idle.
+func (s *Server) LimitConnections(max int, evicted prometheus.Counter) {
+	s.maxConns, s.evicted = max, evicted
+}
 
 // ListenerMetrics count what a LimitListener does; a nil field counts
 // nothing.
@@ -83,6 +95,117 @@ func (c *limitConn) Close() error {
 		if c.l.metrics.Open != nil {
 			c.l.metrics.Open.Dec()
 		}
+	})
+	return err
+}
+
+// evictListener holds at most max connections and, at the cap, closes
+// the one idle longest to make room for a new one. The http.Server's
+// ConnState hook (track) tells it which connections are idle.
+type evictListener struct {
+	net.Listener
+	max     int
+	evicted prometheus.Counter // may be nil
+
+	mu    sync.Mutex
+	conns map[*evictConn]struct{} // the open ones
+}
+
+// evictConn is a connection of an evictListener. idle and idleSince are
+// guarded by the listener's mu.
+type evictConn struct {
+	net.Conn
+	l         *evictListener
+	idle      bool
+	idleSince time.Time
+	once      sync.Once
+}
+
+func newEvictListener(ln net.Listener, max int, evicted prometheus.Counter) *evictListener {
+	return &evictListener{Listener: ln, max: max, evicted: evicted, conns: make(map[*evictConn]struct{}, max)}
+}
+
+func (l *evictListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		// Until its first request's header is read a new connection
+		// counts as idle since now, so one that never sends is evicted
+		// in turn.
+		ec := &evictConn{Conn: c, l: l, idle: true, idleSince: time.Now()}
+		l.mu.Lock()
+		var victim *evictConn
+		if len(l.conns) >= l.max {
+			victim = l.idlestLocked()
+			if victim == nil {
+				l.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+			delete(l.conns, victim)
+		}
+		l.conns[ec] = struct{}{}
+		l.mu.Unlock()
+		if victim != nil {
+			// As with an idle timeout, a request that arrives on the
+			// victim just now can meet the close; HTTP clients expect
+			// that of an idle keep-alive connection and retry on a new
+			// one.
+			_ = victim.Close()
+			if l.evicted != nil {
+				l.evicted.Inc()
+			}
+		}
+		return ec, nil
+	}
+}
+
+// idlestLocked returns the connection idle longest, or nil when every
+// connection is in the middle of a request (or hijacked).
+func (l *evictListener) idlestLocked() *evictConn {
+	var idlest *evictConn
+	for c := range l.conns {
+		if c.idle && (idlest == nil || c.idleSince.Before(idlest.idleSince)) {
+			idlest = c
+		}
+	}
+	return idlest
+}
+
+// track is the http.Server's ConnState hook: a connection is idle from
+// StateIdle until StateActive (which net/http reports once a request's
+// header has been read), and a hijacked one is never idle again.
+func (l *evictListener) track(c net.Conn, state http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	ec, ok := c.(*evictConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch state {
+	case http.StateIdle:
+		ec.idle, ec.idleSince = true, time.Now()
+	case http.StateActive, http.StateHijacked:
+		ec.idle = false
+	}
+}
+
+// NetConn returns the accepted connection, as tls.Conn's does.
+func (c *evictConn) NetConn() net.Conn { return c.Conn }
+
+// Close gives the slot back on the first call; net/http and Accept (an
+// eviction) may both close the connection.
+func (c *evictConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
 	})
 	return err
 }

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Server is one *http.Server bound to one address. Start and Stop are
@@ -25,6 +27,7 @@ type Server struct {
 	served chan struct{}
 	// maxConns caps open connections (LimitConnections); 0: no cap.
 	maxConns int
+	evicted  prometheus.Counter // idle connections closed at the cap; may be nil
 }
 
 // New wraps srv. With srv.TLSConfig set it serves TLS (certificates from
@@ -48,7 +51,13 @@ func (s *Server) Start(addr string) error {
 		return fmt.Errorf("%s: listen on %s: %w", s.name, addr, err)
 	}
 	if s.maxConns > 0 {
-		ln = &limitListener{Listener: ln, max: int64(s.maxConns)}
+		el := newEvictListener(ln, s.maxConns, s.evicted)
+		if prev := s.srv.ConnState; prev != nil {
+			s.srv.ConnState = func(c net.Conn, st http.ConnState) { el.track(c, st); prev(c, st) }
+		} else {
+			s.srv.ConnState = el.track
+		}
+		ln = el
 	}
 	s.ln = ln
 	s.served = make(chan struct{})
