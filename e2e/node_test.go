@@ -163,6 +163,30 @@ func (e *nodeEnv) waitPodsReady(ctx context.Context, ns, selector string, n int,
 	}
 }
 
+// injectorDown scales fanout-injector to 0 until the test ends (then back
+// to 2, Available) and waits until none of its pods is left: the webhook's
+// Service has no endpoints, and failurePolicy Ignore admits pods as they
+// are.
+func (e *nodeEnv) injectorDown(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := e.cp.Kubectl(ctx, "-n", "fanout-system", "scale", "deployment", "fanout-injector", "--replicas=0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := e.cp.Kubectl(ctx, "-n", "fanout-system", "scale", "deployment", "fanout-injector", "--replicas=2"); err != nil {
+			t.Error(err)
+		}
+		if err := e.cp.WaitDeploymentAvailable(ctx, "fanout-system", "fanout-injector", 3*time.Minute); err != nil {
+			t.Error(err)
+		}
+	})
+	if _, err := e.waitPodsReady(ctx, "fanout-system", "app.kubernetes.io/name=fanout-injector", 0, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
@@ -987,22 +1011,7 @@ func TestNodeLabelToggle(t *testing.T) {
 	}
 
 	// Injector down: the webhook's Service has no endpoints.
-	if _, err := e.cp.Kubectl(ctx, "-n", "fanout-system", "scale", "deployment", "fanout-injector", "--replicas=0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if _, err := e.cp.Kubectl(ctx, "-n", "fanout-system", "scale", "deployment", "fanout-injector", "--replicas=2"); err != nil {
-			t.Error(err)
-		}
-		if err := e.cp.WaitDeploymentAvailable(ctx, "fanout-system", "fanout-injector", 3*time.Minute); err != nil {
-			t.Error(err)
-		}
-	})
-	if _, err := e.waitPodsReady(ctx, "fanout-system", "app.kubernetes.io/name=fanout-injector", 0, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	e.injectorDown(t, ctx)
 	begin := time.Now()
 	created, err := e.admin.CoreV1().Pods(ns).Create(ctx, podClientPod("while-injector-down", nil), metav1.CreateOptions{})
 	if err != nil {

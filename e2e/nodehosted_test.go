@@ -225,16 +225,20 @@ func TestNodeHostedControlPlane(t *testing.T) {
 	t.Logf("load: %s", load)
 
 	// Switched off: the namespace label removed, the scheduler rolled.
+	rollScheduler := func() *corev1.Pod {
+		t.Helper()
+		if _, err := e.cp.Kubectl(ctx, "-n", hostedNS, "rollout", "restart", "deployment/kube-scheduler"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.cp.WaitDeploymentAvailable(ctx, hostedNS, "kube-scheduler", 3*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		return hostedPod(t, ctx, e, "kube-scheduler")
+	}
 	if _, err := e.cp.Kubectl(ctx, "label", "namespace", hostedNS, "fanout.dev/inject-"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.cp.Kubectl(ctx, "-n", hostedNS, "rollout", "restart", "deployment/kube-scheduler"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cp.WaitDeploymentAvailable(ctx, hostedNS, "kube-scheduler", 3*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if p := hostedPod(t, ctx, e, "kube-scheduler"); sidecar(p) != nil {
+	if p := rollScheduler(); sidecar(p) != nil {
 		t.Errorf("%s has fanout after the namespace label was removed", p.Name)
 	}
 
@@ -242,29 +246,8 @@ func TestNodeHostedControlPlane(t *testing.T) {
 	if _, err := e.cp.Kubectl(ctx, "label", "namespace", hostedNS, "fanout.dev/inject=hosted"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.cp.Kubectl(ctx, "-n", "fanout-system", "scale", "deployment", "fanout-injector", "--replicas=0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		if _, err := e.cp.Kubectl(ctx, "-n", "fanout-system", "scale", "deployment", "fanout-injector", "--replicas=2"); err != nil {
-			t.Error(err)
-		}
-		if err := e.cp.WaitDeploymentAvailable(ctx, "fanout-system", "fanout-injector", 3*time.Minute); err != nil {
-			t.Error(err)
-		}
-	})
-	if _, err := e.waitPodsReady(ctx, "fanout-system", "app.kubernetes.io/name=fanout-injector", 0, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.cp.Kubectl(ctx, "-n", hostedNS, "rollout", "restart", "deployment/kube-scheduler"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.cp.WaitDeploymentAvailable(ctx, hostedNS, "kube-scheduler", 3*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if p := hostedPod(t, ctx, e, "kube-scheduler"); sidecar(p) != nil {
+	e.injectorDown(t, ctx)
+	if p := rollScheduler(); sidecar(p) != nil {
 		t.Errorf("%s was injected with the injector scaled to 0", p.Name)
 	}
 }
@@ -350,22 +333,7 @@ func hostedServed(t *testing.T, h *harness.Hosted, pods []string, match func(*ha
 // audit log shows started and not finished.
 func hostedOpenWatches(t *testing.T, h *harness.Hosted, pods []string, match func(*harness.AuditEvent) bool) []int {
 	t.Helper()
-	return hostedCount(t, h, pods, func(events []harness.AuditEvent) int {
-		open := map[string]bool{}
-		for i := range events {
-			ev := &events[i]
-			if ev.Verb != "watch" || !match(ev) {
-				continue
-			}
-			switch ev.Stage {
-			case "ResponseStarted":
-				open[ev.AuditID] = true
-			case "ResponseComplete", "Panic":
-				delete(open, ev.AuditID)
-			}
-		}
-		return len(open)
-	})
+	return hostedCount(t, h, pods, func(events []harness.AuditEvent) int { return openWatchesIn(events, match) })
 }
 
 func hostedCount(t *testing.T, h *harness.Hosted, pods []string, count func([]harness.AuditEvent) int) []int {

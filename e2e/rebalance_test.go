@@ -185,21 +185,28 @@ func openWatchesWhere(t *testing.T, cp *harness.ControlPlane, match func(*harnes
 		if err != nil {
 			t.Fatalf("reading the audit log of apiserver %d: %v", i+1, err)
 		}
-		open := map[string]bool{}
-		for _, e := range events {
-			if e.Verb != "watch" || !match(&e) {
-				continue
-			}
-			switch e.Stage {
-			case "ResponseStarted":
-				open[e.AuditID] = true
-			case "ResponseComplete", "Panic":
-				delete(open, e.AuditID)
-			}
-		}
-		out[i] = len(open)
+		out[i] = openWatchesIn(events, match)
 	}
 	return out
+}
+
+// openWatchesIn counts the watches matching match that events show
+// started and not yet finished.
+func openWatchesIn(events []harness.AuditEvent, match func(*harness.AuditEvent) bool) int {
+	open := map[string]bool{}
+	for i := range events {
+		e := &events[i]
+		if e.Verb != "watch" || !match(e) {
+			continue
+		}
+		switch e.Stage {
+		case "ResponseStarted":
+			open[e.AuditID] = true
+		case "ResponseComplete", "Panic":
+			delete(open, e.AuditID)
+		}
+	}
+	return len(open)
 }
 
 // waitWatches waits until the audit logs show n open watches of user.
