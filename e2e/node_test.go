@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1080,22 +1079,7 @@ func TestNodeGardenerTokenRotation(t *testing.T) {
 		return []byte(tr.Status.Token)
 	}
 
-	kubeconfig := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: shoot
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: shoot
-  user:
-    tokenFile: %s/token
-contexts:
-- name: shoot
-  context: {cluster: shoot, user: shoot}
-current-context: shoot
-`, e.cp.Endpoints()[0], base64.StdEncoding.EncodeToString(e.cp.PKI.CA.CertPEM), gardenerTokenDir)
+	kubeconfig := harness.TokenFileKubeconfig(e.cp.Endpoints()[0], e.cp.PKI.CA.CertPEM, gardenerTokenDir+"/token")
 	secrets := e.admin.CoreV1().Secrets(ns)
 	if _, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "generic-token-kubeconfig"}, Data: map[string][]byte{"kubeconfig": []byte(kubeconfig)}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -226,22 +226,7 @@ func (h *Hosted) writePKI(ctx context.Context) (*hostedPKI, error) {
 		}
 		csv.WriteString("\n")
 	}
-	kubeconfig := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: shoot
-  cluster:
-    server: https://%s
-    certificate-authority-data: %s
-users:
-- name: shoot
-  user:
-    tokenFile: %s/token
-contexts:
-- name: shoot
-  context: {cluster: shoot, user: shoot}
-current-context: shoot
-`, svc, base64.StdEncoding.EncodeToString(ca.CertPEM), HostedKubeconfigDir)
+	kubeconfig := TokenFileKubeconfig("https://"+svc, ca.CertPEM, HostedKubeconfigDir+"/token")
 	secrets := []*corev1.Secret{
 		{ObjectMeta: metav1.ObjectMeta{Name: "kube-apiserver-tls"}, Data: map[string][]byte{"tls.crt": serving.CertPEM, "tls.key": serving.KeyPEM}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "ca"}, Data: map[string][]byte{"ca.crt": ca.CertPEM}},
@@ -567,4 +552,26 @@ func DialInNetns(ns string) func(ctx context.Context, network, addr string) (net
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// TokenFileKubeconfig is a kubeconfig in the shape of Gardener's
+// generic-token-kubeconfig: server, CA, and a tokenFile that another
+// component keeps fresh.
+func TokenFileKubeconfig(server string, caPEM []byte, tokenFile string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: shoot
+  cluster:
+    server: %s
+    certificate-authority-data: %s
+users:
+- name: shoot
+  user:
+    tokenFile: %s
+contexts:
+- name: shoot
+  context: {cluster: shoot, user: shoot}
+current-context: shoot
+`, server, base64.StdEncoding.EncodeToString(caPEM), tokenFile)
 }

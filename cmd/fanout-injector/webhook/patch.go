@@ -54,13 +54,19 @@ func appendTo[T any](p *patcher, list *[]T, base string, v T) {
 // setAnnotation sets one annotation, creating the map when the pod has
 // none.
 func (p *patcher) setAnnotation(k, v string) {
-	if len(p.pod.Annotations) == 0 {
-		p.add("/metadata/annotations", map[string]string{k: v})
-		p.pod.Annotations = map[string]string{k: v}
+	p.setIn(&p.pod.Annotations, "/metadata/annotations", k, v)
+}
+
+// setIn sets key k of the map m (at JSON pointer base) to v, creating the
+// map when it is empty.
+func (p *patcher) setIn(m *map[string]string, base, k, v string) {
+	if len(*m) == 0 {
+		p.add(base, map[string]string{k: v})
+		*m = map[string]string{k: v}
 		return
 	}
-	p.add("/metadata/annotations/"+escape(k), v)
-	p.pod.Annotations[k] = v
+	p.add(base+"/"+escape(k), v)
+	(*m)[k] = v
 }
 
 func (p *patcher) deleteAnnotation(k string) {
@@ -82,12 +88,4 @@ func containerPath(init bool, i int) string {
 }
 
 // setLabel sets one label, creating the map when the pod has none.
-func (p *patcher) setLabel(k, v string) {
-	if len(p.pod.Labels) == 0 {
-		p.add("/metadata/labels", map[string]string{k: v})
-		p.pod.Labels = map[string]string{k: v}
-		return
-	}
-	p.add("/metadata/labels/"+escape(k), v)
-	p.pod.Labels[k] = v
-}
+func (p *patcher) setLabel(k, v string) { p.setIn(&p.pod.Labels, "/metadata/labels", k, v) }
