@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/kstatus"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
@@ -153,8 +153,8 @@ func isShutdownStatus(body []byte) bool {
 // (responsewriters.ErrorNegotiated: JSON with its kind, or protobuf for a
 // client that asks for it).
 func isTimeoutStatus(body []byte) bool {
-	if st, ok := bytes.CutPrefix(body, protobufMagic); ok {
-		reason, code, ok := protobufStatus(st)
+	if kstatus.IsProtobuf(body) {
+		reason, code, ok := kstatus.ProtobufStatus(body)
 		return ok && reason == statusReasonTimeout && code == http.StatusGatewayTimeout
 	}
 	var st struct {
@@ -166,70 +166,6 @@ func isTimeoutStatus(body []byte) bool {
 		return false
 	}
 	return (st.Kind == "Status" || st.Kind == "") && st.Reason == statusReasonTimeout && st.Code == http.StatusGatewayTimeout
-}
-
-// protobufMagic starts every protobuf-encoded Kubernetes object.
-var protobufMagic = []byte("k8s\x00")
-
-// protobufStatus reads the reason and code of a protobuf-encoded
-// metav1.Status after its magic: a runtime.Unknown whose typeMeta (1)
-// names kind (2) Status and whose raw (2) is the Status, with its reason
-// (4) and code (6). ok is false for anything else, or bytes that do not
-// parse.
-func protobufStatus(unknown []byte) (reason statusReason, code int32, ok bool) {
-	var kind, raw []byte
-	if !protoFields(unknown, func(num protowire.Number, v []byte, _ uint64) {
-		switch num {
-		case 1:
-			protoFields(v, func(num protowire.Number, v []byte, _ uint64) {
-				if num == 2 {
-					kind = v
-				}
-			})
-		case 2:
-			raw = v
-		}
-	}) || string(kind) != "Status" {
-		return "", 0, false
-	}
-	ok = protoFields(raw, func(num protowire.Number, v []byte, n uint64) {
-		switch num {
-		case 4:
-			reason = statusReason(v)
-		case 6:
-			code = int32(n)
-		}
-	})
-	return reason, code, ok
-}
-
-// protoFields calls field with each field of the message b: v for a
-// length-delimited one, n for a varint. It says false if b does not
-// parse.
-func protoFields(b []byte, field func(num protowire.Number, v []byte, n uint64)) bool {
-	for len(b) > 0 {
-		num, typ, k := protowire.ConsumeTag(b)
-		if k < 0 {
-			return false
-		}
-		b = b[k:]
-		var v []byte
-		var n uint64
-		switch typ {
-		case protowire.BytesType:
-			v, k = protowire.ConsumeBytes(b)
-		case protowire.VarintType:
-			n, k = protowire.ConsumeVarint(b)
-		default:
-			k = protowire.ConsumeFieldValue(num, typ, b)
-		}
-		if k < 0 {
-			return false
-		}
-		b = b[k:]
-		field(num, v, n)
-	}
-	return true
 }
 
 // rereadBody is a response body with its inspected head put back.

@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protowire"
+	"github.com/fanout-dev/fanout/internal/kstatus"
 )
 
 // A young apiserver's watch cache starts at the resourceVersion it had when
@@ -67,153 +67,17 @@ func isGoneEvent(line []byte) bool {
 }
 
 // isGoneProtobufEvent reports whether ev, one length-prefixed frame of a
-// protobuf watch without its prefix, is an ERROR event carrying a 410: a
-// metav1.WatchEvent whose object is "k8s\x00" and a runtime.Unknown
-// holding a metav1.Status.
-//
-// It reads the fields as the generated (gogo) Unmarshal methods of those
-// types do, without linking them (docs/footprint.md): a message that does
-// not parse, or gives a known field in the wrong wire type, is no event; a
-// field given twice counts with its last value, and an embedded message
-// given twice is merged. FuzzIsGoneProtobufEventMatchesGogo compares the
-// two.
+// protobuf watch without its prefix, is an ERROR event carrying a 410
+// Status (kstatus.ProtobufWatchEvent, kstatus.ProtobufStatus).
+// FuzzIsGoneProtobufEventMatchesGogo compares it with the generated
+// Unmarshal methods.
 func isGoneProtobufEvent(ev []byte) bool {
-	if !protoValid(ev, watchEventSchema) {
+	typ, object, ok := kstatus.ProtobufWatchEvent(ev)
+	if !ok || typ != "ERROR" {
 		return false
 	}
-	var typ, raw []byte
-	protoFields(ev, func(num protowire.Number, v []byte) {
-		switch num {
-		case 1:
-			typ = v
-		case 2:
-			// RawExtension occurrences merge: the last raw wins.
-			protoFields(v, func(num protowire.Number, v []byte) {
-				if num == 1 {
-					raw = v
-				}
-			})
-		}
-	})
-	if string(typ) != "ERROR" {
-		return false
-	}
-	unknown, ok := bytes.CutPrefix(raw, []byte("k8s\x00"))
-	if !ok || !protoValid(unknown, unknownSchema) {
-		return false
-	}
-	var kind, status []byte
-	protoFields(unknown, func(num protowire.Number, v []byte) {
-		switch num {
-		case 1:
-			protoFields(v, func(num protowire.Number, v []byte) {
-				if num == 2 {
-					kind = v
-				}
-			})
-		case 2:
-			status = v
-		}
-	})
-	if string(kind) != "Status" || !protoValid(status, statusSchema) {
-		return false
-	}
-	var code uint64
-	protoVarints(status, func(num protowire.Number, v uint64) {
-		if num == 6 {
-			code = v
-		}
-	})
-	return int32(code) == http.StatusGone
-}
-
-// protoSchema is the fields of a message that its generated Unmarshal
-// knows: their wire type, and the schema of an embedded message. Other
-// fields are skipped.
-type protoSchema map[protowire.Number]protoSchemaField
-
-type protoSchemaField struct {
-	typ protowire.Type
-	msg protoSchema // an embedded message's fields, parsed too
-}
-
-var (
-	bytesField  = protoSchemaField{typ: protowire.BytesType}
-	varintField = protoSchemaField{typ: protowire.VarintType}
-
-	// metav1.WatchEvent: type, object (runtime.RawExtension: raw).
-	watchEventSchema = protoSchema{1: bytesField, 2: {protowire.BytesType, protoSchema{1: bytesField}}}
-	// runtime.Unknown: typeMeta (apiVersion, kind), raw, contentEncoding,
-	// contentType.
-	unknownSchema = protoSchema{1: {protowire.BytesType, protoSchema{1: bytesField, 2: bytesField}},
-		2: bytesField, 3: bytesField, 4: bytesField}
-	// metav1.Status: metadata (ListMeta: selfLink, resourceVersion,
-	// continue, remainingItemCount), status, message, reason, details
-	// (StatusDetails: name, group, kind, causes (type, message, field),
-	// retryAfterSeconds, uid), code.
-	statusSchema = protoSchema{
-		1: {protowire.BytesType, protoSchema{1: bytesField, 2: bytesField, 3: bytesField, 4: varintField}},
-		2: bytesField, 3: bytesField, 4: bytesField,
-		5: {protowire.BytesType, protoSchema{1: bytesField, 2: bytesField, 3: bytesField,
-			4: {protowire.BytesType, protoSchema{1: bytesField, 2: bytesField, 3: bytesField}},
-			5: varintField, 6: bytesField}},
-		6: varintField,
-	}
-)
-
-// protoValid reports whether b parses as the message schema describes.
-func protoValid(b []byte, schema protoSchema) bool {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 || typ == protowire.EndGroupType {
-			return false
-		}
-		b = b[n:]
-		f, known := schema[num]
-		if known && f.typ != typ {
-			return false
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return false
-		}
-		if known && f.msg != nil {
-			v, _ := protowire.ConsumeBytes(b)
-			if !protoValid(v, f.msg) {
-				return false
-			}
-		}
-		b = b[n:]
-	}
-	return true
-}
-
-// protoFields calls field for each length-delimited field of b, a message
-// protoValid accepted, in order.
-func protoFields(b []byte, field func(num protowire.Number, v []byte)) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		b = b[n:]
-		if typ == protowire.BytesType {
-			v, _ := protowire.ConsumeBytes(b)
-			field(num, v)
-		}
-		b = b[protowire.ConsumeFieldValue(num, typ, b):]
-	}
-}
-
-// protoVarints calls field for each varint field of b, a message
-// protoValid accepted, in order.
-func protoVarints(b []byte, field func(num protowire.Number, v uint64)) {
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		b = b[n:]
-		if typ == protowire.VarintType {
-			v, _ := protowire.ConsumeVarint(b)
-			field(num, v)
-		}
-		b = b[protowire.ConsumeFieldValue(num, typ, b):]
-	}
+	_, code, ok := kstatus.ProtobufStatus(object)
+	return ok && code == http.StatusGone
 }
 
 // goneRetryBody is a watch body whose first event is checked for a 410;
