@@ -147,8 +147,8 @@ func TestNodeHostedControlPlane(t *testing.T) {
 	if _, err := e.cp.Kubectl(ctx, "-n", hostedNS, "rollout", "restart", "deployment/kube-apiserver"); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := e.cp.Kubectl(ctx, "-n", hostedNS, "rollout", "status", "deployment/kube-apiserver", "--timeout=10m"); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	if _, err := e.cp.Kubectl(ctx, "-n", hostedNS, "rollout", "status", "deployment/kube-apiserver", "--timeout=10m"); err != nil {
+		t.Fatalf("the kube-apiserver roll did not finish: %v\npods:\n%s", err, e.cp.DescribePods(ctx, hostedNS))
 	}
 	rollEnd := time.Now()
 	t.Logf("kube-apiserver rolled in %s", rollEnd.Sub(rollStart).Round(time.Second))
@@ -396,9 +396,11 @@ func hostedRelists(t *testing.T, h *harness.Hosted, match func(*harness.AuditEve
 	return out
 }
 
-// hostedLoad grows a Deployment in the hosted cluster by a few pods at a
-// time: the hosted kube-controller-manager creates them and the hosted
-// kube-scheduler binds them to the fake nodes.
+// hostedLoad scales a Deployment in the hosted cluster up and down by a
+// few pods at a time, between 0 and hostedLoadMax: the hosted
+// kube-controller-manager creates and deletes them, and the hosted
+// kube-scheduler binds them to the fake nodes. Bounded, so that a long
+// run does not pile up pods in the hosted cluster.
 type hostedLoad struct {
 	t      *testing.T
 	h      *harness.Hosted
@@ -421,17 +423,27 @@ func newHostedLoad(t *testing.T, ctx context.Context, h *harness.Hosted) *hosted
 	return &hostedLoad{t: t, h: h}
 }
 
-// run adds 20 replicas every 5 seconds until ctx ends.
+const hostedLoadMax = 300
+
+// run scales by 20 replicas every 5 seconds, up to hostedLoadMax and back
+// to 0, until ctx ends.
 func (l *hostedLoad) run(ctx context.Context) {
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	by, replicas := int32(20), int32(0)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		err := l.scale(ctx, 20)
+		if replicas+by > hostedLoadMax || replicas+by < 0 {
+			by = -by
+		}
+		err := l.scale(ctx, by)
+		if err == nil {
+			replicas += by
+		}
 		l.mu.Lock()
 		if err != nil && ctx.Err() == nil {
 			l.errors = append(l.errors, err.Error())
@@ -455,5 +467,5 @@ func (l *hostedLoad) scale(ctx context.Context, by int32) error {
 func (l *hostedLoad) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return fmt.Sprintf("%d scale steps of 20 pods, %d failed (the test's own client: %v)", l.steps, len(l.errors), l.errors)
+	return fmt.Sprintf("%d scale steps of 20 pods (between 0 and %d), %d failed (the test's own client: %v)", l.steps, hostedLoadMax, len(l.errors), l.errors)
 }

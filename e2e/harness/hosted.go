@@ -318,9 +318,13 @@ func (h *Hosted) startAPIServers(ctx context.Context, etcdIP string, replicas in
 	probe := func(path string, period int32) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path: path, Port: intstr.FromInt32(443), Scheme: corev1.URISchemeHTTPS}},
-			PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: 1}
+			PeriodSeconds: period, TimeoutSeconds: 5, FailureThreshold: 3}
 	}
 	liveness := probe("/livez", 10)
+	// A replica is available only after minReadySeconds of readiness
+	// without a break: one slow /readyz on the loaded node must not
+	// restart that count. Shutting down, a replica leaves the
+	// EndpointSlice's ready endpoints as terminating at once anyway.
 	liveness.FailureThreshold, liveness.InitialDelaySeconds = 6, 30
 	d := hostedDeployment("kube-apiserver", map[string]string{"app": "kubernetes", "role": "apiserver"}, replicas, corev1.PodSpec{
 		AutomountServiceAccountToken:  ptr.To(false),
@@ -334,8 +338,11 @@ func (h *Hosted) startAPIServers(ctx context.Context, etcdIP string, replicas in
 			Ports:          []corev1.ContainerPort{{Name: "https", ContainerPort: 443}},
 			ReadinessProbe: probe("/readyz", 1),
 			LivenessProbe:  liveness,
+			// Small requests: the node's 2 CPUs are mostly requested by
+			// the suite's earlier pods, and a fourth replica (the roll's
+			// surge) must still be scheduled.
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")}},
+				corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("128Mi")}},
 			VolumeMounts: []corev1.VolumeMount{
 				{Name: "tls", MountPath: pki + "/tls", ReadOnly: true},
 				{Name: "ca", MountPath: pki + "/ca", ReadOnly: true},
@@ -513,9 +520,15 @@ func (h *Hosted) RegisterNodes(ctx context.Context, n int) error {
 // DialInNetns returns a dialer whose sockets are made in the network
 // namespace ns (a name under /run/netns): the test process reaches the
 // node's pods and Services from there without a route of its own. Each
-// dial runs on an OS thread of its own that enters ns and is thrown away
-// afterwards (the goroutine exits still locked to it), so no other
-// goroutine ever runs in ns.
+// dial locks its goroutine to an OS thread, moves that thread into ns,
+// dials, and moves it back before unlocking it, so no other goroutine ever
+// runs in ns.
+//
+// The thread must survive: the harness starts its processes (the
+// kubelet among them) with Pdeathsig, which the kernel sends when the
+// thread that forked them ends, and Go ends a thread whose goroutine
+// exits while locked to it. An earlier version let the thread end and so
+// killed the real node's kubelet in the middle of a test.
 func DialInNetns(ns string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		type result struct {
@@ -525,19 +538,12 @@ func DialInNetns(ns string) func(ctx context.Context, network, addr string) (net
 		ch := make(chan result, 1)
 		go func() {
 			runtime.LockOSThread()
-			// No UnlockOSThread: the thread ends with the goroutine.
-			f, err := os.Open(filepath.Join("/run/netns", ns))
-			if err != nil {
-				ch <- result{err: err}
-				return
+			c, err, back := dialInNetns(ctx, ns, network, addr)
+			if back {
+				runtime.UnlockOSThread()
 			}
-			defer f.Close()
-			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-				ch <- result{err: fmt.Errorf("entering network namespace %s: %w", ns, err)}
-				return
-			}
-			var d net.Dialer
-			c, err := d.DialContext(ctx, network, addr)
+			// Otherwise the thread could not be moved back and ends with
+			// this goroutine: better than running others in ns.
 			ch <- result{c, err}
 		}()
 		select {
@@ -552,6 +558,27 @@ func DialInNetns(ns string) func(ctx context.Context, network, addr string) (net
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// dialInNetns runs on a locked thread; back reports whether the thread is
+// in its own network namespace again.
+func dialInNetns(ctx context.Context, ns, network, addr string) (c net.Conn, err error, back bool) {
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err, true
+	}
+	defer self.Close()
+	target, err := os.Open(filepath.Join("/run/netns", ns))
+	if err != nil {
+		return nil, err, true
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, fmt.Errorf("entering network namespace %s: %w", ns, err), true
+	}
+	var d net.Dialer
+	c, err = d.DialContext(ctx, network, addr)
+	return c, err, unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil
 }
 
 // TokenFileKubeconfig is a kubeconfig in the shape of Gardener's
