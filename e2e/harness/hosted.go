@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -506,11 +507,12 @@ func (h *Hosted) RegisterNodes(ctx context.Context, n int) error {
 		created.Status.Capacity, created.Status.Allocatable = capacity, capacity
 		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			LastHeartbeatTime: now, LastTransitionTime: now}}
-		if created, err = nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		if _, err := nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
-		created.Spec.Taints = nil
-		if _, err := nodes.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		// The not-ready taint admission put on it; a patch, since the
+		// hosted controllers may be writing the Node meanwhile.
+		if _, err := nodes.Patch(ctx, name, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
 			return err
 		}
 	}
