@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -493,21 +494,24 @@ func (h *Hosted) RegisterNodes(ctx context.Context, n int) error {
 	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("500")}
 	for i := 1; i <= n; i++ {
 		name := fmt.Sprintf("hosted-node-%d", i)
-		created, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
-			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}}, metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+			Labels: map[string]string{"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
-		if err != nil {
-			if created, err = nodes.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		// The hosted controllers write the new Node too (its TTL
+		// annotation): read it afresh on a conflict.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			node, err := nodes.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
 				return err
 			}
-		}
-		now := metav1.Now()
-		created.Status.Capacity, created.Status.Allocatable = capacity, capacity
-		created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-			LastHeartbeatTime: now, LastTransitionTime: now}}
-		if _, err := nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			now := metav1.Now()
+			node.Status.Capacity, node.Status.Allocatable = capacity, capacity
+			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				LastHeartbeatTime: now, LastTransitionTime: now}}
+			_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			return err
 		}
 		// The not-ready taint admission put on it; a patch, since the
