@@ -224,7 +224,7 @@ func TestNodeHostedControlPlane(t *testing.T) {
 	for _, l := range relists {
 		t.Logf("re-list: %s", l)
 	}
-	// 0 in three runs of four, 1 in the fourth (a quiet informer whose
+	// 0 in two runs of three, 1 in the third (a quiet informer whose
 	// bookmark came too late: docs/resilience.md, Hosted control planes);
 	// paced on readiness alone, every informer re-listed (79).
 	if len(relists) > hostedMaxRelists {
