@@ -145,8 +145,9 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.Engine.Rebalance.Tolerance, "watch-rebalance-tolerance", c.Engine.Rebalance.Tolerance,
 		"Watches are moved while the most and least loaded apiservers differ by more than this fraction of the fair share (and by more than 1).")
 	fs.BoolVar(&c.Engine.Rebalance.Freshness, "watch-freshness-requests", c.Engine.Rebalance.Freshness,
-		"When --watch-rebalance finds watches held back only because no event or bookmark newer than another apiserver's readiness came yet (a quiet resource), "+
-			"send the apiserver they are on one LIST per resource (limit=1, resourceVersion unset, the watch's credentials) so that its watch cache catches up with etcd and its next bookmark lets them move.")
+		"With --watch-rebalance, when an apiserver becomes ready, send every other apiserver holding watches that passed on no event or bookmark newer than that readiness yet (quiet resources) "+
+			"one LIST per resource (limit=1, resourceVersion unset, the watch's credentials), so that its watch cache catches up with etcd and its next bookmark, within a minute, "+
+			"carries a resourceVersion the new apiserver serves: the watches can then move, and their clients resume without re-listing if their apiserver goes next (a roll).")
 	fs.IntVar(&c.Engine.Cost.Size, "cost-table-size", c.Engine.Cost.Size,
 		"Keys (component from the User-Agent, verb, group, resource, subresource, scope) the table of who costs what holds, served at the admin server's /debug/cost; "+
 			"the least recently used key's counts fold into one \"other\" row. 0 turns the table off (docs/cost.md).")

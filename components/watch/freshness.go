@@ -18,21 +18,29 @@ import (
 // A watch of a resource that sees no writes gets only bookmarks, and a
 // bookmark carries the resourceVersion of the source apiserver's watch
 // cache, which for a quiet resource moves only on etcd progress
-// notifications: minutes behind the etcd revision. Such a watch never
-// proves rule 3 (eligible) and stays where it is. kube-apiserver serves a
+// notifications: minutes behind the etcd revision. Such a watch holds a
+// resourceVersion older than the watch cache of an apiserver that became
+// ready since: it cannot move there (rule 3, eligible), and if its own
+// apiserver goes (a roll takes the old replicas down one by one), its
+// client re-watches from that resourceVersion, every newer apiserver
+// answers 410 Gone, and the informer re-lists. kube-apiserver serves a
 // LIST without resourceVersion from its watch cache once the cache is as
 // fresh as etcd (ConsistentListFromCache), and gets there by asking etcd
-// for a progress notification on the watch stream its caches share; the
-// watch's next bookmark, about a minute later at most, then carries a
-// resourceVersion that rule 3 accepts. So, for a watch blocked only as
-// not caught up, the rebalancer sends the source apiserver one such LIST,
-// as cheap as it gets (limit=1, the watch's own selection and
-// credentials), once per resource, source and readiness of the targets.
-// Rule 3 itself is only made stricter: the watch moves only once a
-// bookmark proves it, and, once a freshness request was answered, only
-// with a resourceVersion at least that answer's: the etcd revision after
-// the targets' readiness, hence at least the one their watch caches
-// started from, however little fanout had seen by then.
+// for a progress notification; the watch's next bookmark, a minute later
+// at most, then carries a current resourceVersion. So, as soon as the
+// readiness of the endpoints a watch could go to is recorded (Margin after
+// the latest one became usable), the rebalancer sends the apiserver each
+// watch not caught up with them is on one such LIST, as cheap as it gets
+// (limit=1, the watch's own selection and credentials): once per source,
+// resource and readiness of the targets, whether or not the loads call
+// for a move. A roll that waits a minute after each new replica's
+// readiness (minReadySeconds) then takes no old replica down before its
+// quiet watches hold a resourceVersion the new ones serve. Rule 3 itself
+// is only made stricter: a watch moves only once a bookmark proves it,
+// and, once a freshness request was answered, only with a resourceVersion
+// at least that answer's: the etcd revision after the targets' readiness,
+// hence at least the one their watch caches started from, however little
+// fanout had seen by then.
 
 // Send sends req, built by the watch package, to endpoint with the
 // credentials of the watch it was made for, and returns the answer. The
@@ -51,12 +59,6 @@ var freshResults = []string{freshOK, freshRejected, freshFailed}
 // freshnessTimeout bounds one freshness request: kube-apiserver waits up
 // to 3 s for its cache to catch up before it answers from etcd or 429.
 const freshnessTimeout = 10 * time.Second
-
-// freshnessDelayMargins is how many Margins after the latest target's
-// readiness the first freshness request may go: after the one Margin
-// that records the resourceVersion to beat, two more for the events of
-// resources with writes to prove them caught up without any request.
-const freshnessDelayMargins = 3
 
 // freshnessAgent marks the request in the apiserver's audit log and
 // metrics, after the client's own User-Agent.
@@ -112,11 +114,12 @@ func freshnessRequest(ctx context.Context, target *url.URL, header http.Header, 
 // source endpoint.
 type freshKey struct{ endpoint, resource string }
 
-// requestFreshness sends, for each resource of a watch on endpoint that is
-// blocked only as not caught up towards targets, one freshness request,
-// unless one went for the same targets' readiness (epoch) already. The
-// requests run on goroutines of their own; Stop waits for them.
-func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness, now time.Time) {
+// requestFreshness sends, for each resource of a watch on endpoint past
+// its initial events and not caught up with targets, one freshness
+// request, unless one went for the same targets' readiness (epoch)
+// already. The requests run on goroutines of their own; Stop waits for
+// them.
+func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness) {
 	var epoch time.Time
 	for _, t := range targets {
 		if t == nil || !t.recorded {
@@ -128,12 +131,13 @@ func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness, now
 			epoch = t.since
 		}
 	}
-	if now.Before(epoch.Add(freshnessDelayMargins * r.cfg.Margin)) {
-		// A resource with writes catches up by itself, LIST-free.
-		return
-	}
 	for _, w := range r.set.on(endpoint) {
-		if w.send == nil || w.resource == "" || eligible(w.view(), targets, now, r.cfg.MinAge, r.cfg.Margin) != blockedNotCaughtUp {
+		if w.send == nil || w.resource == "" {
+			continue
+		}
+		// A WatchList still streaming has no resourceVersion to judge;
+		// the next tick after its closing bookmark does.
+		if v := w.view(); !v.initialDone || caughtUp(v, targets, r.cfg.Margin) {
 			continue
 		}
 		k := freshKey{endpoint, w.resource}
@@ -159,22 +163,19 @@ func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness, now
 	}
 }
 
-// freshenOverloaded requests freshness (requestFreshness) from every
-// usable endpoint holding more than its target share, not only the most
-// loaded: each waits up to a minute for its bookmarks, and in turn would
-// add those minutes up.
-func (r *Rebalancer) freshenOverloaded(usable []balancer.WatchLoad, targets []float64, total int64, now time.Time) {
+// freshen requests freshness (requestFreshness) from every usable
+// endpoint for its watches towards all the others that the placement
+// sends watches to: the ones its clients re-watch on when it goes, and
+// the ones the rebalancer moves its watches to.
+func (r *Rebalancer) freshen(usable []balancer.WatchLoad, targets []float64) {
 	for i, l := range usable {
-		if float64(l.OpenLong) <= targets[i]*float64(total) {
-			continue
-		}
 		dest := make([]*readiness, 0, len(usable)-1)
 		for j, o := range usable {
 			if j != i && targets[j] > 0 {
 				dest = append(dest, r.ready[o.Address])
 			}
 		}
-		r.requestFreshness(l.Address, dest, now)
+		r.requestFreshness(l.Address, dest)
 	}
 }
 

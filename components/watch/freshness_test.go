@@ -83,10 +83,11 @@ func (f *fakeSend) requests() []string {
 	return append([]string(nil), f.got...)
 }
 
-// TestRebalancerRequestsFreshness: 30 quiet watches (20 of configmaps, 10
-// of secrets) on a, none on b and c, which came back: they stay blocked
-// as not caught up, and once the targets' readiness is recorded the
-// rebalancer sends one freshness request per resource, once, to a.
+// TestRebalancerRequestsFreshness: 30 quiet watches (20 of configmaps, 9
+// of secrets, a WatchList of pods) on a, none on b and c, which came
+// back: they stay blocked as not caught up, and as soon as the targets'
+// readiness is recorded the rebalancer sends one freshness request per
+// resource, once, to a (none for the WatchList still streaming).
 // Only a bookmark newer than the recorded resourceVersion then lets the
 // watches move; a new readiness of a target asks again.
 func TestRebalancerRequestsFreshness(t *testing.T) {
@@ -117,10 +118,11 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 			w.resource = "/secrets"
 			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n2/secrets?watch=true&resourceVersion=90", nil))
 		default:
-			// The only pods watch is too young to move: no reason to ask.
+			// The only pods watch is a WatchList still sending its initial
+			// events: no resourceVersion to judge yet.
 			w.resource = "/pods"
-			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true&resourceVersion=90", nil))
-			w.opened = cameBack.Add(time.Hour)
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true&sendInitialEvents=true", nil))
+			w.initialDone.Store(false)
 		}
 	}
 
@@ -130,14 +132,13 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 	if got := fs.requests(); len(got) != 0 {
 		t.Fatalf("freshness requests before the targets' resourceVersion was recorded: %v", got)
 	}
-	for range 2 {
-		clock.Advance(DefaultRebalanceMargin)
-		r.tick()
-	}
+	// The resourceVersion to beat is recorded a Margin after the
+	// readiness; the requests go in that tick, not a bookmark period later.
+	clock.Advance(DefaultRebalanceMargin)
+	r.tick()
 	r.wg.Wait()
-	if got := fs.requests(); len(got) != 0 {
-		t.Fatalf("freshness requests %s after the targets' readiness: %v, want none before %d margins (resources with writes catch up by themselves)",
-			clock.Now().Sub(cameBack), got, freshnessDelayMargins)
+	if got := fs.requests(); len(got) != 2 {
+		t.Fatalf("freshness requests a Margin after the targets' readiness: %v, want 2", got)
 	}
 	for range 3 {
 		clock.Advance(DefaultRebalanceMargin)
@@ -148,7 +149,7 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 	got := fs.requests()
 	slices.Sort(got)
 	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("freshness requests after 5 ticks = %v, want %v (one per resource, once)", got, want)
+		t.Fatalf("freshness requests after 5 ticks = %v, want %v (one per resource, once, none for the WatchList)", got, want)
 	}
 	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
 		t.Errorf("fanout_watch_freshness_requests_total{result=ok} = %v, want 2", got)
@@ -250,10 +251,8 @@ func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
 		}
 	}
 	r.maxRV.Store(100)
-	for range freshnessDelayMargins {
-		clock.Advance(DefaultRebalanceMargin)
-		r.tick()
-	}
+	clock.Advance(DefaultRebalanceMargin)
+	r.tick()
 	r.wg.Wait()
 	got := fs.requests()
 	slices.Sort(got)
@@ -264,3 +263,60 @@ func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
 
 // setRequest sets the request w was sent as, as track does.
 func (w *watchStream) setRequest(out *http.Request) { w.url, w.header = out.URL, out.Header }
+
+// TestFreshnessOnReadinessWhenBalanced: c became ready again and already
+// holds its share; nothing is to be moved, but the quiet watches on a and
+// b hold resourceVersions older than c's watch cache, so if a or b went
+// (the next step of a roll) their clients would re-watch on c, get a 410
+// and re-list. Each of a and b gets one freshness request per resource as
+// soon as c's readiness is recorded; c's own watches, newer than a's and
+// b's readiness, get none, and no watch is ended.
+func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
+	clock := testkit.NewClock(time.Unix(50_000, 0))
+	src := &fakeLoads{}
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	start := clock.Now()
+	cameBack := start.Add(time.Hour)
+	since := map[string]time.Time{"a": start, "b": start, "c": cameBack}
+	src.set(map[string]int64{"a": 10, "b": 10, "c": 10}, since)
+	r.maxRV.Store(100)
+	clock.Advance(DefaultRebalanceMargin)
+	r.tick() // a's and b's readiness recorded at resourceVersion 100
+	clock.Set(cameBack)
+	fs := &fakeSend{status: http.StatusOK}
+	var rcs []*chunkReader
+	for ep, res := range map[string]string{"a": "configmaps", "b": "secrets", "c": "leases"} {
+		opened, lastAt, rv := start.Add(time.Minute), start.Add(2*time.Minute), uint64(90)
+		if ep == "c" {
+			opened, lastAt, rv = cameBack.Add(time.Second), cameBack.Add(2*time.Second), 120
+		}
+		rcs = append(rcs, addStreams(r, ep, 10, opened, lastAt, rv)...)
+		for _, w := range r.set.on(ep) {
+			w.send, w.resource = fs.send, "/"+res
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/"+res+"?watch=true", nil))
+		}
+	}
+	r.maxRV.Store(120)
+	r.tick()
+	r.wg.Wait()
+	if got := fs.requests(); len(got) != 0 {
+		t.Fatalf("freshness requests before c's readiness was recorded: %v", got)
+	}
+	for range 3 {
+		clock.Advance(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
+	got := fs.requests()
+	slices.Sort(got)
+	if want := "a /api/v1/configmaps?limit=1,b /api/v1/secrets?limit=1"; strings.Join(got, ",") != want {
+		t.Errorf("freshness requests %v, want %s", got, want)
+	}
+	if n := closedCount(rcs); n != 0 {
+		t.Errorf("ended %d watches with the loads balanced", n)
+	}
+}

@@ -59,9 +59,9 @@ type RebalanceConfig struct {
 	Margin time.Duration
 	// Interval is how often the loads are compared. Default 1s.
 	Interval time.Duration
-	// Freshness lets the rebalancer ask an apiserver holding watches
-	// blocked as not caught up for a consistent read of their resource,
-	// so that their next bookmark proves them caught up
+	// Freshness lets the rebalancer ask an apiserver holding watches not
+	// caught up with another's readiness for a consistent read of their
+	// resource, so that their next bookmark proves them caught up
 	// (--watch-freshness-requests, freshness.go). Unlike the other
 	// fields, false is off; engine.Defaults turns it on.
 	Freshness bool
@@ -193,7 +193,7 @@ func NewRebalancer(cfg RebalanceConfig, src LoadSource, reg prometheus.Registere
 		}),
 		freshness: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_watch_freshness_requests_total",
-			Help: "LISTs (limit=1, resourceVersion unset, the watch's credentials) sent to an apiserver holding watches blocked as not_caught_up, so that its watch cache, and the bookmarks it sends, catch up with etcd; by result: ok, rejected (another status than 200), failed (no answer).",
+			Help: "LISTs (limit=1, resourceVersion unset, the watch's credentials) sent, once per resource after another apiserver became ready, to an apiserver holding watches not caught up with that readiness, so that its watch cache, and the bookmarks it sends, catch up with etcd; by result: ok, rejected (another status than 200), failed (no answer).",
 		}, []string{"result"}),
 	}
 	r.ctx, r.stop = context.WithCancel(context.Background())
@@ -300,6 +300,9 @@ func (r *Rebalancer) tick() {
 		r.spread.Set(0)
 		return
 	}
+	if r.cfg.Freshness {
+		r.freshen(usable, targets)
+	}
 	moved := map[*watchStream]bool{}
 	for first := true; ; first = false {
 		total := int64(0)
@@ -336,9 +339,6 @@ func (r *Rebalancer) tick() {
 		if w == nil {
 			for k, v := range reasons {
 				blocked[k] += v
-			}
-			if reasons[blockedNotCaughtUp] > 0 && r.cfg.Freshness {
-				r.freshenOverloaded(usable, targets, total, now)
 			}
 			return
 		}
@@ -445,19 +445,29 @@ func eligible(w watchView, targets []*readiness, now time.Time, minAge, margin t
 	case now.Sub(w.opened) < minAge:
 		return blockedTooYoung
 	}
+	if !caughtUp(w, targets, margin) {
+		return blockedNotCaughtUp
+	}
+	return ""
+}
+
+// caughtUp reports whether the watch passed on an event or bookmark that
+// proves every target's watch cache holds the resourceVersion its client
+// would resume from (eligible's "not caught up").
+func caughtUp(w watchView, targets []*readiness, margin time.Duration) bool {
 	for _, t := range targets {
 		switch {
 		case t == nil || !t.recorded:
-			return blockedNotCaughtUp
+			return false
 		case w.lastAt.IsZero() || w.lastAt.Before(t.since.Add(margin)):
-			return blockedNotCaughtUp
+			return false
 		case t.rv > 0 && w.lastRV <= t.rv:
-			return blockedNotCaughtUp
+			return false
 		case w.lastRV < t.floor.Load():
-			return blockedNotCaughtUp
+			return false
 		}
 	}
-	return ""
+	return true
 }
 
 // note records when each endpoint became usable and, Margin later, the
