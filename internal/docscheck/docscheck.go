@@ -208,7 +208,9 @@ func (c *checker) markdown(rel, src string) {
 }
 
 // prose checks a paragraph: its links, then its mentions with the code
-// spans' backticks and the links' targets blanked out.
+// spans' backticks and the links' targets blanked out, and the text of a
+// link already reported too, which would repeat the report when it names
+// the same file ("[docs/x](docs/x)").
 func (c *checker) prose(rel string, ch chunk) {
 	spans := codeSpans(ch.text)
 	plain := []byte(ch.text)
@@ -217,19 +219,26 @@ func (c *checker) prose(rel string, ch chunk) {
 			plain[i] = ' '
 		}
 	}
-	var targets [][]int
+	// Each link as [text start, target start, target end); the text
+	// start is -1 for a reference definition, which has none.
+	var links [][3]int
 	for _, m := range inlineLink.FindAllSubmatchIndex(plain, -1) {
-		targets = append(targets, m[2:4])
+		links = append(links, [3]int{linkText(plain, m[0]), m[2], m[3]})
 	}
 	if m := refDef.FindSubmatchIndex(plain); m != nil {
-		targets = append(targets, m[2:4])
+		links = append(links, [3]int{-1, m[2], m[3]})
 	}
 	mention := []byte(ch.text)
-	for _, t := range targets {
-		c.link(rel, ch.line(t[0]), ch.text[t[0]:t[1]])
-		for i := t[0]; i < t[1]; i++ {
+	blank := func(from, to int) {
+		for i := from; i < to; i++ {
 			mention[i] = ' '
 		}
+	}
+	for _, l := range links {
+		if !c.link(rel, ch.line(l[1]), ch.text[l[1]:l[2]]) && l[0] >= 0 {
+			blank(l[0], l[1])
+		}
+		blank(l[1], l[2])
 	}
 	for i, b := range mention {
 		if b == '`' {
@@ -238,6 +247,24 @@ func (c *checker) prose(rel string, ch chunk) {
 	}
 	ch.text = string(mention)
 	c.mentions(rel, ch)
+}
+
+// linkText returns where the text of the link whose "]" is at end starts:
+// after its matching "[", or end when there is none.
+func linkText(text []byte, end int) int {
+	depth := 0
+	for i := end; i >= 0; i-- {
+		switch text[i] {
+		case ']':
+			depth++
+		case '[':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return end
 }
 
 // codeSpans returns the [start, end) of each code span in text, backticks
@@ -280,10 +307,11 @@ func codeSpans(text string) [][2]int {
 	return spans
 }
 
-// link checks a Markdown link's target, relative to the file rel.
-func (c *checker) link(rel string, line int, target string) {
+// link checks a Markdown link's target, relative to the file rel, and
+// tells whether it resolved.
+func (c *checker) link(rel string, line int, target string) bool {
 	if target == "" || scheme.MatchString(target) {
-		return
+		return true
 	}
 	p, frag, _ := strings.Cut(target, "#")
 	if u, err := url.PathUnescape(p); err == nil {
@@ -301,30 +329,32 @@ func (c *checker) link(rel string, line int, target string) {
 		}
 		if file == ".." || strings.HasPrefix(file, "../") {
 			c.report(rel, line, "link %q leaves the repository", target)
-			return
+			return false
 		}
 		if !c.exists(file) {
 			c.report(rel, line, "link %q: %s does not exist", target, file)
-			return
+			return false
 		}
 	}
 	if frag != "" && strings.HasSuffix(file, ".md") && c.isFile(file) {
-		c.anchor(rel, line, fmt.Sprintf("link %q", target), file, frag)
+		return c.anchor(rel, line, fmt.Sprintf("link %q", target), file, frag)
 	}
+	return true
 }
 
 // anchor reports frag when no heading or <a id> of the Markdown file
-// makes it.
-func (c *checker) anchor(rel string, line int, what, file, frag string) {
+// makes it, and tells whether one does.
+func (c *checker) anchor(rel string, line int, what, file, frag string) bool {
 	ids := c.docOf(file).ids
 	if ids[frag] {
-		return
+		return true
 	}
 	msg := fmt.Sprintf("%s: no heading of %s has the anchor #%s", what, file, frag)
 	if near := nearest(ids, frag); near != "" {
 		msg += fmt.Sprintf(" (closest: #%s)", near)
 	}
 	c.report(rel, line, "%s", msg)
+	return false
 }
 
 // nearest is the anchor sharing the longest prefix with frag, for the

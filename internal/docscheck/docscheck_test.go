@@ -2,6 +2,7 @@ package docscheck
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -97,5 +98,24 @@ func TestCodeSpans(t *testing.T) {
 	}
 	if want := []string{"`b`", "``d ` e``"}; !slices.Equal(got, want) {
 		t.Errorf("codeSpans(%q) = %q, want %q", text, got, want)
+	}
+}
+
+// TestDocsIndex keeps docs/README.md, the index of docs/, listing every
+// page there.
+func TestDocsIndex(t *testing.T) {
+	index, err := os.ReadFile("../../docs/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pages {
+		name := filepath.Base(p)
+		if name != "README.md" && !strings.Contains(string(index), "]("+name+")") {
+			t.Errorf("docs/README.md does not link %s: add a line saying what it is for", name)
+		}
 	}
 }
