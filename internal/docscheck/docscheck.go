@@ -387,16 +387,59 @@ var (
 	// pathMention is a file under a directory named in text, such as
 	// components/proxy/attempt.go. Whether it is the repository's is
 	// decided by its first directory (checker.mentions).
-	pathMention = regexp.MustCompile(`(?:^|[^\w./-])((?:\./)?([\w.-]+)/(?:[\w.-]+/)*[\w.-]*\w\.(?:go|ya?ml|json|sh|txt|patch|svg|py))\b`)
+	pathMention = regexp.MustCompile(`(?:^|[^\w./-])((?:\./)?([\w.-]+)/(?:[\w.-]+/)*[\w.-]*\w\.(?:go|ya?ml|json|sh|txt|patch|svg|py))\b`) // pathExts
 )
 
+// source checks the mentions in a source or build file. Only the lines
+// that may hold one are read, each with the two after it, where a
+// section's name may go on (a regexp over a whole file is slow under the
+// race detector, which make unit uses).
 func (c *checker) source(rel, src string) {
-	c.mentions(rel, newChunk(1, strings.Split(src, "\n")))
+	lines := strings.Split(src, "\n")
+	const context = 2
+	start, end := -1, -1 // the lines [start, end) to read together
+	for i, l := range lines {
+		if !strings.Contains(l, ".md") && !(strings.Contains(l, "/") && hasPathExt(l)) {
+			continue
+		}
+		if start >= 0 && i > end {
+			c.mentions(rel, newChunk(start+1, lines[start:end]))
+			start = -1
+		}
+		if start < 0 {
+			start = i
+		}
+		end = min(i+1+context, len(lines))
+	}
+	if start >= 0 {
+		c.mentions(rel, newChunk(start+1, lines[start:end]))
+	}
 }
 
 // mentions checks the files and sections named in a chunk of text.
 func (c *checker) mentions(rel string, ch chunk) {
 	dir := path.Dir(rel)
+	if strings.Contains(ch.text, ".md") {
+		c.mdMentions(rel, dir, ch)
+	}
+	if strings.Contains(ch.text, "/") && hasPathExt(ch.text) {
+		c.pathMentions(rel, dir, ch)
+	}
+}
+
+// pathExts are the extensions pathMention takes, for a quick look before it.
+var pathExts = []string{".go", ".yaml", ".yml", ".json", ".sh", ".txt", ".patch", ".svg", ".py"}
+
+func hasPathExt(text string) bool {
+	for _, e := range pathExts {
+		if strings.Contains(text, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *checker) mdMentions(rel, dir string, ch chunk) {
 	for _, m := range mdMention.FindAllStringSubmatchIndex(ch.text, -1) {
 		name := ch.text[m[2]:m[3]]
 		file := c.resolveMD(dir, name)
@@ -421,6 +464,9 @@ func (c *checker) mentions(rel string, ch chunk) {
 			}
 		}
 	}
+}
+
+func (c *checker) pathMentions(rel, dir string, ch chunk) {
 	for _, m := range pathMention.FindAllStringSubmatchIndex(ch.text, -1) {
 		name, first := strings.TrimPrefix(ch.text[m[2]:m[3]], "./"), ch.text[m[4]:m[5]]
 		var file string
