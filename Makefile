@@ -45,7 +45,8 @@ unit:
 ## e2e-binaries: builds (and caches) the Kubernetes binaries the harness
 ## runs (harness.Binaries: kube-apiserver, kube-controller-manager,
 ## kube-scheduler, kubectl, kubelet and kube-proxy), printing progress as it
-## goes; the first build takes 12–14 minutes on two cores (README.md, Test results).
+## goes; the first build takes about 11 to 12 minutes on a quiet two-core
+## machine (README.md, Measured).
 e2e-binaries:
 	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries"
 	cd e2e && $(GO) run ./cmd/kubebins

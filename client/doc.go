@@ -15,6 +15,6 @@
 // apiserver never processed, watch handling and rebalancing are the
 // sidecar's engine (components/engine); this package only turns the
 // rest.Config and the options into the engine's Config, as
-// components.EngineConfig does with the sidecar's flags. See
+// sidecar.EngineConfig does with the sidecar's flags. See
 // docs/library.md and docs/architecture.md.
 package client

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// costSnapshot is /debug/cost as COST_API.md writes it, the n-th time it
+// costSnapshot is /debug/cost as docs/cost.md describes it, the n-th time it
 // is read: 2 s of server time apart, with the replicaset controller's
 // LISTs at 50/s (p99 in the 0.1-0.25 s bucket), a kubelet's GETs at 10/s
 // with a 5xx each second, and an "other" row.

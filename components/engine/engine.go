@@ -1,5 +1,5 @@
 // Package engine is fanout's runtime, built the same way for the sidecar
-// (package components: flags → Config, one fx provide) and for the library
+// (package sidecar: flags → Config, one fx provide) and for the library
 // (package client: rest.Config → Config): the credentials and their file
 // watcher, the resolver loop, the balancer, the client and probe transports,
 // the readiness prober, the proxy handler, the watch rebalancer and the

@@ -15,6 +15,12 @@
 // Status objects that client-go understands. Long-running responses go
 // through the watch features (package watch) by one hook.
 //
-// The request path takes no lock: classification is a pure function, the
-// picker is lock-free, shutdown is an atomic flag plus one context.
+// Classification is a pure function and the picker is lock-free; the cost
+// table, when on, takes its lock briefly to find each request's row.
+// Shutdown is an atomic flag (StopLongRunning sets it; later requests get
+// 503, or ErrStopped from the RoundTripper) plus two sets, each behind a
+// mutex held only to add or remove an entry: the open long-running
+// bodies, which StopLongRunning ends each on a goroutine of its own, and
+// the upgraded connections, which CloseUpgrades closes once the shutdown
+// grace has run out.
 package proxy

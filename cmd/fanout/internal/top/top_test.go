@@ -13,7 +13,7 @@ import (
 	"github.com/fanout-dev/fanout/components/cost"
 )
 
-// bounds are /debug/cost's bucket bounds (COST_API.md).
+// bounds are /debug/cost's bucket bounds (docs/cost.md, GET /debug/cost).
 var bounds = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, math.Inf(1)}
 
 // hist builds cumulative buckets from the count in each bucket.
