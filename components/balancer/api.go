@@ -148,6 +148,11 @@ type DoneInfo struct {
 	// or a connection lost mid-request. Config.ConsecutiveFailures of them in a row eject the
 	// endpoint. 401, 403 and other 4xx are answers, never failures.
 	Failed bool
+	// DeadlineExpired says the answer was kube-apiserver's 504 Timeout:
+	// the request's own deadline ran out (the client's ?timeout=, or the
+	// apiserver's --request-timeout). It is the request's doing, not the
+	// endpoint's: neither an error nor a latency sample.
+	DeadlineExpired bool
 	// ShuttingDown says the apiserver rejected the request because it is
 	// shutting down (its 429 "The apiserver is shutting down" or 503
 	// "apiserver is shutting down"). The endpoint gets no new requests

@@ -399,7 +399,7 @@ func (e *Endpoint) eject(now int64) {
 func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	e.inflight[kindIndex(k)].Add(-1)
 	e.requests.Add(1)
-	penalty := !di.Relayed && (di.StatusCode == 429 || di.StatusCode >= 500)
+	penalty := !di.Relayed && !di.DeadlineExpired && (di.StatusCode == 429 || di.StatusCode >= 500)
 	if (di.Err != nil && (!di.Relayed || di.Unavailable)) || penalty {
 		e.errors.Add(1)
 	}
@@ -438,7 +438,7 @@ func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	now := e.p.nowNanos()
 	samples := e.p.samples.Add(e.p.roundStep.Load())
 	e.countServed(now)
-	if di.Latency > 0 && !di.Relayed {
+	if di.Latency > 0 && !di.Relayed && !di.DeadlineExpired {
 		e.observe(c, di.Latency, penalty, now, samples)
 	}
 }

@@ -33,7 +33,7 @@ func (b *Balancer) Collector() prometheus.Collector {
 			"Requests to the kube-apiserver endpoint that have finished.",
 			[]string{"endpoint"}, nil),
 		errors: prometheus.NewDesc("fanout_endpoint_errors_total",
-			"Finished requests to the endpoint that failed: transport error, 429 or 5xx.",
+			"Finished requests to the endpoint that failed: transport error, 429 or 5xx, but for kube-apiserver's 504 Timeout (the request's own deadline ran out).",
 			[]string{"endpoint"}, nil),
 		ejected: prometheus.NewDesc("fanout_endpoint_ejections_total",
 			"Times passive outlier detection ejected the endpoint after consecutive failures.",

@@ -170,6 +170,9 @@ func (a *attempts) run() (answer, error) {
 				v, _ = inspect(resp)
 			}
 			info := doneInfo(resp.StatusCode, v, headers.Sub(sent), st.Origin.Relayed())
+			if v == verdictAnswer && !info.Relayed && pastOwnDeadline(a.out.URL, resp.StatusCode, headers.Sub(sent)) {
+				info.DeadlineExpired, info.Failed = true, false
+			}
 			if a.upgrade != nil {
 				// An upgrade's status is the apiserver's verdict on the
 				// session (often the kubelet's), not on its own health.

@@ -488,12 +488,39 @@ func TestClientTimeoutsAreNotFailures(t *testing.T) {
 	var hits int32
 	for i, a := range c.addrs {
 		hits += c.hits[i].Load()
-		if s := c.state(t, a); s.State != balancer.StateReady || s.ConsecutiveFailures != 0 {
-			t.Errorf("%s after 504 Timeouts: %+v, want ready with no failures", a, s)
+		if s := c.state(t, a); s.State != balancer.StateReady || s.ConsecutiveFailures != 0 || s.ErrorsTotal != 0 || s.LatencyScore > 1 {
+			t.Errorf("%s after 504 Timeouts: %+v, want ready with no failures, no errors and no latency penalty", a, s)
 		}
 	}
 	if hits != 60 {
 		t.Errorf("the apiservers got %d requests, want 60: a 504 Timeout is not retried", hits)
+	}
+	// A deadline that runs out in the storage layer: a 500 without a
+	// reason, once the request's own ?timeout= is past.
+	deadline500 := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, err := time.ParseDuration(r.URL.Query().Get("timeout"))
+		if err != nil {
+			d = time.Hour
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		<-ctx.Done()
+		negotiatedStatus(&apierrors.StatusError{ErrStatus: apierrors.NewInternalError(ctx.Err()).ErrStatus})(w, r)
+	})
+	storage := newRealCluster(t, Config{}, deadline500)
+	for range 10 {
+		resp, err := client.Get(storage.base + "/api/v1/namespaces/ns/configmaps?timeout=1ms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusInternalServerError {
+			t.Fatalf("%d, want the apiserver's 500 passed on", resp.StatusCode)
+		}
+	}
+	if s := storage.state(t, storage.addrs[0]); s.State != balancer.StateReady || s.ErrorsTotal != 0 {
+		t.Errorf("after 500s past the requests' own timeout: %+v, want ready with no errors", s)
 	}
 	other := newRealCluster(t, Config{}, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)

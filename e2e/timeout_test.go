@@ -1,0 +1,98 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestClientTimeoutIsNotAnEndpointFailure: a request whose own ?timeout=
+// has run out is answered by kube-apiserver itself with a 504 Timeout
+// Status (or, when the deadline runs out in the storage layer, a 500).
+// That is the client's doing, not the apiserver's failure: 60 of them
+// through fanout (20 per apiserver, four times the consecutive failures
+// that eject one) eject nothing, count as no error and raise no latency
+// score, and all three apiservers stay ready. The unit test with fake apiservers is
+// TestClientTimeoutsAreNotFailures (components/proxy); this one checks
+// that the real apiserver answers as those fakes do.
+func TestClientTimeoutIsNotAnEndpointFailure(t *testing.T) {
+	cp := controlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	const user, ns = "e2e-timeout-client", "e2e-timeout"
+	kubeconfig, err := cp.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userNamespace(ctx, t, cp, ns, user)
+	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := "http://" + sidecar.AdminAddress + "/metrics"
+	before := scrape(t, metrics)
+
+	codes := map[string]int{}
+	bodies := map[string]string{}
+	const n = 60
+	for i := range n {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+			sidecar.Config.Host+"/api/v1/namespaces/"+ns+"/configmaps?timeout=1ns", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var st struct {
+			Reason string `json:"reason"`
+			Code   int    `json:"code"`
+		}
+		_ = json.Unmarshal(body, &st)
+		k := fmt.Sprintf("%d %s", resp.StatusCode, st.Reason)
+		codes[k]++
+		bodies[k] = string(body)
+	}
+	t.Logf("answers to %d LISTs with ?timeout=1ns: %v, bodies: %q", n, codes, bodies)
+	timeouts := codes["504 Timeout"]
+	// A deadline that runs out inside the storage layer gets a 500
+	// "context deadline exceeded" instead (1 in 300 here): fanout tells it
+	// by the request's own timeout having passed, and passes it on too.
+	if timeouts+codes["500 "] != n || timeouts < n*9/10 {
+		t.Errorf("answers %v, want %d × 504 Timeout from kube-apiserver, or a few 500s", codes, n)
+	}
+
+	after := scrape(t, metrics)
+	delta := func(name string, labels ...string) float64 {
+		return metricSum(after, name, labels...) - metricSum(before, name, labels...)
+	}
+	if d := delta("fanout_endpoint_ejections_total"); d != 0 {
+		t.Errorf("fanout_endpoint_ejections_total rose by %v after client timeouts, want 0", d)
+	}
+	if d := delta("fanout_endpoint_errors_total"); d != 0 {
+		t.Errorf("fanout_endpoint_errors_total rose by %v after client timeouts, want 0", d)
+	}
+	for _, line := range strings.Split(after, "\n") {
+		if strings.HasPrefix(line, "fanout_endpoint_latency_score{") {
+			if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err != nil || v > 2 {
+				t.Errorf("%s after client timeouts, want a score of at most 2 (they are no latency samples)", line)
+			}
+		}
+	}
+	if got := metricSum(after, "fanout_endpoints", `state="ready"`); got != 3 {
+		t.Errorf("fanout_endpoints{state=\"ready\"} = %v after client timeouts, want 3", got)
+	}
+	if got := delta("fanout_requests_total", `code="504"`) + delta("fanout_requests_total", `code="500"`); got != n {
+		t.Errorf("fanout_requests_total{code=\"504\" or \"500\"} rose by %v, want %d (passed on to the client, not retried)", got, n)
+	}
+}
