@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
 // Mutator decides on one pod. Config satisfies it; Patch must be safe for
@@ -184,7 +185,7 @@ func writeReview(w http.ResponseWriter, resp *admissionv1.AdmissionResponse) {
 // podHead is what early needs of a pod: decoding it allocates only the
 // label and annotation maps, which the caller has bounded.
 type podHead struct {
-	Metadata struct {
+	Metadata *struct {
 		Labels      map[string]string `json:"labels"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
@@ -203,8 +204,19 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest, scope Scope) *admiss
 		// else passes untouched and uncounted.
 		return resp
 	}
+	// The pod is decoded as kube-apiserver decodes it, with keys matched
+	// case-sensitively: encoding/json would take "Spec" for spec, and the
+	// patch's paths, which name spec, would then not apply to the JSON
+	// (FuzzHandler found it).
 	var head podHead
-	if json.Unmarshal(req.Object.Raw, &head) == nil {
+	if utiljson.Unmarshal(req.Object.Raw, &head) == nil {
+		if head.Metadata == nil {
+			// kube-apiserver always sends it (the namespace at least);
+			// the patch's operations on labels and annotations need it.
+			h.metrics.observe(Decision{Reason: ReasonInvalid})
+			resp.Warnings = []string{"fanout-injector left the pod unmutated: it has no metadata"}
+			return resp
+		}
 		p := &corev1.Pod{}
 		p.Labels, p.Annotations, p.Spec.HostNetwork = head.Metadata.Labels, head.Metadata.Annotations, head.Spec.HostNetwork
 		if d, ok := early(p, scope); ok {
@@ -214,7 +226,7 @@ func (h *Handler) Review(req *admissionv1.AdmissionRequest, scope Scope) *admiss
 	}
 	// A head that does not decode leaves the error to the full decode.
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	if err := utiljson.Unmarshal(req.Object.Raw, &pod); err != nil {
 		h.metrics.observe(Decision{Reason: ReasonInvalid})
 		resp.Warnings = []string{"fanout-injector could not decode the pod and left it unmutated: " + err.Error()}
 		return resp

@@ -234,9 +234,22 @@ func TestConcurrencyBounded(t *testing.T) {
 	<-bm.entered
 	<-bm.entered
 
-	rec := httptest.NewRecorder()
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(bm.release) }) }
+	t.Cleanup(func() { releaseAll(); wg.Wait() })
+	third := make(chan *httptest.ResponseRecorder, 1)
 	start := time.Now()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate?timeout=300ms", bytes.NewReader(body)))
+	wg.Go(func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate?timeout=300ms", bytes.NewReader(body)))
+		third <- rec
+	})
+	var rec *httptest.ResponseRecorder
+	select {
+	case rec = <-third:
+	case <-bm.entered:
+		t.Fatal("a third review entered the mutator with two slots taken")
+	}
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" {
 		t.Fatalf("third review: %d, Retry-After %q; want 429 with Retry-After: 1", rec.Code, rec.Header().Get("Retry-After"))
 	}
@@ -257,7 +270,7 @@ func TestConcurrencyBounded(t *testing.T) {
 	}
 	bm.release <- struct{}{} // one of the first two leaves
 	<-bm.entered             // and the fourth takes its slot
-	close(bm.release)
+	releaseAll()
 	wg.Wait()
 	close(codes)
 	for c := range codes {
