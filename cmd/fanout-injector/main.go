@@ -28,7 +28,7 @@ func main() {
 	fs := pflag.NewFlagSet("fanout-injector", pflag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(os.Stderr, "Usage: fanout-injector --tls-cert-file F --tls-private-key-file F --sidecar-image IMAGE [flags]\n\n"+
-			"A mutating admission webhook (POST /mutate) for Pods. A pod labelled fanout.dev/inject=\"true\" gets\n"+
+			"A mutating admission webhook (POST /mutate, /mutate/namespace, /mutate/hosted) for Pods. A pod labelled fanout.dev/inject=\"true\" gets\n"+
 			"fanout as a native sidecar, and its client container's kubeconfig flags or KUBECONFIG point at\n"+
 			"fanout's localhost kubeconfig. Pods it cannot handle (no kubeconfig found, conflicting settings,\n"+
 			"mirror pods, hostNetwork pods) are admitted unmutated with a warning. See docs/injector.md.\n\nFlags:\n")
@@ -65,10 +65,10 @@ func app(o *options, log *slog.Logger) fx.Option {
 			log,
 			o.sidecar,
 			o,
-			webhook.ServerConfig{ListenAddress: o.listenAddress},
+			o.limits,
 		),
 		metrics.Module,
-		fx.Provide(servingCertificate),
+		fx.Provide(servingCertificate, serverConfig),
 		webhook.Module,
 		fx.Invoke(func(lc fx.Lifecycle, g prometheus.Gatherer) {
 			if o.metricsAddress == "" {
@@ -81,6 +81,20 @@ func app(o *options, log *slog.Logger) fx.Option {
 			})
 		}),
 	)
+}
+
+// serverConfig is the webhook server's configuration; a --client-ca-file
+// that holds no certificate fails the start.
+func serverConfig(o *options, log *slog.Logger) (webhook.ServerConfig, error) {
+	c := webhook.ServerConfig{ListenAddress: o.listenAddress, MaxConnections: o.maxConnections}
+	if o.clientCAFile != "" {
+		f, err := webhook.NewClientCAFile(o.clientCAFile, log)
+		if err != nil {
+			return c, err
+		}
+		c.ClientCAs = f
+	}
+	return c, nil
 }
 
 // timeouts bound how long one connection may hold the metrics server.

@@ -20,6 +20,9 @@ type options struct {
 	metricsAddress string
 	certFile       string
 	keyFile        string
+	clientCAFile   string
+	maxConnections int
+	limits         webhook.Limits
 	pullPolicy     string
 	cpuRequest     string
 	cpuLimit       string
@@ -41,6 +44,8 @@ func newOptions() *options {
 		memoryLimit:    "256Mi",
 		logFormat:      "text",
 		hostedLabels:   webhook.DefaultHostedPodLabels,
+		maxConnections: webhook.DefaultMaxConnections,
+		limits:         webhook.DefaultLimits(),
 		sidecar:        webhook.DefaultConfig(),
 	}
 }
@@ -50,6 +55,13 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "Plaintext listener for /metrics and /healthz; empty disables it.")
 	fs.StringVar(&o.certFile, "tls-cert-file", o.certFile, "Serving certificate (PEM, may hold intermediates) for --listen-address; it must carry the webhook Service's DNS name (required).")
 	fs.StringVar(&o.keyFile, "tls-private-key-file", o.keyFile, "Private key (PEM) of --tls-cert-file (required).")
+	fs.StringVar(&o.clientCAFile, "client-ca-file", o.clientCAFile,
+		"CA bundle (PEM) that verifies callers' client certificates: when set, a TLS handshake without a client certificate signed by one of them fails, before any request is read. "+
+			"Give kube-apiserver that certificate for this webhook in its --admission-control-config-file kubeconfig (docs/injector.md, Restricting who can call the webhook). The file is re-read when it changes. Empty: any caller that reaches the port.")
+	fs.IntVar(&o.limits.MaxConcurrentReviews, "max-concurrent-reviews", o.limits.MaxConcurrentReviews,
+		"Admission reviews read and decided at once; each holds at most a few MiB. A review beyond it waits up to 1s (a third of the webhook's timeout, if less), then gets 429 with Retry-After: 1, which kube-apiserver retries within the webhook's timeoutSeconds.")
+	fs.IntVar(&o.maxConnections, "max-connections", o.maxConnections,
+		"Connections the webhook listener holds open; at the cap a new one replaces the one idle longest.")
 	fs.StringVar(&o.sidecar.Image, "sidecar-image", o.sidecar.Image, "Image of the injected fanout sidecar (required), e.g. ghcr.io/fanout-dev/fanout:v0.1.0.")
 	fs.StringVar(&o.pullPolicy, "sidecar-image-pull-policy", o.pullPolicy, "imagePullPolicy of the sidecar: Always, IfNotPresent or Never.")
 	fs.StringVar(&o.sidecar.Endpoints, "default-endpoints", o.sidecar.Endpoints,
@@ -79,6 +91,12 @@ func (o *options) complete() error {
 	var errs []error
 	if o.certFile == "" || o.keyFile == "" {
 		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: kube-apiserver calls webhooks over HTTPS only"))
+	}
+	if o.limits.MaxConcurrentReviews < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrent-reviews must be at least 1, got %d", o.limits.MaxConcurrentReviews))
+	}
+	if o.maxConnections < 1 {
+		errs = append(errs, fmt.Errorf("--max-connections must be at least 1, got %d", o.maxConnections))
 	}
 	if _, _, err := net.SplitHostPort(o.listenAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--listen-address %q: %v; expected host:port such as :8443", o.listenAddress, err))

@@ -7,12 +7,12 @@ import (
 )
 
 // Module runs the admission webhook. The app supplies a Config (validated),
-// a ServerConfig, a CertificateSource, a prometheus.Registerer and a
-// *slog.Logger.
+// Limits, a ServerConfig, a CertificateSource, a prometheus.Registerer and
+// a *slog.Logger.
 var Module = fx.Module("injector",
 	fx.Provide(
 		NewMetrics,
-		func(c Config, m *Metrics, p Params) *Handler { return NewHandler(c, m, p.Log) },
+		func(c Config, m *Metrics, l Limits, p Params) *Handler { return NewHandler(c, m, p.Log, l) },
 		func(c ServerConfig, h *Handler, certs CertificateSource, p Params) *Server {
 			return NewServer(c, h, certs, p.Log)
 		},

@@ -62,7 +62,7 @@ func newTestHandler(t *testing.T) (*Handler, *Metrics) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewHandler(testConfig(), m, slog.New(slog.DiscardHandler)), m
+	return NewHandler(testConfig(), m, slog.New(slog.DiscardHandler), DefaultLimits()), m
 }
 
 func post(t *testing.T, h http.Handler, body []byte) *admissionv1.AdmissionResponse {
@@ -162,7 +162,7 @@ func TestHandlerSkipWarns(t *testing.T) {
 	// Undecodable object: allowed, warned, counted as invalid.
 	var rv admissionv1.AdmissionReview
 	_ = json.Unmarshal(review(t, kcmPod()), &rv)
-	rv.Request.Object.Raw = []byte(`{"spec":{"containers":"nope"}}`)
+	rv.Request.Object.Raw = []byte(`{"metadata":{"labels":{"fanout.dev/inject":"true"}},"spec":{"containers":"nope"}}`)
 	b, _ := json.Marshal(rv)
 	if resp := post(t, h, b); resp.Patch != nil || len(resp.Warnings) != 1 {
 		t.Fatalf("invalid pod: %+v", resp)
@@ -232,6 +232,7 @@ func TestModuleServesTLS(t *testing.T) {
 		fx.Supply(
 			testConfig(),
 			ServerConfig{ListenAddress: "127.0.0.1:0"},
+			DefaultLimits(),
 			slog.New(slog.DiscardHandler),
 			fx.Annotate(staticCert{cert}, fx.As(new(CertificateSource))),
 			fx.Annotate(prometheus.NewRegistry(), fx.As(new(prometheus.Registerer))),

@@ -141,17 +141,11 @@ func (c Config) Patch(pod *corev1.Pod, scope Scope) ([]PatchOp, Decision) {
 }
 
 func (c Config) plan(pod *corev1.Pod, scope Scope) (*corev1.Pod, []PatchOp, Decision) {
-	switch label := pod.Labels[LabelInject]; {
-	case scope == ScopePod && label != "true":
-		return pod, nil, Decision{Reason: ReasonNotLabelled}
-	case scope != ScopePod && label == LabelOptOut:
-		return pod, nil, Decision{Reason: ReasonOptedOut}
+	if d, ok := early(pod, scope); ok {
+		return pod, nil, d
 	}
-	if _, ok := pod.Annotations[AnnotationInjected]; ok {
-		if pod.Spec.HostNetwork {
-			return removeSidecar(pod)
-		}
-		return pod, nil, Decision{Reason: ReasonAlreadyInjected}
+	if _, ok := pod.Annotations[AnnotationInjected]; ok && pod.Spec.HostNetwork {
+		return removeSidecar(pod)
 	}
 	left := func(r Reason, msg string) (*corev1.Pod, []PatchOp, Decision) { return pod, nil, skip(r, msg) }
 	if scope != ScopePod && !isClient(pod) {
@@ -334,6 +328,22 @@ func removeSidecar(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 		Warning: "fanout-injector removed the fanout sidecar it had added: a later admission webhook made the pod hostNetwork, where fanout's plaintext listener would serve the client's credentials to every process on the node; " + strings.Join(names, ",") + " use their own kubeconfig again. Run the client without hostNetwork to keep fanout",
 		Clients: names,
 	}
+}
+
+// early decides what needs only the pod's labels, annotations and
+// hostNetwork, which the handler decodes before the rest (Handler.Review):
+// ok is false when the rest of the pod is needed.
+func early(pod *corev1.Pod, scope Scope) (d Decision, ok bool) {
+	switch label := pod.Labels[LabelInject]; {
+	case scope == ScopePod && label != "true":
+		return Decision{Reason: ReasonNotLabelled}, true
+	case scope != ScopePod && label == LabelOptOut:
+		return Decision{Reason: ReasonOptedOut}, true
+	}
+	if _, ok := pod.Annotations[AnnotationInjected]; ok && !pod.Spec.HostNetwork {
+		return Decision{Reason: ReasonAlreadyInjected}, true
+	}
+	return Decision{}, false
 }
 
 func skip(r Reason, msg string) Decision {

@@ -23,6 +23,30 @@ type CertificateSource interface {
 type ServerConfig struct {
 	// ListenAddress is host:port, e.g. ":8443".
 	ListenAddress string
+	// ClientCAs, when set, makes every caller present a client
+	// certificate that they verify (--client-ca-file); the handshake
+	// fails otherwise, before any HTTP.
+	ClientCAs ClientCASource
+	// MaxConnections caps open connections (--max-connections); at the
+	// cap a new one replaces the one idle longest. 0: DefaultMaxConnections.
+	MaxConnections int
+}
+
+// DefaultMaxConnections: each kube-apiserver keeps one HTTP/2 connection
+// to a webhook, or a few HTTP/1.1 ones; 32 leaves room for many
+// apiservers and bounds what unread request bodies can hold (h2Config).
+const DefaultMaxConnections = 32
+
+// h2Config bounds what an HTTP/2 connection holds: at most 16 reviews at
+// once (a 17th waits at the apiserver or goes on another connection), and
+// 256 KiB of request body received and not yet read, per stream and per
+// connection (net/http's defaults are 1 MiB), so that unread bodies take
+// at most DefaultMaxConnections × 256 KiB = 8 MiB. Over a cluster's
+// network the smaller window costs a review of a few KiB nothing.
+var h2Config = &http.HTTP2Config{
+	MaxConcurrentStreams:          16,
+	MaxReceiveBufferPerConnection: 256 << 10,
+	MaxReceiveBufferPerStream:     256 << 10,
 }
 
 // Server serves the admission handler over TLS at /mutate,
@@ -45,21 +69,32 @@ func NewServer(cfg ServerConfig, h *Handler, certs CertificateSource, log *slog.
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	return &Server{
-		cfg: cfg,
-		Server: serve.New("admission webhook (/mutate)", "", &http.Server{
-			Handler: mux,
-			TLSConfig: &tls.Config{
-				MinVersion:     tls.VersionTLS12,
-				GetCertificate: certs.GetCertificate,
-			},
-			ReadHeaderTimeout: 5 * time.Second,
-			ReadTimeout:       10 * time.Second,
-			WriteTimeout:      10 * time.Second,
-			IdleTimeout:       90 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		}, log),
+	tc := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: certs.GetCertificate,
 	}
+	if cfg.ClientCAs != nil {
+		// Requested, then verified by verifyClient against the CAs of
+		// this moment, which RequireAndVerifyClientCert with a fixed
+		// ClientCAs could not do (the file is reloaded), nor count.
+		tc.ClientAuth = tls.RequestClientCert
+		tc.VerifyConnection = verifyClient(cfg.ClientCAs, h.metrics)
+	}
+	s := serve.New("admission webhook (/mutate)", "--listen-address", &http.Server{
+		Handler:           mux,
+		TLSConfig:         tc,
+		HTTP2:             h2Config,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       90 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}, log)
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	s.LimitConnections(cfg.MaxConnections, h.metrics.ConnectionsEvicted)
+	return &Server{cfg: cfg, Server: s}
 }
 
 // Start listens on the configured address and serves TLS in the
