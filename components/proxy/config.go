@@ -19,6 +19,13 @@ type Config struct {
 	// through and are never retried. Default 1 MiB; values above
 	// MaxReplayBodyLimit are lowered to it; negative disables buffering.
 	MaxReplayBody int64
+	// ReplayBudget bounds the bodies kept for retries by all requests
+	// together. A body that finds it spent streams through once and is
+	// never retried, as one over MaxReplayBody does; a request without a
+	// body takes none. Default DefaultReplayBudget; negative keeps no body
+	// (every body streams once). The sidecar sizes it to the memory limit
+	// (--replay-budget).
+	ReplayBudget int64
 
 	// Upgrades dials the connections of upgrade requests (exec, attach,
 	// port-forward); *transport.Transports is one. nil answers upgrade
@@ -88,6 +95,7 @@ func DefaultRetryBudget() RetryBudget {
 // Defaults of Config.
 const (
 	DefaultMaxReplayBody     = 1 << 20
+	DefaultReplayBudget      = 64 << 20
 	DefaultRetryBudgetRatio  = 0.1
 	DefaultRetryBudgetMin    = 10
 	DefaultRetryBudgetWindow = 10 * time.Second
@@ -114,6 +122,12 @@ func (c Config) withDefaults() Config {
 		c.MaxReplayBody = 0
 	case c.MaxReplayBody > MaxReplayBodyLimit:
 		c.MaxReplayBody = MaxReplayBodyLimit
+	}
+	switch {
+	case c.ReplayBudget == 0:
+		c.ReplayBudget = DefaultReplayBudget
+	case c.ReplayBudget < 0:
+		c.ReplayBudget = 0
 	}
 	if c.RetryBudget == nil {
 		b := DefaultRetryBudget()
