@@ -112,9 +112,9 @@ func runReadScript(t *testing.T, script []byte) {
 		b, _ := in.ReadByte() // 0 once the script is over
 		return b
 	}
-	var sent1 []byte   // DATA the server sent on stream 1 before its END_STREAM
-	ended1 := false    // END_STREAM sent on stream 1
-	clean1 := true     // only well-formed frames touched stream 1
+	var sent1 []byte // DATA the server sent on stream 1 before its END_STREAM
+	ended1 := false  // END_STREAM sent on stream 1
+	clean1 := true   // only well-formed frames touched stream 1
 	hungUp := false
 	stream := func() uint32 { return uint32(next()%2)*2 + 1 } // 1 or 3
 	statuses := []string{"200", "204", "100", "404", "301", "0", "abc"}
