@@ -3,6 +3,8 @@ package proxy
 import (
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime/debug"
 	"time"
 
 	"github.com/fanout-dev/fanout/components/cost"
@@ -22,9 +24,9 @@ type Config struct {
 	// ReplayBudget bounds the bodies kept for retries by all requests
 	// together. A body that finds it spent streams through once and is
 	// never retried, as one over MaxReplayBody does; a request without a
-	// body takes none. Default DefaultReplayBudget; negative keeps no body
-	// (every body streams once). The sidecar sizes it to the memory limit
-	// (--replay-budget).
+	// body takes none. 0 is AutoReplayBudget of the process's Go memory
+	// limit when New runs (--replay-budget auto); negative keeps no body
+	// (every body streams once).
 	ReplayBudget int64
 
 	// Upgrades dials the connections of upgrade requests (exec, attach,
@@ -95,7 +97,10 @@ func DefaultRetryBudget() RetryBudget {
 // Defaults of Config.
 const (
 	DefaultMaxReplayBody     = 1 << 20
-	DefaultReplayBudget      = 64 << 20
+	// DefaultReplayBudget is the most AutoReplayBudget gives, and what it
+	// gives without a memory limit; MinAutoReplayBudget the least.
+	DefaultReplayBudget = 64 << 20
+	MinAutoReplayBudget = 4 << 20
 	DefaultRetryBudgetRatio  = 0.1
 	DefaultRetryBudgetMin    = 10
 	DefaultRetryBudgetWindow = 10 * time.Second
@@ -105,6 +110,19 @@ const (
 // 3 MiB (its --max-request-body-bytes default), so keeping more in memory
 // could never make a retry succeed.
 const MaxReplayBodyLimit = 3 << 20
+
+// AutoReplayBudget is the replay budget for a Go memory limit of limit
+// bytes (debug.SetMemoryLimit; math.MaxInt64 means none): an eighth of it,
+// within [MinAutoReplayBudget, DefaultReplayBudget], and
+// DefaultReplayBudget without a limit. Under the injected sidecar's 256Mi
+// (a Go limit of 90% of it) that is 28.8 MiB; docs/security.md sums it
+// with the other bounds.
+func AutoReplayBudget(limit int64) int64 {
+	if limit <= 0 || limit == math.MaxInt64 {
+		return DefaultReplayBudget
+	}
+	return min(max(limit/8, MinAutoReplayBudget), DefaultReplayBudget)
+}
 
 // Validate reports the first field that cannot work.
 func (c Config) Validate() error {
@@ -125,7 +143,7 @@ func (c Config) withDefaults() Config {
 	}
 	switch {
 	case c.ReplayBudget == 0:
-		c.ReplayBudget = DefaultReplayBudget
+		c.ReplayBudget = AutoReplayBudget(debug.SetMemoryLimit(-1))
 	case c.ReplayBudget < 0:
 		c.ReplayBudget = 0
 	}

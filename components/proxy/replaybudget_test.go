@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -320,4 +322,28 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestAutoReplayBudget: a Config that leaves ReplayBudget at 0 gets an
+// eighth of the process's Go memory limit when New runs, within its
+// bounds, and the fixed default without a limit.
+func TestAutoReplayBudget(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	for _, tc := range []struct {
+		limit, want int64
+	}{
+		{math.MaxInt64, DefaultReplayBudget},
+		{256 << 20 * 9 / 10, 256 << 20 * 9 / 10 / 8},
+		{16 << 20, MinAutoReplayBudget},
+		{4 << 30, DefaultReplayBudget},
+	} {
+		debug.SetMemoryLimit(tc.limit)
+		h := New(Config{}, newFakePicker(), newFakeUpstream(), nil)
+		if h.replay.limit != tc.want {
+			t.Errorf("Go memory limit %d: replay budget %d, want %d", tc.limit, h.replay.limit, tc.want)
+		}
+		if got := New(Config{ReplayBudget: 3 << 20}, newFakePicker(), newFakeUpstream(), nil).replay.limit; got != 3<<20 {
+			t.Errorf("Go memory limit %d: an explicit budget became %d", tc.limit, got)
+		}
+	}
 }

@@ -18,42 +18,38 @@ import (
 // so that what a hostile local client can make fanout hold adds up to
 // less than the limit. Without a memory limit they are the fixed
 // defaults of the listener and the proxy. A value given on the command
-// line wins.
+// line wins. The replay budget's auto is the proxy's own
+// (proxy.AutoReplayBudget), so that the library gets it too.
 const (
-	// connectionCost is what an open client connection holds in fanout
-	// before it sends anything more (fresh or idle keep-alive): the
-	// server's read and write buffers, its goroutine and stack, the
-	// kernel socket not counted. Measured by TestSumOfMemoryBounds
-	// (cmd/fanout), rounded up.
+	// connectionCost is what an open client connection may hold in fanout
+	// while it sends a request header of ordinary size: the server's
+	// buffers, its goroutine and stack, the kernel socket not counted.
+	// TestSumOfMemoryBounds (cmd/fanout) measured 16.7-17.2 KiB and fails
+	// above 32 KiB.
 	connectionCost = 32 << 10
-	// connectionShare and replayShare are the shares of the memory limit
-	// given to idle connections and to bodies kept for retries.
-	connectionShare = 4 // a quarter
-	replayShare     = 8 // an eighth
+	// connectionShare: idle connections get a quarter of the limit.
+	connectionShare = 4
 	// minAutoConnections is the least auto gives, whatever the limit: a
 	// client with a few dozen HTTP/1.1 watches needs a connection each.
 	minAutoConnections = 256
-	// minAutoReplayBudget lets at least a few bodies of the largest size
-	// kept be retried.
-	minAutoReplayBudget = 4 << 20
 )
 
 // sizedToMemory returns the auto values for a Go memory limit of limit
 // bytes (math.MaxInt64: none): --max-connections, limit/4 over
 // connectionCost, within [minAutoConnections, the listener's default];
-// --replay-budget, limit/8, within [minAutoReplayBudget, the proxy's
-// default].
+// --replay-budget, proxy.AutoReplayBudget.
 func sizedToMemory(limit int64) (connections int, replay int64) {
+	replay = proxy.AutoReplayBudget(limit)
 	if limit <= 0 || limit == math.MaxInt64 {
-		return listener.DefaultMaxConnections, proxy.DefaultReplayBudget
+		return listener.DefaultMaxConnections, replay
 	}
 	connections = int(min(max(limit/connectionShare/connectionCost, minAutoConnections), listener.DefaultMaxConnections))
-	replay = min(max(limit/replayShare, minAutoReplayBudget), proxy.DefaultReplayBudget)
 	return connections, replay
 }
 
-// sizeToMemory fills in the values left at auto (0) for the Go memory
-// limit limit and logs what it chose.
+// sizeToMemory fills in --max-connections if left at auto (0) for the Go
+// memory limit limit, and logs the auto values; the proxy sizes a
+// --replay-budget left at auto itself, to the same limit.
 func (c *Config) sizeToMemory(limit int64, log *slog.Logger) {
 	conns, replay := sizedToMemory(limit)
 	if c.Listener.MaxConnections == 0 {
@@ -61,7 +57,6 @@ func (c *Config) sizeToMemory(limit int64, log *slog.Logger) {
 		log.Info("--max-connections auto", "connections", conns, "goMemoryLimitBytes", limit)
 	}
 	if c.Engine.Proxy.ReplayBudget == 0 {
-		c.Engine.Proxy.ReplayBudget = replay
 		log.Info("--replay-budget auto", "bytes", replay, "goMemoryLimitBytes", limit)
 	}
 }

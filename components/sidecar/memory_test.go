@@ -28,7 +28,7 @@ func TestSizedToMemory(t *testing.T) {
 		// 90% of the injector's 256Mi, as --memory-limit auto sets it.
 		{"256Mi container", 256 * mi * 9 / 10, 1843, 256 * mi * 9 / 10 / 8},
 		{"64Mi container", 64 * mi * 9 / 10, 460, 7549747},
-		{"16Mi: both floors", 16 * mi, minAutoConnections, minAutoReplayBudget},
+		{"16Mi: both floors", 16 * mi, minAutoConnections, proxy.MinAutoReplayBudget},
 		{"4Gi: both ceilings", 4 << 30, listener.DefaultMaxConnections, proxy.DefaultReplayBudget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,8 +59,9 @@ func TestMemoryFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.sizeToMemory(256<<20*9/10, log)
-	if c.Listener.MaxConnections != 1843 || c.Engine.Proxy.ReplayBudget != 256<<20*9/10/8 {
-		t.Errorf("auto under 256Mi: %d connections, %d bytes of replay budget", c.Listener.MaxConnections, c.Engine.Proxy.ReplayBudget)
+	// The replay budget stays 0: the proxy sizes it, for the library too.
+	if c.Listener.MaxConnections != 1843 || c.Engine.Proxy.ReplayBudget != 0 {
+		t.Errorf("auto under 256Mi: %d connections, replay budget %d; want 1843 and 0 (auto)", c.Listener.MaxConnections, c.Engine.Proxy.ReplayBudget)
 	}
 	c, err = parse("--max-connections", "100", "--replay-budget", "2Mi")
 	if err != nil {
