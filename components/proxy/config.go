@@ -96,11 +96,11 @@ func DefaultRetryBudget() RetryBudget {
 
 // Defaults of Config.
 const (
-	DefaultMaxReplayBody     = 1 << 20
+	DefaultMaxReplayBody = 1 << 20
 	// DefaultReplayBudget is the most AutoReplayBudget gives, and what it
 	// gives without a memory limit; MinAutoReplayBudget the least.
-	DefaultReplayBudget = 64 << 20
-	MinAutoReplayBudget = 4 << 20
+	DefaultReplayBudget      = 64 << 20
+	MinAutoReplayBudget      = 4 << 20
 	DefaultRetryBudgetRatio  = 0.1
 	DefaultRetryBudgetMin    = 10
 	DefaultRetryBudgetWindow = 10 * time.Second
