@@ -96,14 +96,17 @@ func DefaultRetryBudget() RetryBudget {
 
 // Defaults of Config.
 const (
-	DefaultMaxReplayBody = 1 << 20
-	// DefaultReplayBudget is the most AutoReplayBudget gives, and what it
-	// gives without a memory limit; MinAutoReplayBudget the least.
-	DefaultReplayBudget      = 64 << 20
-	MinAutoReplayBudget      = 4 << 20
+	DefaultMaxReplayBody     = 1 << 20
 	DefaultRetryBudgetRatio  = 0.1
 	DefaultRetryBudgetMin    = 10
 	DefaultRetryBudgetWindow = 10 * time.Second
+)
+
+// DefaultReplayBudget is the most AutoReplayBudget gives, and what it
+// gives without a memory limit; MinAutoReplayBudget the least.
+const (
+	DefaultReplayBudget = 64 << 20
+	MinAutoReplayBudget = 4 << 20
 )
 
 // MaxReplayBodyLimit caps MaxReplayBody: kube-apiserver rejects bodies over
