@@ -156,9 +156,27 @@ func runReadScript(t *testing.T, script []byte) {
 			typ, flags, id, n := http2.FrameType(next()%12), http2.Flags(next()), uint32(next()%6), int(next()%32)
 			payload := make([]byte, n)
 			k, _ := in.Read(payload)
-			_ = p.fr.WriteRawFrame(typ, flags, id, payload[:k])
+			payload = payload[:k]
+			_ = p.fr.WriteRawFrame(typ, flags, id, payload)
 			if id == 1 || id == 0 {
 				clean1 = false
+			}
+			if id == 1 && !ended1 {
+				switch typ {
+				case http2.FrameData: // its data counts, as a well-formed DATA's does
+					data := payload
+					if flags.Has(http2.FlagDataPadded) {
+						if len(data) == 0 || int(data[0]) > len(data)-1 {
+							data = nil // a padding error: a connection error, nothing delivered
+						} else {
+							data = data[1 : len(data)-int(data[0])]
+						}
+					}
+					sent1 = append(sent1, data...)
+					ended1 = flags.Has(http2.FlagDataEndStream)
+				case http2.FrameHeaders:
+					ended1 = flags.Has(http2.FlagHeadersEndStream)
+				}
 			}
 		case 4: // RST_STREAM
 			id := stream()
