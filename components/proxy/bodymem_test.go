@@ -203,6 +203,20 @@ func attackH2C(t *testing.T, addr, path string, n, declared int) func() {
 	}
 }
 
+// readDeclared is readBody for a declared length n with an unlimited
+// budget, whose takes must add up to the buffer's capacity.
+func readDeclared(r io.Reader, n int64) ([]byte, error) {
+	var taken int64
+	buf, err := readBody(r, n, func(k int64) bool { taken += k; return true })
+	if err == io.EOF {
+		return nil, io.ErrUnexpectedEOF
+	}
+	if err == nil && taken != int64(cap(buf)) {
+		return nil, fmt.Errorf("took %d bytes of budget for a buffer of %d", taken, cap(buf))
+	}
+	return buf, err
+}
+
 func TestReadDeclared(t *testing.T) {
 	big := strings.Repeat("0123456789abcdef", 20<<10) // 320 KiB: several doublings
 	for _, tc := range []struct {

@@ -3,6 +3,8 @@ package proxy
 import (
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime/debug"
 	"time"
 
 	"github.com/fanout-dev/fanout/components/cost"
@@ -19,6 +21,13 @@ type Config struct {
 	// through and are never retried. Default 1 MiB; values above
 	// MaxReplayBodyLimit are lowered to it; negative disables buffering.
 	MaxReplayBody int64
+	// ReplayBudget bounds the bodies kept for retries by all requests
+	// together. A body that finds it spent streams through once and is
+	// never retried, as one over MaxReplayBody does; a request without a
+	// body takes none. 0 is AutoReplayBudget of the process's Go memory
+	// limit when New runs (--replay-budget auto); negative keeps no body
+	// (every body streams once).
+	ReplayBudget int64
 
 	// Upgrades dials the connections of upgrade requests (exec, attach,
 	// port-forward); *transport.Transports is one. nil answers upgrade
@@ -93,10 +102,30 @@ const (
 	DefaultRetryBudgetWindow = 10 * time.Second
 )
 
+// DefaultReplayBudget is the most AutoReplayBudget gives, and what it
+// gives without a memory limit; MinAutoReplayBudget the least.
+const (
+	DefaultReplayBudget = 64 << 20
+	MinAutoReplayBudget = 4 << 20
+)
+
 // MaxReplayBodyLimit caps MaxReplayBody: kube-apiserver rejects bodies over
 // 3 MiB (its --max-request-body-bytes default), so keeping more in memory
 // could never make a retry succeed.
 const MaxReplayBodyLimit = 3 << 20
+
+// AutoReplayBudget is the replay budget for a Go memory limit of limit
+// bytes (debug.SetMemoryLimit; math.MaxInt64 means none): an eighth of it,
+// within [MinAutoReplayBudget, DefaultReplayBudget], and
+// DefaultReplayBudget without a limit. Under the injected sidecar's 256Mi
+// (a Go limit of 90% of it) that is 28.8 MiB; docs/security.md sums it
+// with the other bounds.
+func AutoReplayBudget(limit int64) int64 {
+	if limit <= 0 || limit == math.MaxInt64 {
+		return DefaultReplayBudget
+	}
+	return min(max(limit/8, MinAutoReplayBudget), DefaultReplayBudget)
+}
 
 // Validate reports the first field that cannot work.
 func (c Config) Validate() error {
@@ -114,6 +143,12 @@ func (c Config) withDefaults() Config {
 		c.MaxReplayBody = 0
 	case c.MaxReplayBody > MaxReplayBodyLimit:
 		c.MaxReplayBody = MaxReplayBodyLimit
+	}
+	switch {
+	case c.ReplayBudget == 0:
+		c.ReplayBudget = AutoReplayBudget(debug.SetMemoryLimit(-1))
+	case c.ReplayBudget < 0:
+		c.ReplayBudget = 0
 	}
 	if c.RetryBudget == nil {
 		b := DefaultRetryBudget()

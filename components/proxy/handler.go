@@ -59,6 +59,9 @@ type Handler struct {
 	longProxy *httputil.ReverseProxy
 	// budget caps retries to other endpoints (see retryBudget).
 	budget *retryBudget
+	// replay bounds the bodies kept for retries, all requests together
+	// (replaybudget.go).
+	replay replayBudget
 
 	// stopping refuses new requests once StopLongRunning ran, which
 	// then ends every open long-running response in longBodies; keeping
@@ -102,6 +105,8 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		cost:     cfg.Cost,
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
+	h.replay = replayBudget{limit: cfg.ReplayBudget, inUse: m.replayUsed, streamed: m.replayExhausted}
+	m.replayLimit.Set(float64(cfg.ReplayBudget))
 	for _, mode := range []transport.AuthMode{transport.AuthSidecar, transport.AuthPassthrough} {
 		h.sends[mode] = func(req *http.Request, endpoint string) (*http.Response, error) {
 			return h.upstream.For(endpoint, mode).RoundTrip(req)
@@ -155,6 +160,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, st = withState(r.Context(), classify(reqinfo.New(r)), h.now())
 		r = r.WithContext(ctx)
 	}
+	// The request ends when the handler returns, or panics (the reverse
+	// proxy's http.ErrAbortHandler): then its body is done with. A
+	// detached HTTP/1.1 watch outlives the handler, but it has no body.
+	defer h.releaseReplay(st)
 	if h.stopping.Load() {
 		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
 		writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
@@ -267,6 +276,12 @@ type reqState struct {
 	// openRetries the retries counted then.
 	costRow     *cost.Row
 	openRetries int
+
+	// replayHeld is what the request's body buffer took from the replay
+	// budget, given back once when the request ends (releaseReplay).
+	// Atomic: the library's RoundTripper may end a request on the
+	// goroutine that reads its answer.
+	replayHeld atomic.Int64
 }
 
 type stateKey struct{}
@@ -306,10 +321,18 @@ func (h *Handler) WithRequestInfo(ctx context.Context, info reqinfo.Info, start 
 }
 
 func stateFrom(ctx context.Context) *reqState {
+	st, _ := stateOf(ctx)
+	return st
+}
+
+// stateOf is stateFrom, also reporting whether ctx carried the state: a
+// state it had to make up belongs to no request that ServeHTTP or the
+// RoundTripper will end.
+func stateOf(ctx context.Context) (*reqState, bool) {
 	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
-		return st
+		return st, true
 	}
-	return &reqState{} // only when RoundTrip is called outside ServeHTTP
+	return &reqState{}, false // only when RoundTrip is called outside ServeHTTP
 }
 
 // forwarder is the reverse proxy's Transport: it runs the attempt policy
@@ -318,9 +341,14 @@ type forwarder Handler
 
 func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	h := (*Handler)(f)
-	st := stateFrom(out.Context())
+	st, owned := stateOf(out.Context())
+	if !owned {
+		// No one else ends this request: its budget goes back once the
+		// attempts are over (the body is not sent again after that).
+		defer h.releaseReplay(st)
+	}
 
-	body, err := h.prepareBody(out)
+	body, err := h.prepareBody(out, st)
 	if err != nil {
 		return nil, err
 	}
@@ -379,35 +407,53 @@ type outBody struct {
 
 // prepareBody reads bodies up to maxBody into memory so an unprocessed
 // request can be sent again; anything larger streams through once, so memory
-// stays bounded by maxBody per request, and by what the client actually
-// sent (readDeclared).
-func (h *Handler) prepareBody(out *http.Request) (outBody, error) {
+// stays bounded by maxBody per request, by what the client actually sent
+// (readBody), and by the replay budget for all requests together. What the
+// buffer takes from the budget is recorded in st and given back when the
+// request ends (releaseReplay). A body that finds the budget spent streams
+// through once, the part already read first, and is not replayable: no
+// path sends such a request again (attempts.mayRetry).
+func (h *Handler) prepareBody(out *http.Request, st *reqState) (outBody, error) {
 	if out.Body == nil || out.Body == http.NoBody {
 		return outBody{replayable: true}, nil
 	}
-	switch n := out.ContentLength; {
+	n := out.ContentLength
+	switch {
 	case n == 0:
 		return outBody{replayable: true}, nil
-	case n > 0 && n <= h.maxBody:
-		buf, err := readDeclared(out.Body, n)
-		if err != nil {
-			return outBody{}, &clientBodyError{err: err}
-		}
-		return outBody{buf: buf, length: n, replayable: true}, nil
-	case n < 0 && h.maxBody > 0:
-		// Unknown length (chunked): read one byte past the limit to learn
-		// which side of it the body is on.
-		buf, err := io.ReadAll(io.LimitReader(out.Body, h.maxBody+1))
-		if err != nil {
-			return outBody{}, &clientBodyError{err: err}
-		}
-		if int64(len(buf)) <= h.maxBody {
-			return outBody{buf: buf, length: int64(len(buf)), replayable: true}, nil
-		}
-		return outBody{stream: io.MultiReader(bytes.NewReader(buf), out.Body), length: -1}, nil
-	default:
+	case n > h.maxBody || h.maxBody == 0:
 		return outBody{stream: out.Body, length: n}, nil
 	}
+	// A declared length within maxBody, or an unknown one (chunked): for
+	// the latter, read one byte past the limit to learn which side of it
+	// the body is on.
+	limit := n
+	if n < 0 {
+		limit = h.maxBody + 1
+	}
+	buf, err := readBody(out.Body, limit, func(k int64) bool {
+		if !h.replay.take(k) {
+			return false
+		}
+		st.replayHeld.Add(k)
+		return true
+	})
+	switch {
+	case err == errBudgetSpent:
+		h.replay.streamed.Inc()
+	case err == io.EOF && n > 0:
+		return outBody{}, &clientBodyError{err: io.ErrUnexpectedEOF}
+	case err != nil && err != io.EOF:
+		return outBody{}, &clientBodyError{err: err}
+	case int64(len(buf)) <= h.maxBody:
+		return outBody{buf: buf, length: int64(len(buf)), replayable: true}, nil
+	}
+	// Over the budget, or a chunked body over maxBody: what was read goes
+	// first, the rest streams once.
+	if len(buf) == 0 {
+		return outBody{stream: out.Body, length: n}, nil
+	}
+	return outBody{stream: io.MultiReader(bytes.NewReader(buf), out.Body), length: n}, nil
 }
 
 // firstBodyChunk is the buffer a declared body starts with. Most
@@ -415,27 +461,37 @@ func (h *Handler) prepareBody(out *http.Request) (outBody, error) {
 // they cost one allocation of their exact size.
 const firstBodyChunk = 4 << 10
 
-// readDeclared reads a body of declared length n, growing its buffer as
-// bytes arrive (doubling, up to n) instead of reserving n up front: the
-// length is the client's word, and 200 requests that each declared 1 MiB
-// and sent one byte would otherwise hold 200 MiB until their body
-// deadline. A body that ends early is io.ErrUnexpectedEOF, as with
-// io.ReadFull.
-func readDeclared(r io.Reader, n int64) ([]byte, error) {
-	buf := make([]byte, 0, min(n, firstBodyChunk))
-	for int64(len(buf)) < n {
+// errBudgetSpent is readBody's report that take refused to grow the
+// buffer: what was read so far comes with it.
+var errBudgetSpent = errors.New("replay budget spent")
+
+// readBody reads a body of up to limit bytes, growing its buffer as bytes
+// arrive (doubling, up to limit) instead of reserving limit up front: a
+// declared length is the client's word, and 200 requests that each
+// declared 1 MiB and sent one byte would otherwise hold 200 MiB until their
+// body deadline. take is asked for the bytes of each allocation first; when
+// it refuses, readBody returns what it read and errBudgetSpent. The body
+// ending before limit is io.EOF, with what was read: an error for a
+// declared length, the whole body for an unknown one.
+func readBody(r io.Reader, limit int64, take func(int64) bool) ([]byte, error) {
+	var buf []byte
+	for int64(len(buf)) < limit {
 		if len(buf) == cap(buf) {
-			grown := make([]byte, len(buf), min(n, 2*int64(cap(buf))))
+			size := min(limit, max(firstBodyChunk, 2*int64(cap(buf))))
+			if !take(size - int64(cap(buf))) {
+				return buf, errBudgetSpent
+			}
+			grown := make([]byte, len(buf), size)
 			copy(grown, buf)
 			buf = grown
 		}
 		k, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+k]
 		switch {
-		case int64(len(buf)) == n:
-			return buf, nil // the declared length, whatever err says
+		case int64(len(buf)) == limit:
+			return buf, nil // the limit, whatever err says
 		case errors.Is(err, io.EOF):
-			return nil, io.ErrUnexpectedEOF
+			return buf, io.EOF
 		case err != nil:
 			return nil, err
 		}

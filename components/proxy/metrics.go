@@ -25,6 +25,9 @@ type Metrics struct {
 	upstreamErrors *prometheus.CounterVec
 	openLong       prometheus.Gauge
 	upgrades       upgradeMetrics
+	// The replay budget's (replaybudget.go).
+	replayUsed, replayLimit prometheus.Gauge
+	replayExhausted         prometheus.Counter
 
 	// series caches the fanout_requests_total child per (kind, code,
 	// endpoint), resolved on first use as WithLabelValues would: that
@@ -83,6 +86,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "fanout_open_long_running_requests",
 			Help: "Long-running requests (watch, logs, exec, proxy) currently open.",
 		}),
+		replayUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_replay_budget_used_bytes",
+			Help: "Bytes of request bodies held in memory so that their requests can be sent again, all requests together; at most fanout_replay_budget_limit_bytes.",
+		}),
+		replayLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_replay_budget_limit_bytes",
+			Help: "The replay budget (--replay-budget): the most bytes of request bodies held for retries at once.",
+		}),
+		replayExhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fanout_replay_budget_exhausted_total",
+			Help: "Requests whose body streamed through once, without a copy kept for a retry, because the replay budget was spent; such a request is never sent again.",
+		}),
 		upgrades: newUpgradeMetrics(),
 	}
 	// Known label values start at 0 so that a rate() or an alert sees the
@@ -92,7 +107,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.budgetOut.WithLabelValues(reason)
 	}
 	if reg != nil {
-		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong}, m.upgrades.collectors()...) {
+		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong, m.replayUsed, m.replayLimit, m.replayExhausted}, m.upgrades.collectors()...) {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

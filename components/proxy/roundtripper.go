@@ -72,6 +72,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 
 	ctx, st := withState(r.Context(), c, start)
+	release = append(release, func() { h.releaseReplay(st) })
 	out := r.WithContext(ctx) // a shallow copy; r stays untouched
 	u := *r.URL
 	// The reverse proxy's Rewrite does the same: the forwarder sets the

@@ -11,6 +11,7 @@ package sidecar
 import (
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,8 @@ import (
 // that /readyz and /metrics answer while it drains), then the hook that
 // writes the client's kubeconfig; fx stops them in the reverse order.
 func App(c Config, log *slog.Logger) fx.Option {
+	// runtimetune.Apply has set the Go memory limit by now.
+	c.sizeToMemory(debug.SetMemoryLimit(-1), log)
 	ecfg, err := c.engineConfig(log)
 	if err != nil {
 		return fx.Error(err)

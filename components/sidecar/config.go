@@ -65,12 +65,15 @@ const DiscoveryInCluster = "in-cluster"
 
 // NewConfig returns the defaults, which are the flags' defaults.
 func NewConfig() *Config {
-	return &Config{
+	c := &Config{
 		LogFormat: "text",
 		Engine:    engine.Defaults(),
 		Listener:  listener.Defaults(),
 		Admin:     admin.Config{ListenAddress: ":7081"},
 	}
+	// auto: App sizes them to the memory limit (memory.go).
+	c.Listener.MaxConnections, c.Engine.Proxy.ReplayBudget = 0, 0
+	return c
 }
 
 // AddFlags registers the flags on fs, each writing into its field of c.
@@ -154,8 +157,13 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.Engine.Cost.MetricsTop, "cost-metrics-top", c.Engine.Cost.MetricsTop,
 		"Costliest keys of the cost table exported as fanout_cost_* series (11 each); the others are summed into component=\"other\". At most 500.")
 	c.addZoneFlags(fs)
-	fs.IntVar(&c.Listener.MaxConnections, "max-connections", c.Listener.MaxConnections,
-		"Most client connections open at once on the listener, exec and port-forward connections included; more are closed at accept (fanout_rejected_total{reason=\"connections\"}). Over HTTP/1.1 client-go opens one connection per watch.")
+	fs.Var(autoInt{"--max-connections", &c.Listener.MaxConnections}, "max-connections",
+		"Most client connections open at once on the listener, exec and port-forward connections included; more are closed at accept (fanout_rejected_total{reason=\"connections\"}). Over HTTP/1.1 client-go opens one connection per watch. "+
+			"auto: a quarter of the Go memory limit (--memory-limit) over 32 KiB per connection, at least 256 and at most 8192 (8192 without a limit); 1843 under a 256Mi container limit.")
+	fs.Var(autoSize{"--replay-budget", &c.Engine.Proxy.ReplayBudget}, "replay-budget",
+		"Most bytes of request bodies kept in memory at once, all requests together, so that a request the apiserver never processed can be sent again (each body up to 1 MiB). "+
+			"A body that finds the budget spent streams through once and is never retried (fanout_replay_budget_exhausted_total); requests without a body take none. "+
+			"auto: an eighth of the Go memory limit (--memory-limit), at least 4Mi and at most 64Mi (64Mi without a limit); off keeps no body.")
 	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,
 		"Most short requests (everything but watch, logs, exec, attach, port-forward, proxy) served at once; more are answered 429 with Retry-After: 1, which client-go retries (fanout_rejected_total{reason=\"short_inflight\"}).")
 	fs.IntVar(&c.Listener.MaxLongRunning, "max-long-running", c.Listener.MaxLongRunning,
@@ -223,7 +231,6 @@ func explicitZeros(c *Config) []error {
 		flag string
 		v    int
 	}{
-		{"--max-connections", c.Listener.MaxConnections},
 		{"--max-inflight", c.Listener.MaxInflight},
 		{"--max-long-running", c.Listener.MaxLongRunning},
 		{"--max-concurrent-streams", c.Listener.MaxConcurrentStreams},

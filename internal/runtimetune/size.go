@@ -71,3 +71,7 @@ func parseSize(s string) (int64, error) {
 	}
 	return bytes.Int64(), nil
 }
+
+// ParseSize parses a size written as a Kubernetes memory quantity (96Mi,
+// 100M, 1.5Gi, 100000000), for other flags that take sizes.
+func ParseSize(s string) (int64, error) { return parseSize(s) }
