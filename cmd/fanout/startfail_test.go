@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
@@ -109,13 +111,19 @@ current-context: x
 }
 
 // runBinary runs bin with args to its end and returns its exit code,
-// stdout and stderr.
+// stdout and stderr. A run that should fail but starts instead is killed
+// after a minute and fails the test.
 func runBinary(t *testing.T, bin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var out, errs bytes.Buffer
-	cmd := exec.Command(bin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errs
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v still ran after %s; stderr:\n%s", filepath.Base(bin), args, time.Minute, errs.String())
+	}
 	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
 		return ee.ExitCode(), out.String(), errs.String()
 	} else if err != nil {
