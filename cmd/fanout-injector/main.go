@@ -74,11 +74,11 @@ func main() {
 // package webhook does not know the flag that set the address (the
 // metrics server's error names its flag already). Everything else names
 // its flag or file, and is the environment's fault: exit 1.
-func (o *options) explain(err error) (error, int) {
+func (o *options) explain(err error) (int, error) {
 	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "listen" && !strings.Contains(err.Error(), "--metrics-address") {
-		return fmt.Errorf("--listen-address %s: %w", o.listenAddress, err), 1
+		return 1, fmt.Errorf("--listen-address %s: %w", o.listenAddress, err)
 	}
-	return err, 1
+	return 1, err
 }
 
 // exit prints a message for a command-line error and ends the process.

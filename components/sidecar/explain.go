@@ -9,23 +9,23 @@ import (
 	"github.com/fanout-dev/fanout/components/engine"
 )
 
-// Explain is the reason App failed to build or start, in the terms of
-// c's flags, and the exit code for it: 2 when a flag's value is at fault
-// (--endpoints), 1 when the environment is (files, ports). err is the
+// Explain is the exit code for the reason App failed to build or start,
+// 2 when a flag's value is at fault (--endpoints) and 1 when the
+// environment is (files, ports), and that reason in the terms of c's flags. err is the
 // root cause (startup.RootCause): the parts already name their flag,
 // except the engine's credentials, which do not know where they were
 // named.
-func (c Config) Explain(err error) (error, int) {
+func (c Config) Explain(err error) (int, error) {
 	if _, ok := errors.AsType[*engine.EndpointsError](err); ok {
-		return err, 2
+		return 2, err
 	}
 	if _, ok := errors.AsType[*engine.CredentialsError](err); ok {
 		if c.InCluster {
-			return fmt.Errorf("--in-cluster: %w; the pod needs its service account token mounted (automountServiceAccountToken)", err), 1
+			return 1, fmt.Errorf("--in-cluster: %w; the pod needs its service account token mounted (automountServiceAccountToken)", err)
 		}
-		return fmt.Errorf("--kubeconfig %s: %w; the files the kubeconfig names must be readable in fanout's container: mount them at the same paths, or fix the paths in the kubeconfig", c.Kubeconfig, err), 1
+		return 1, fmt.Errorf("--kubeconfig %s: %w; the files the kubeconfig names must be readable in fanout's container: mount them at the same paths, or fix the paths in the kubeconfig", c.Kubeconfig, err)
 	}
-	return err, 1
+	return 1, err
 }
 
 // checkWriteKubeconfig fails before anything starts when the kubeconfig

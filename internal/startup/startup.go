@@ -39,10 +39,10 @@ func Line(err error) string {
 	return strings.Join(parts, "; ")
 }
 
-// Explain turns a root cause into the message to log, in the terms of
-// the binary's flags, and the exit code: 2 when a flag's value is at
-// fault, 1 otherwise.
-type Explain func(error) (error, int)
+// Explain turns a root cause into the exit code, 2 when a flag's value is
+// at fault and 1 otherwise, and the message to log, in the terms of the
+// binary's flags.
+type Explain func(error) (code int, cause error)
 
 // Run starts app, waits for SIGINT or SIGTERM (or fx.Shutdowner), stops
 // it, and returns the process's exit code: 0 after a clean stop, else the
@@ -53,10 +53,10 @@ type Explain func(error) (error, int)
 // debug level.
 func Run(app *fx.App, log *slog.Logger, program string, explain Explain) int {
 	if explain == nil {
-		explain = func(err error) (error, int) { return err, 1 }
+		explain = func(err error) (int, error) { return 1, err }
 	}
 	fail := func(msg string, err error) int {
-		cause, code := explain(RootCause(err))
+		code, cause := explain(RootCause(err))
 		log.Error(program+" "+msg, "error", Line(cause))
 		log.Debug("dependency-injection error", "error", err.Error())
 		return code

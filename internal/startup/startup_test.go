@@ -43,7 +43,7 @@ func TestRunSaysTheRootCause(t *testing.T) {
 		{"explained as a bad flag", fx.Options(quiet,
 			fx.Provide(func() (*leaf, error) { return nil, root }),
 			fx.Invoke(func(*leaf) {}),
-		), func(err error) (error, int) { return fmt.Errorf("explained: %w", err), 2 }, 2, "explained: " + root.Error()},
+		), func(err error) (int, error) { return 2, fmt.Errorf("explained: %w", err) }, 2, "explained: " + root.Error()},
 		{"multi-line error on one line", fx.Options(quiet, fx.Error(errors.Join(errors.New("first"), errors.New("second")))), nil, 1, "first; second"},
 	}
 	for _, tt := range tests {
