@@ -17,8 +17,16 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG TARGETOS=linux TARGETARCH
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags='-s -w' -o /out/fanout ./cmd/fanout && \
-    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags='-s -w' -o /out/fanout-injector ./cmd/fanout-injector
+# The build context holds no .git (.dockerignore), so the Go toolchain
+# records no commit: pass both, as make does, for fanout version and
+# fanout_build_info:
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#     --build-arg COMMIT=$(git rev-parse HEAD) .
+# Left empty they read (devel) and unknown.
+ARG VERSION= COMMIT=
+RUN LDFLAGS="-s -w -X github.com/fanout-dev/fanout/internal/version.version=$VERSION -X github.com/fanout-dev/fanout/internal/version.commit=$COMMIT" && \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="$LDFLAGS" -o /out/fanout ./cmd/fanout && \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -ldflags="$LDFLAGS" -o /out/fanout-injector ./cmd/fanout-injector
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/fanout /out/fanout-injector /

@@ -13,13 +13,22 @@ STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 STATICCHECK_VERSION ?= v0.8.2
 E2E_TIMEOUT ?= 75m
 
+## VERSION and COMMIT are stamped into the binaries (fanout version,
+## fanout-injector --version, fanout_build_info): git describe of the
+## checkout (a tag once there is one, else the short commit; -dirty with
+## uncommitted changes), and its full commit.
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_PKG := github.com/fanout-dev/fanout/internal/version
+LDFLAGS     := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
+
 .PHONY: all build test unit e2e e2e-binaries conformance soak lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/fanout ./cmd/fanout
-	$(GO) build -o $(BIN)/fanout-injector ./cmd/fanout-injector
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout ./cmd/fanout
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout-injector ./cmd/fanout-injector
 
 ## image: builds $(IMAGE_TAR), an OCI image layout tarball holding static
 ## /fanout and /fanout-injector (user 65532, entrypoint /fanout), offline
@@ -29,8 +38,8 @@ IMAGE_TAR ?= $(BIN)/fanout-image.tar
 IMAGE_REF ?= ghcr.io/fanout-dev/fanout:dev
 IMAGE_ARCH ?= $(shell $(GO) env GOARCH)
 image-binaries:
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/image/fanout ./cmd/fanout
-	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/image/fanout-injector ./cmd/fanout-injector
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(BIN)/image/fanout ./cmd/fanout
+	CGO_ENABLED=0 GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(BIN)/image/fanout-injector ./cmd/fanout-injector
 
 image: image-binaries
 	cd hack/image && $(GO) run . build -o $(abspath $(IMAGE_TAR)) -tag $(IMAGE_REF) -arch $(IMAGE_ARCH) $(abspath $(BIN)/image/fanout) $(abspath $(BIN)/image/fanout-injector)

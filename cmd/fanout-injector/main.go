@@ -5,10 +5,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,39 +25,66 @@ import (
 	"github.com/fanout-dev/fanout/internal/logging"
 	"github.com/fanout-dev/fanout/internal/metrics"
 	"github.com/fanout-dev/fanout/internal/serve"
+	"github.com/fanout-dev/fanout/internal/startup"
+	"github.com/fanout-dev/fanout/internal/version"
 )
 
+// main exits 0 after --help, --version or a clean stop, 2 for bad flags or
+// arguments, and 1 when the injector cannot start or stop; each failure
+// says why on one line of stderr.
 func main() {
 	o := newOptions()
 	fs := pflag.NewFlagSet("fanout-injector", pflag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: fanout-injector --tls-cert-file F --tls-private-key-file F --sidecar-image IMAGE [flags]\n\n"+
+	// --help is printed below, to stdout; errors on one line of stderr.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	showVersion := fs.Bool("version", false, "Print the version, commit and Go version, and exit.")
+	o.addFlags(fs)
+	err := fs.Parse(os.Args[1:])
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		fmt.Fprintf(os.Stdout, "Usage: fanout-injector --tls-cert-file F --tls-private-key-file F --sidecar-image IMAGE [flags]\n"+
+			"       fanout-injector --version\n\n"+
 			"A mutating admission webhook (POST /mutate, /mutate/namespace, /mutate/hosted) for Pods. A pod labelled fanout.dev/inject=\"true\" gets\n"+
 			"fanout as a native sidecar, and its client container's kubeconfig flags or KUBECONFIG point at\n"+
 			"fanout's localhost kubeconfig. Pods it cannot handle (no kubeconfig found, conflicting settings,\n"+
-			"mirror pods, hostNetwork pods) are admitted unmutated with a warning. See docs/injector.md.\n\nFlags:\n")
+			"mirror pods, hostNetwork pods) are admitted unmutated with a warning. See docs/injector.md.\n\n"+
+			"Exit codes: 0 after --help, --version or SIGTERM; 2 for bad flags or arguments; 1 when it cannot\n"+
+			"start (the cause is the one error line on stderr) or stop cleanly.\n\nFlags:\n")
+		fs.SetOutput(os.Stdout)
 		fs.PrintDefaults()
-	}
-	o.addFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == pflag.ErrHelp {
-			os.Exit(0)
-		}
-		fmt.Fprintf(os.Stderr, "fanout-injector: %v\nRun 'fanout-injector --help' for the flags.\n", err)
-		os.Exit(2)
+		os.Exit(0)
+	case err != nil:
+		exit(2, "%v (fanout-injector --help lists the flags)", err)
+	case fs.NArg() > 0:
+		exit(2, "unexpected argument %q: fanout-injector takes flags only", fs.Arg(0))
+	case *showVersion:
+		fmt.Print(version.Get().Text("fanout-injector"))
+		os.Exit(0)
 	}
 	if err := o.complete(); err != nil {
-		fmt.Fprintf(os.Stderr, "fanout-injector: invalid flags:\n%v\n", err)
-		os.Exit(2)
+		exit(2, "invalid flags: %s", startup.Line(err))
 	}
 	log := logging.New(o.logFormat, o.verbosity, os.Stderr)
 	slog.SetDefault(log)
-	app := fx.New(app(o, log))
-	if err := app.Err(); err != nil {
-		log.Error("fanout-injector cannot start", "error", err)
-		os.Exit(1)
+	os.Exit(startup.Run(fx.New(app(o, log)), log, "fanout-injector", o.explain))
+}
+
+// explain names --listen-address in the webhook server's listen error:
+// package webhook does not know the flag that set the address (the
+// metrics server's error names its flag already). Everything else names
+// its flag or file, and is the environment's fault: exit 1.
+func (o *options) explain(err error) (int, error) {
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "listen" && !strings.Contains(err.Error(), "--metrics-address") {
+		return 1, fmt.Errorf("--listen-address %s: %w", o.listenAddress, err)
 	}
-	app.Run()
+	return 1, err
+}
+
+// exit prints a message for a command-line error and ends the process.
+func exit(code int, format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "fanout-injector: "+format+"\n", args...)
+	os.Exit(code)
 }
 
 // app is the injector's fx application.

@@ -9,14 +9,18 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// usage prints fanout --help: what the sidecar does, then fs's flags.
-func usage(fs *pflag.FlagSet) {
-	fmt.Fprintf(os.Stderr, "Usage: fanout --kubeconfig PATH [flags]\n       fanout status [--admin-address ADDR] [--watch]   (see fanout status --help)\n"+
+// usage prints fanout --help to w: what the sidecar does, then fs's flags.
+func usage(w io.Writer, fs *pflag.FlagSet) {
+	fmt.Fprintf(w, "Usage: fanout --kubeconfig PATH [flags]\n       fanout status [--admin-address ADDR] [--watch]   (see fanout status --help)\n"+
 		"       fanout top [--admin-address ADDR] [--once] [-o json]     (see fanout top --help)\n"+
-		"       fanout hold --socket-dir DIR [--listen-address ADDR]      (holds the listener across restarts; see fanout hold --help)\n\n"+
+		"       fanout hold --socket-dir DIR [--listen-address ADDR]      (holds the listener across restarts; see fanout hold --help)\n"+
+		"       fanout version                                            (version, commit and Go version; also --version)\n\n"+
 		"fanout listens on a loopback address for a Kubernetes client (point its kubeconfig at\n"+
 		"http://127.0.0.1:7080) and spreads each request over mTLS HTTP/2 connections to every\n"+
-		"kube-apiserver endpoint, with the client's own certificate or token.\n\nFlags:\n")
+		"kube-apiserver endpoint, with the client's own certificate or token.\n\n"+
+		"Exit codes: 0 after --help, --version or SIGTERM; 2 for bad flags or arguments; 1 when fanout\n"+
+		"cannot start (the cause is the one error line on stderr) or stop cleanly.\n\nFlags:\n")
+	fs.SetOutput(w)
 	fs.PrintDefaults()
 }
 

@@ -25,20 +25,20 @@ func holdMain(args []string) int {
 	runtime.GOMAXPROCS(1)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return runHold(ctx, args, os.Stderr)
+	return runHold(ctx, args, os.Stdout, os.Stderr)
 }
 
 // runHold is `fanout hold`: it holds fanout's listening socket open, so
 // that connections to it wait in the kernel's backlog while fanout
 // restarts instead of being refused, and hands it to fanout
 // (--listen-from) at each start. It never accepts a connection itself.
-func runHold(ctx context.Context, args []string, stderr io.Writer) int {
+func runHold(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("fanout hold", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout) // --help; errors go to stderr
 	addr := fs.String("listen-address", "127.0.0.1:7080", "the address to hold: fanout's --listen-address (a loopback address)")
 	dir := fs.String("socket-dir", "", "directory shared with fanout, which is given it as --listen-from (an emptyDir both containers mount); required")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fanout hold --socket-dir DIR [--listen-address ADDR]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: fanout hold --socket-dir DIR [--listen-address ADDR]\n\n"+
 			"Holds fanout's listening socket, as a second sidecar beside it, and hands it to fanout\n"+
 			"(fanout --listen-from DIR) at each start. While fanout restarts the socket stays open, so\n"+
 			"the client's connections wait in the kernel's backlog (net.core.somaxconn of them) until\n"+

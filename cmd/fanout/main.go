@@ -5,6 +5,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 
@@ -14,8 +16,13 @@ import (
 
 	"github.com/fanout-dev/fanout/components/sidecar"
 	"github.com/fanout-dev/fanout/internal/runtimetune"
+	"github.com/fanout-dev/fanout/internal/startup"
+	"github.com/fanout-dev/fanout/internal/version"
 )
 
+// main exits 0 after --help, --version or a clean stop, 2 for bad flags or
+// arguments, and 1 when fanout cannot start or stop; each failure says why
+// on one line of stderr.
 func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
@@ -25,34 +32,58 @@ func main() {
 			os.Exit(topMain(os.Args[2:]))
 		case "hold":
 			os.Exit(holdMain(os.Args[2:]))
+		case "version":
+			os.Exit(versionMain(os.Args[2:], os.Stdout, os.Stderr))
 		}
 	}
 	o, rt := sidecar.NewConfig(), runtimetune.NewOptions()
 	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
-	fs.Usage = func() { usage(fs) }
+	// --help is printed below, to stdout; errors on one line of stderr.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	showVersion := fs.Bool("version", false, "Print the version, commit and Go version, and exit (as fanout version does).")
 	o.AddFlags(fs)
 	rt.AddFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err == pflag.ErrHelp {
+	err := fs.Parse(os.Args[1:])
+	switch {
+	case errors.Is(err, pflag.ErrHelp):
+		usage(os.Stdout, fs)
 		os.Exit(0)
-	} else if err != nil {
-		exit(2, "%v\nRun 'fanout --help' for the flags.", err)
+	case err != nil:
+		exit(2, "%v (fanout --help lists the flags)", err)
+	case fs.NArg() > 0:
+		exit(2, "unexpected argument %q: fanout takes flags only; the subcommands (status, top, hold, version) come first", fs.Arg(0))
+	case *showVersion:
+		fmt.Print(version.Get().Text("fanout"))
+		os.Exit(0)
 	}
 	if err := errors.Join(o.Validate(), rt.Validate()); err != nil {
-		exit(2, "invalid flags:\n%v", err)
+		exit(2, "invalid flags: %s", startup.Line(err))
 	}
 	if err := o.CheckNetworkNamespace(); err != nil {
-		exit(2, "%v", err)
+		exit(2, "%s", startup.Line(err))
 	}
 	log := sidecar.NewLogger(o, os.Stderr)
 	slog.SetDefault(log) // libraries that log through slog's default get the same format and level
 	collectors, err := runtimetune.Apply(*rt, log)
 	if err != nil {
-		exit(2, "invalid flags:\n%v", err)
+		exit(2, "invalid flags: %s", startup.Line(err))
 	}
 	app := fx.New(sidecar.App(*o, log), fx.Invoke(func(reg prometheus.Registerer) { reg.MustRegister(collectors...) }))
-	if err := app.Err(); err != nil {
-		log.Error("fanout cannot start", "error", err)
-		os.Exit(1)
+	os.Exit(startup.Run(app, log, "fanout", o.Explain))
+}
+
+// versionMain is `fanout version`: the version, commit and Go version on
+// stdout.
+func versionMain(args []string, stdout, stderr io.Writer) int {
+	fs := pflag.NewFlagSet("fanout version", pflag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: fanout version\n\nPrints fanout's version, the commit it was built from (modified: with uncommitted\nchanges) and the Go release and platform; fanout_build_info carries the same values.\n")
 	}
-	app.Run()
+	if code, done := parseSubcommand(fs, args, stderr); done {
+		return code
+	}
+	fmt.Fprint(stdout, version.Get().Text("fanout"))
+	return 0
 }

@@ -29,12 +29,12 @@ func statusMain(args []string) int {
 // exit code.
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer, isTerminal bool) int {
 	fs := pflag.NewFlagSet("fanout status", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout) // --help; errors go to stderr
 	addr := fs.String("admin-address", "127.0.0.1:7081", "host:port of the sidecar's admin server (its --admin-address); /debug/endpoints answers loopback clients only, so run this in the pod (kubectl exec)")
 	watch := fs.Bool("watch", false, "refresh every --interval; share, rate and errors then cover the last interval")
 	interval := fs.Duration("interval", 2*time.Second, "refresh interval with --watch")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fanout status [--admin-address ADDR] [--watch] [--interval D]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: fanout status [--admin-address ADDR] [--watch] [--interval D]\n\n"+
 			"Prints one line per kube-apiserver endpoint of a running fanout: state, share of requests,\n"+
 			"in-flight short and long-running requests, latency score (1 = as fast as usual) and errors.\n"+
 			"Without --watch, share and counts are since fanout started.\n\nFlags:\n")

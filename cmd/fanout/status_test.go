@@ -81,8 +81,13 @@ func TestStatusErrors(t *testing.T) {
 	for _, tt := range tests {
 		var out, errs strings.Builder
 		code := runStatus(context.Background(), tt.args, &out, &errs, false)
-		if code != tt.code || !strings.Contains(errs.String(), tt.msg) {
-			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tt.args, code, errs.String(), tt.code, tt.msg)
+		// --help (exit 0) goes to stdout, errors to stderr.
+		got, other := errs.String(), out.String()
+		if tt.code == 0 {
+			got, other = other, got
+		}
+		if code != tt.code || !strings.Contains(got, tt.msg) || other != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d and %q", tt.args, code, out.String(), errs.String(), tt.code, tt.msg)
 		}
 	}
 }

@@ -78,14 +78,14 @@ func openScreen() (*screen, error) {
 // live table. It returns the exit code.
 func runTop(ctx context.Context, args []string, stdout, stderr io.Writer, open func() (*screen, error)) int {
 	fs := pflag.NewFlagSet("fanout top", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout) // --help; errors go to stderr
 	addr := fs.String("admin-address", "127.0.0.1:7081", "host:port of the sidecar's admin server (its --admin-address); /debug/cost answers loopback clients only, so run this in the pod (kubectl exec)")
 	interval := fs.Duration("interval", 2*time.Second, "refresh interval; with --once, the time between the two snapshots the rates come from")
 	once := fs.Bool("once", false, "print one table of the rates between two snapshots --interval apart, and exit (the default when stdout is not a terminal or with -o json; --once=false then prints one every --interval)")
 	output := fs.StringP("output", "o", "table", "table, or json: the rows with their rates and cumulative counters, and the apiservers, for scripts")
 	sortBy := fs.String("sort", "requests", "initial sort, largest first: requests (requests/s), bytes (received and sent bytes/s), p99 or errors (errors/s)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: fanout top [--admin-address ADDR] [--interval D] [--once] [-o table|json] [--sort KEY]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: fanout top [--admin-address ADDR] [--interval D] [--once] [-o table|json] [--sort KEY]\n\n"+
 			"Shows what each client of a running fanout costs, like top: one row per component\n"+
 			"(program/controller from the User-Agent), verb, group/resource[/subresource] and scope,\n"+
 			"with requests/s, errors/s and error %%, retries/s, bytes/s received and sent, p99 latency\n"+

@@ -151,6 +151,14 @@ type EndpointsError struct{ Err error }
 func (e *EndpointsError) Error() string { return e.Err.Error() }
 func (e *EndpointsError) Unwrap() error { return e.Err }
 
+// CredentialsError is New's error for the files of Config.Upstream (the
+// CA, client certificate and key, tokenFile), so that each caller can say
+// where they were named (--kubeconfig, --in-cluster, a rest.Config).
+type CredentialsError struct{ Err error }
+
+func (e *CredentialsError) Error() string { return e.Err.Error() }
+func (e *CredentialsError) Unwrap() error { return e.Err }
+
 // Part names, as Parts reports them.
 const (
 	PartCredentials     = "credentials"
@@ -269,7 +277,7 @@ func (e *Engine) build() error {
 	var err error
 	e.creds, err = certs.NewCredentialsWithOptions(cfg.Upstream, certs.Options{Log: e.log, Metrics: certMetrics, Clock: cfg.Clock})
 	if err != nil {
-		return err
+		return &CredentialsError{Err: err}
 	}
 
 	e.resolved = resolver.NewMetrics()

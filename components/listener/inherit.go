@@ -2,12 +2,15 @@ package listener
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"syscall"
 
 	"github.com/fanout-dev/fanout/internal/handoff"
+	"github.com/fanout-dev/fanout/internal/serve"
 )
 
 // open returns the client listener: the socket `fanout hold` holds, when
@@ -39,11 +42,11 @@ func (s *Server) open(ctx context.Context) (ln *net.TCPListener, inherited bool,
 	lc := listenConfig(s.cfg.ListenAddress)
 	l, err := lc.Listen(ctx, "tcp", s.cfg.ListenAddress)
 	if err != nil {
-		hint := "is another fanout or process using the port?"
-		if s.cfg.ListenFrom != "" {
-			hint = "is a `fanout hold` holding it that did not answer on " + s.cfg.ListenFrom + "?"
+		hint := serve.ListenHint(err, "--listen-address")
+		if s.cfg.ListenFrom != "" && errors.Is(err, syscall.EADDRINUSE) {
+			hint = "is a `fanout hold` holding it that did not answer on " + s.cfg.ListenFrom + "? " + hint
 		}
-		return nil, false, fmt.Errorf("listener: listening on %s failed: %w; %s", s.cfg.ListenAddress, err, hint)
+		return nil, false, fmt.Errorf("listener: listen on --listen-address %s: %w; %s", s.cfg.ListenAddress, err, hint)
 	}
 	return l.(*net.TCPListener), false, nil
 }

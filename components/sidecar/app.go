@@ -27,8 +27,9 @@ import (
 )
 
 // App returns the fx options of the sidecar for a validated Config.
-// Configuration errors (an unreadable kubeconfig) come back as fx.Error so
-// the app fails before it starts anything. The start order follows the
+// Configuration errors (an unreadable kubeconfig, a missing directory for
+// --write-kubeconfig) come back as fx.Error so the app fails before it
+// starts anything; Config.Explain words any error of the app for the log. The start order follows the
 // dependencies: the engine first (everything needs it), then the admin
 // server, then the listener (it takes the admin server as a dependency so
 // that /readyz and /metrics answer while it drains), then the hook that
@@ -36,23 +37,29 @@ import (
 func App(c Config, log *slog.Logger) fx.Option {
 	// runtimetune.Apply has set the Go memory limit by now.
 	c.sizeToMemory(debug.SetMemoryLimit(-1), log)
+	// fx logs its events, and a failed start as a second line beside
+	// startup.Run's, only at -v 2.
+	logger := fx.WithLogger(func() fxevent.Logger {
+		if c.Verbosity >= 2 {
+			return &fxevent.SlogLogger{Logger: log}
+		}
+		return fxevent.NopLogger
+	})
+	if err := checkWriteKubeconfig(c.WriteKubeconfig); err != nil {
+		return fx.Options(logger, fx.Error(err))
+	}
 	ecfg, err := c.engineConfig(log)
 	if err != nil {
-		return fx.Error(err)
+		return fx.Options(logger, fx.Error(err))
 	}
 	// startup turns /startupz green once the hook below has run.
 	startup := admin.NewStartup()
 	lcfg, localCA, err := listenerConfig(&c)
 	if err != nil {
-		return fx.Error(err)
+		return fx.Options(logger, fx.Error(err))
 	}
 	return fx.Options(
-		fx.WithLogger(func() fxevent.Logger {
-			if c.Verbosity >= 2 {
-				return &fxevent.SlogLogger{Logger: log}
-			}
-			return fxevent.NopLogger
-		}),
+		logger,
 		// Watches end at once on stop; the grace period is for short
 		// requests, plus a little for the rest of the teardown.
 		fx.StopTimeout(c.Listener.ShutdownGrace+5*time.Second),
@@ -91,7 +98,7 @@ func App(c Config, log *slog.Logger) fx.Option {
 					return nil
 				}
 				if err := writeClientKubeconfig(c.WriteKubeconfig, addr, localCA); err != nil {
-					return fmt.Errorf("--write-kubeconfig: %w", err)
+					return fmt.Errorf("--write-kubeconfig %s: %w; pass a path in a directory fanout can write, shared with the client's container", c.WriteKubeconfig, err)
 				}
 				log.Info("wrote client kubeconfig", "path", c.WriteKubeconfig, "server", clientURL(addr, localCA))
 				startup.Done()

@@ -1,7 +1,9 @@
 package sidecar
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/fanout-dev/fanout/certs"
 )
@@ -21,6 +23,9 @@ func loadUpstream(c *Config) (*certs.Upstream, error) {
 		return up, nil
 	}
 	up, err := certs.LoadKubeconfig(c.Kubeconfig)
+	if _, unreadable := errors.AsType[*fs.PathError](err); unreadable && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("--kubeconfig %s: %w; pass the kubeconfig file the client uses, readable by fanout's user", c.Kubeconfig, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig %s: %w", c.Kubeconfig, err)
 	}

@@ -46,9 +46,9 @@ func (s *Server) Start(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if s.flag != "" {
-			return fmt.Errorf("%s: listen on %s %s: %w", s.name, s.flag, addr, err)
+			return fmt.Errorf("%s: listen on %s %s: %w; %s", s.name, s.flag, addr, err, ListenHint(err, s.flag))
 		}
-		return fmt.Errorf("%s: listen on %s: %w", s.name, addr, err)
+		return fmt.Errorf("%s: listen on %s: %w; %s", s.name, addr, err, ListenHint(err, ""))
 	}
 	if s.maxConns > 0 {
 		el := newEvictListener(ln, s.maxConns, s.evicted)

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
+)
+
+// buildInjector compiles this command with extra go build arguments.
+func buildInjector(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fanout-injector")
+	out, err := exec.Command("go", append(append([]string{"build"}, args...), "-o", bin, ".")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestStartFailuresSayWhy: each input that keeps the injector from
+// starting gives its exit code and exactly one cause line on stderr that
+// names the flag, file or port, with no dependency-injection trace.
+func TestStartFailuresSayWhy(t *testing.T) {
+	bin := buildInjector(t)
+	dir := t.TempDir()
+	kp := testkit.NewCA(t).Serving("fanout-injector.fanout-system.svc")
+	cert := testkit.WriteFile(t, dir, "tls.crt", kp.CertPEM)
+	key := testkit.WriteFile(t, dir, "tls.key", kp.KeyPEM)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	base := []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i"}
+	with := func(args ...string) []string { return append(append([]string{}, base...), args...) }
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"webhook port taken", with("--listen-address", busy, "--metrics-address", "127.0.0.1:0"),
+			1, []string{"--listen-address " + busy, "address already in use", "stop it or pass a free port"}},
+		{"metrics port taken", with("--listen-address", "127.0.0.1:0", "--metrics-address", busy),
+			1, []string{"--metrics-address " + busy, "address already in use", "pass a free port to --metrics-address"}},
+		{"missing certificate", []string{"--tls-cert-file", filepath.Join(dir, "nope.crt"), "--tls-private-key-file", key, "--sidecar-image", "i", "--listen-address", "127.0.0.1:0", "--metrics-address", ""},
+			1, []string{"--tls-cert-file " + filepath.Join(dir, "nope.crt"), "no such file or directory"}},
+		{"key file holds a certificate", []string{"--tls-cert-file", cert, "--tls-private-key-file", cert, "--sidecar-image", "i", "--listen-address", "127.0.0.1:0", "--metrics-address", ""},
+			1, []string{"--tls-private-key-file " + cert, "not a usable key pair"}},
+		{"bad quantities", with("--sidecar-memory-limit", "lots", "--sidecar-cpu-limit", "x"),
+			2, []string{"invalid flags", `--sidecar-memory-limit "lots"`, `--sidecar-cpu-limit "x"`}},
+		{"flag value of the wrong type", with("--sidecar-listen-port", "http"),
+			2, []string{`"--sidecar-listen-port"`, "fanout-injector --help lists the flags"}},
+		{"unknown flag", with("--nope"), 2, []string{"unknown flag: --nope"}},
+		{"stray argument", with("extra"), 2, []string{`unexpected argument "extra"`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, stdout, stderr := runBinary(t, bin, tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d", code, tt.code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout, want it empty:\n%s", stdout)
+			}
+			checkOneCause(t, "fanout-injector", stderr, tt.want)
+		})
+	}
+}
+
+// TestHelpAndVersion: --help and -h go to stdout and exit 0; --version
+// prints the stamped version and commit, which fanout_build_info carries
+// too.
+func TestHelpAndVersion(t *testing.T) {
+	const pkg = "github.com/fanout-dev/fanout/internal/version"
+	bin := buildInjector(t, "-ldflags", "-X "+pkg+".version=v9.8.7-test -X "+pkg+".commit=fedcba9876543210")
+	for _, args := range [][]string{{"--help"}, {"-h"}} {
+		code, stdout, stderr := runBinary(t, bin, args...)
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "--sidecar-image") || !strings.Contains(stdout, "fanout-injector --version") {
+			t.Errorf("fanout-injector %v: exit %d, stderr %q, stdout:\n%s", args, code, stderr, stdout)
+		}
+	}
+	want := "fanout-injector v9.8.7-test\ncommit: fedcba9876543210\ngo: " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
+	if code, stdout, stderr := runBinary(t, bin, "--version"); code != 0 || stdout != want || stderr != "" {
+		t.Errorf("fanout-injector --version: exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, stderr, stdout, want)
+	}
+
+	dir := t.TempDir()
+	kp := testkit.NewCA(t).Serving("fanout-injector.fanout-system.svc")
+	cmd := exec.Command(bin, "--tls-cert-file", testkit.WriteFile(t, dir, "tls.crt", kp.CertPEM), "--tls-private-key-file", testkit.WriteFile(t, dir, "tls.key", kp.KeyPEM),
+		"--sidecar-image", "i", "--listen-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0")
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			if m := regexp.MustCompile(`msg="metrics server listening" address=(\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, pipe)
+	}()
+	var a string
+	select {
+	case a = <-addr:
+	case <-time.After(30 * time.Second):
+		t.Fatal("fanout-injector logged no metrics server address within 30s")
+	}
+	resp, err := http.Get("http://" + a + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	wantSeries := `fanout_build_info{goversion="` + runtime.Version() + `",revision="fedcba9876543210",version="v9.8.7-test"} 1`
+	if !strings.Contains(string(body), wantSeries) {
+		t.Errorf("/metrics lacks %s:\n%s", wantSeries, body)
+	}
+}
+
+// runBinary runs bin with args to its end and returns its exit code,
+// stdout and stderr. A run that should fail but starts instead is killed
+// after a minute and fails the test.
+func runBinary(t *testing.T, bin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errs bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v still ran after %s; stderr:\n%s", filepath.Base(bin), args, time.Minute, errs.String())
+	}
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		return ee.ExitCode(), out.String(), errs.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String(), errs.String()
+}
+
+// checkOneCause fails t unless stderr holds exactly one cause line, a
+// line of program's own ("program: ...") or an error-level log line,
+// containing every string of want, and otherwise info and warning log
+// lines only, none with a trace of fx or a source path.
+func checkOneCause(t *testing.T, program, stderr string, want []string) {
+	t.Helper()
+	var causes []string
+	for l := range strings.Lines(stderr) {
+		l = strings.TrimSuffix(l, "\n")
+		for _, trace := range []string{"fx.", "[Fx]", ".go:", "goroutine ", "could not build arguments"} {
+			if strings.Contains(l, trace) {
+				t.Errorf("stderr line holds %q, a dependency-injection trace or source path: %s", trace, l)
+			}
+		}
+		switch {
+		case strings.HasPrefix(l, program+": "), strings.Contains(l, "level=ERROR"):
+			causes = append(causes, l)
+		case strings.HasPrefix(l, "time=") && (strings.Contains(l, " level=INFO ") || strings.Contains(l, " level=WARN ")):
+		default:
+			t.Errorf("stderr line is neither the cause nor an info or warning log line: %q", l)
+		}
+	}
+	if len(causes) != 1 {
+		t.Fatalf("%d cause lines on stderr, want 1:\n%s", len(causes), stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(causes[0], w) {
+			t.Errorf("cause line lacks %q:\n%s", w, causes[0])
+		}
+	}
+}
