@@ -55,7 +55,7 @@ unit:
 ## runs (harness.Binaries: kube-apiserver, kube-controller-manager,
 ## kube-scheduler, kubectl, kubelet and kube-proxy), printing progress as it
 ## goes; the first build takes about 11 to 12 minutes on a quiet two-core
-## machine (README.md, Measured).
+## machine (docs/measured.md).
 e2e-binaries:
 	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries"
 	cd e2e && $(GO) run ./cmd/kubebins

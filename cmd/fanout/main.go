@@ -36,14 +36,7 @@ func main() {
 			os.Exit(versionMain(os.Args[2:], os.Stdout, os.Stderr))
 		}
 	}
-	o, rt := sidecar.NewConfig(), runtimetune.NewOptions()
-	fs := pflag.NewFlagSet("fanout", pflag.ContinueOnError)
-	// --help is printed below, to stdout; errors on one line of stderr.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	showVersion := fs.Bool("version", false, "Print the version, commit and Go version, and exit (as fanout version does).")
-	o.AddFlags(fs)
-	rt.AddFlags(fs)
+	fs, o, rt, showVersion := flags()
 	err := fs.Parse(os.Args[1:])
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
@@ -71,6 +64,20 @@ func main() {
 	}
 	app := fx.New(sidecar.App(*o, log), fx.Invoke(func(reg prometheus.Registerer) { reg.MustRegister(collectors...) }))
 	os.Exit(startup.Run(app, log, "fanout", o.Explain))
+}
+
+// flags returns fanout's flag set, bound to the settings it fills, as
+// --help prints it (docs/flags.md is generated from it).
+func flags() (fs *pflag.FlagSet, o *sidecar.Config, rt *runtimetune.Options, showVersion *bool) {
+	o, rt = sidecar.NewConfig(), runtimetune.NewOptions()
+	fs = pflag.NewFlagSet("fanout", pflag.ContinueOnError)
+	// --help is printed by main, to stdout; errors on one line of stderr.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	showVersion = fs.Bool("version", false, "Print the version, commit and Go version, and exit (as fanout version does).")
+	o.AddFlags(fs)
+	rt.AddFlags(fs)
+	return fs, o, rt, showVersion
 }
 
 // versionMain is `fanout version`: the version, commit and Go version on

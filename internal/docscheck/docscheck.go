@@ -375,7 +375,7 @@ func nearest(ids map[string]bool, frag string) string {
 
 var (
 	// mdMention is a Markdown file named in text, such as
-	// docs/resilience.md or README.md#metrics: a path that does not start
+	// docs/resilience.md or README.md#quick-start: a path that does not start
 	// with "/" (absolute, or the tail of a URL).
 	mdMention = regexp.MustCompile(`(?:^|[^\w./-])((?:\.\.?/)*(?:[\w.-]+/)*[\w.-]*\w\.md)\b(#[\w-]+)?`)
 	// A section of a document named in prose: the document's path
