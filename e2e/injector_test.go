@@ -493,7 +493,8 @@ func scrape(t *testing.T, url string) string {
 }
 
 // TestManifestsDryRun: `kubectl apply --dry-run=server -k` of manifests/
-// and of the injector base succeeds against the real apiservers. The
+// and of the injector base succeeds against the real apiservers and
+// installs no example client, and the examples apply on their own. The
 // fanout-system namespace is created for real first: a server-side dry run
 // of a namespaced object needs its namespace to exist, and the Namespace in
 // the same apply is not persisted.
@@ -527,7 +528,23 @@ func TestManifestsDryRun(t *testing.T) {
 				t.Errorf("-k %s: output lacks %s:\n%s", k, want, out)
 			}
 		}
+		if strings.Contains(string(out), "kube-controller-manager") || strings.Contains(string(out), "kube-scheduler") || strings.Contains(string(out), "example-controller") {
+			t.Errorf("-k %s installs an example client:\n%s", k, out)
+		}
 		t.Logf("kubectl apply --dry-run=server -k %s:\n%s", k, out)
+	}
+	// The examples apply apart from it.
+	for _, k := range []string{filepath.Join(manifests, "examples", "sidecar"), filepath.Join(manifests, "examples", "injected")} {
+		cmd := exec.CommandContext(ctx, cp.Bins.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "--cache-dir", filepath.Join(dir, "cache"),
+			"apply", "--dry-run=server", "-k", k)
+		cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl apply --dry-run=server -k %s: %v\n%s", k, err, out)
+		}
+		if !strings.Contains(string(out), "deployment.apps/") {
+			t.Errorf("-k %s: output lacks the example Deployment:\n%s", k, out)
+		}
 	}
 	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "fanout-injector", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the dry run persisted the webhook configuration (err %v)", err)
