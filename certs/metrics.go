@@ -29,7 +29,7 @@ func NewMetrics() *Metrics {
 	return &Metrics{
 		expiry: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "fanout_certificate_expiration_timestamp_seconds",
-			Help: "NotAfter of the certificate in use, as a Unix time, by kind (client: the client certificate presented to kube-apiserver; ca: the earliest-expiring certificate of the CA bundle; serving: the injector's serving certificate).",
+			Help: "NotAfter of the certificate in use, as a Unix time, by kind (client: the client certificate presented to kube-apiserver; ca: the earliest-expiring certificate of the CA bundle, or for fanout-injector --pki=self the CA that signs its serving certificate; serving: the injector's serving certificate).",
 		}, []string{"kind"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_credential_reloads_total",
@@ -83,3 +83,8 @@ func (m *Metrics) expires(kind string, t time.Time) {
 	}
 	m.expiry.WithLabelValues(kind).Set(float64(t.Unix()))
 }
+
+// SetExpiration sets the expiration of kind for material the certs
+// package does not load itself (fanout-injector --pki=self keeps its CA
+// and serving certificate in a Secret); a zero t removes the series.
+func (m *Metrics) SetExpiration(kind string, t time.Time) { m.expires(kind, t) }
