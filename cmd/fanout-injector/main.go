@@ -43,7 +43,7 @@ func main() {
 	err := fs.Parse(os.Args[1:])
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprintf(os.Stdout, "Usage: fanout-injector --tls-cert-file F --tls-private-key-file F --sidecar-image IMAGE [flags]\n"+
+		fmt.Fprintf(os.Stdout, "Usage: fanout-injector (--pki=self | --tls-cert-file F --tls-private-key-file F) --sidecar-image IMAGE [flags]\n"+
 			"       fanout-injector --version\n\n"+
 			"A mutating admission webhook (POST /mutate, /mutate/namespace, /mutate/hosted) for Pods. A pod labelled fanout.dev/inject=\"true\" gets\n"+
 			"fanout as a native sidecar, and its client container's kubeconfig flags or KUBECONFIG point at\n"+

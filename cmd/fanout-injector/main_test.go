@@ -43,6 +43,9 @@ func TestFlags(t *testing.T) {
 		{"request above limit", []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i", "--sidecar-memory-request", "1Gi"}, 2, "exceeds its limit"},
 		{"same ports", []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i", "--sidecar-admin-port", "7080"}, 2, "must differ"},
 		{"bad hosted label", []string{"--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i", "--hosted-pod-labels", "bad key!=x"}, 2, "--hosted-pod-labels"},
+		{"bad pki", []string{"--pki", "vault", "--sidecar-image", "i"}, 2, "--pki must be files or self"},
+		{"pki self with files", []string{"--pki", "self", "--tls-cert-file", cert, "--tls-private-key-file", key, "--sidecar-image", "i"}, 2, "are for --pki=files"},
+		{"pki self outside a pod", []string{"--pki", "self", "--sidecar-image", "i"}, 1, "--pki=self needs the pod's ServiceAccount token"},
 		{"unreadable key pair", []string{"--tls-cert-file", cert, "--tls-private-key-file", cert, "--sidecar-image", "i"}, 1, "--tls-private-key-file"},
 	}
 	for _, tt := range tests {

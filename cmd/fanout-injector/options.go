@@ -21,6 +21,11 @@ type options struct {
 	certFile       string
 	keyFile        string
 	clientCAFile   string
+	pki            string
+	pkiSecret      string
+	pkiNamespace   string
+	pkiService     string
+	webhookConfig  string
 	maxConnections int
 	limits         webhook.Limits
 	pullPolicy     string
@@ -43,6 +48,10 @@ func newOptions() *options {
 		memoryRequest:  "32Mi",
 		memoryLimit:    "256Mi",
 		logFormat:      "text",
+		pki:            pkiFiles,
+		pkiSecret:      "fanout-injector-pki",
+		pkiService:     "fanout-injector",
+		webhookConfig:  "fanout-injector",
 		hostedLabels:   webhook.DefaultHostedPodLabels,
 		maxConnections: webhook.DefaultMaxConnections,
 		limits:         webhook.DefaultLimits(),
@@ -53,8 +62,16 @@ func newOptions() *options {
 func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listenAddress, "listen-address", o.listenAddress, "HTTPS listener for kube-apiserver's admission requests (path /mutate) and /healthz.")
 	fs.StringVar(&o.metricsAddress, "metrics-address", o.metricsAddress, "Plaintext listener for /metrics and /healthz; empty disables it.")
-	fs.StringVar(&o.certFile, "tls-cert-file", o.certFile, "Serving certificate (PEM, may hold intermediates) for --listen-address; it must carry the webhook Service's DNS name (required).")
-	fs.StringVar(&o.keyFile, "tls-private-key-file", o.keyFile, "Private key (PEM) of --tls-cert-file (required).")
+	fs.StringVar(&o.pki, "pki", o.pki,
+		"Where the serving certificate comes from. files: --tls-cert-file and --tls-private-key-file, reloaded when they change (cert-manager); the webhook's caBundle is yours to set. "+
+			"self: the injector makes a CA (1 year, succeeded at 80% with both CAs in caBundle) and a serving certificate (30 days, renewed at 2/3) for --pki-service, keeps them in Secret --pki-secret so that all replicas serve the same one, "+
+			"and writes caBundle into every entry of --webhook-configuration, checking it every minute; it needs a ServiceAccount token and manifests/injector/pki-rbac.yaml.")
+	fs.StringVar(&o.certFile, "tls-cert-file", o.certFile, "With --pki=files: serving certificate (PEM, may hold intermediates) for --listen-address; it must carry the webhook Service's DNS name (required).")
+	fs.StringVar(&o.keyFile, "tls-private-key-file", o.keyFile, "With --pki=files: private key (PEM) of --tls-cert-file (required).")
+	fs.StringVar(&o.pkiSecret, "pki-secret", o.pkiSecret, "With --pki=self: the Secret, in --pki-namespace, that holds the CAs and the serving certificate; created if absent.")
+	fs.StringVar(&o.pkiNamespace, "pki-namespace", o.pkiNamespace, "With --pki=self: namespace of --pki-secret and of the webhook Service. Empty: the injector's own, from its ServiceAccount token.")
+	fs.StringVar(&o.pkiService, "pki-service", o.pkiService, "With --pki=self: the webhook's Service; the serving certificate is for <service>.<namespace>.svc, the name kube-apiserver calls.")
+	fs.StringVar(&o.webhookConfig, "webhook-configuration", o.webhookConfig, "With --pki=self: the MutatingWebhookConfiguration whose every entry gets the caBundle.")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", o.clientCAFile,
 		"CA bundle (PEM) that verifies callers' client certificates: when set, a TLS handshake without a client certificate signed by one of them fails, before any request is read. "+
 			"Give kube-apiserver that certificate for this webhook in its --admission-control-config-file kubeconfig (docs/injector.md, Restricting who can call the webhook). The file is re-read when it changes. Empty: any caller that reaches the port.")
@@ -89,8 +106,20 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 // complete parses the string flags into o.sidecar and validates everything.
 func (o *options) complete() error {
 	var errs []error
-	if o.certFile == "" || o.keyFile == "" {
-		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: kube-apiserver calls webhooks over HTTPS only"))
+	switch o.pki {
+	case pkiFiles:
+		if o.certFile == "" || o.keyFile == "" {
+			errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are required: kube-apiserver calls webhooks over HTTPS only; or pass --pki=self to let the injector make its own"))
+		}
+	case pkiSelf:
+		if o.certFile != "" || o.keyFile != "" {
+			errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file are for --pki=files; --pki=self makes its own certificate"))
+		}
+		if o.pkiSecret == "" || o.pkiService == "" || o.webhookConfig == "" {
+			errs = append(errs, errors.New("--pki=self needs --pki-secret, --pki-service and --webhook-configuration"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--pki must be files or self, got %q", o.pki))
 	}
 	if o.limits.MaxConcurrentReviews < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent-reviews must be at least 1, got %d", o.limits.MaxConcurrentReviews))
