@@ -102,15 +102,18 @@ func RepoPath(elem ...string) (string, error) {
 	return filepath.Join(append([]string{filepath.Dir(mod)}, elem...)...), nil
 }
 
-// injectorOverlay is what an operator without cert-manager writes next to
-// manifests/injector (docs/injector.md): the image they run, the serving
-// certificate Secret and the webhook's caBundle. The sidecar image is an
+// injectorOverlay is what an operator who brings their own certificate,
+// without cert-manager, writes next to manifests/injector (docs/injector.md):
+// the files-pki component, the image they run, the serving certificate
+// Secret and the webhook's caBundle. The sidecar image is an
 // argument of the injector, so a JSON patch sets it, and checks first that
 // the manifest still says what the patch expects.
 const injectorOverlay = `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
   - %[1]s
+components:
+  - %[1]s/files-pki
 images:
   - name: ghcr.io/fanout-dev/fanout
     newTag: %[2]s
