@@ -27,6 +27,8 @@ const (
 	DefaultResync          = time.Minute
 	// retryAfterError is how soon a failed synchronisation is retried.
 	retryAfterError = 5 * time.Second
+	// syncTimeout bounds one background synchronisation.
+	syncTimeout = 30 * time.Second
 	// writeAttempts bounds the re-reads after a conflicting write within
 	// one synchronisation; the next one starts over.
 	writeAttempts = 5
@@ -187,9 +189,13 @@ func (m *Manager) run() {
 		case <-t.C():
 		}
 		wait = m.cfg.Resync
-		if err := m.Sync(ctx); err != nil && ctx.Err() == nil {
+		// A hung API call must not stop the resyncs: the client has no
+		// timeout of its own.
+		sctx, scancel := context.WithTimeout(ctx, syncTimeout)
+		if err := m.Sync(sctx); err != nil && ctx.Err() == nil {
 			wait = min(retryAfterError, m.cfg.Resync)
 		}
+		scancel()
 	}
 }
 
@@ -205,7 +211,8 @@ func (m *Manager) Sync(ctx context.Context) error {
 		m.serve(mat)
 		err = m.syncCABundle(ctx, mat.bundle())
 	}
-	if err != nil && ctx.Err() == nil {
+	// A timed-out synchronisation counts; one cancelled by Stop does not.
+	if err != nil && !errors.Is(ctx.Err(), context.Canceled) {
 		if m.cfg.Metrics != nil {
 			m.cfg.Metrics.SyncErrors.Inc()
 		}
