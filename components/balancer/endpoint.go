@@ -79,6 +79,9 @@ type params struct {
 	retired [3]atomic.Uint64
 	// reported is the highest local and remote count collected yet.
 	reported [2]atomic.Uint64
+	// skewRouted counts the picks that left out an endpoint because it
+	// does not serve the request's API (filterServed).
+	skewRouted atomic.Uint64
 }
 
 func (p *params) nowNanos() int64 { return p.now().UnixNano() }
