@@ -180,7 +180,7 @@ func TestDefaultsAreTheEngines(t *testing.T) {
 	f := newFixture(t)
 	b := newBalancer(t, f.cfg, WithEndpoints(f.endpoints), WithLogger(quiet()))
 	want := []string{engine.PartCredentials, engine.PartBalancer, engine.PartTransports, engine.PartProxy,
-		engine.PartProbeTransports, engine.PartProber, engine.PartWatchRebalancer, engine.PartResolver, engine.PartStateLog}
+		engine.PartProbeTransports, engine.PartProber, engine.PartDiscoverer, engine.PartWatchRebalancer, engine.PartResolver, engine.PartStateLog}
 	if got := b.engine.Parts(); !reflect.DeepEqual(got, want) {
 		t.Errorf("the library runs %v, want %v", got, want)
 	}

@@ -208,6 +208,9 @@ func TestDiscovererSkew(t *testing.T) {
 	if _, n := sink.get(); n != published {
 		t.Errorf("published %d tables after unchanged reads, want still %d", n, published)
 	}
+	if userAgent != testkit.DiscoveryUserAgent {
+		t.Errorf("User-Agent %q, but testkit's fake apiserver sets apart %q", userAgent, testkit.DiscoveryUserAgent)
+	}
 	want := []string{"/api OK", "/apis OK", "/version OK", "/api Not Modified", "/apis Not Modified"}
 	if got := old.requests(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("requests to a: %v, want %v", got, want)

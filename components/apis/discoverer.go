@@ -31,6 +31,9 @@ const (
 // (client-go's discovery client asks the same way).
 const acceptAggregated = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 
+// userAgent names the discovery reads in the apiservers' logs and audit.
+const userAgent = "fanout-discovery"
+
 // maxBody bounds a discovery document; kube-apiserver's /apis is about
 // 100 KiB with every built-in group and a few hundred CRDs.
 const maxBody = 16 << 20
@@ -403,6 +406,7 @@ func (d *Discoverer) get(ctx context.Context, addr, path, accept, etag string) (
 		return nil, "", false, err
 	}
 	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", userAgent)
 	if etag != "" {
 		req.Header.Set("If-None-Match", etag)
 	}
