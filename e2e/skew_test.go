@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	storagev1 "k8s.io/api/storage/v1"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
@@ -19,11 +22,13 @@ import (
 // skewGV is disabled by default in kube-apiserver v1.37.2
 // (k8s.io/kubernetes pkg/controlplane betaAPIGroupVersionsDisabledByDefault)
 // and enabled on two apiservers of three, as during an upgrade that adds
-// a group/version: its volumeattributesclasses are served by those two
-// only; the third answers 404 for the path.
+// a group/version: its deviceclasses are served by those two only; the
+// third answers 404 for the path. (storage.k8s.io/v1beta1, in the same
+// list, serves nothing in v1.37: its volumeattributesclasses were removed
+// in 1.37.)
 const (
-	skewGV       = "storage.k8s.io/v1beta1"
-	skewResource = "/apis/" + skewGV + "/volumeattributesclasses"
+	skewGV       = "resource.k8s.io/v1beta2"
+	skewResource = "/apis/" + skewGV + "/deviceclasses"
 	skewObject   = "e2e-skew"
 )
 
@@ -40,11 +45,13 @@ func TestSkewRoutesToServingAPIServers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cp.AdminClient.StorageV1().VolumeAttributesClasses().Create(ctx, &storagev1.VolumeAttributesClass{
-		ObjectMeta: metav1.ObjectMeta{Name: skewObject}, DriverName: "e2e.example.com", Parameters: map[string]string{"iops": "100"},
+	// Created through resource.k8s.io/v1, which every apiserver serves.
+	if _, err := cp.AdminClient.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: skewObject},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	checkSkewedDiscovery(ctx, t, cp)
 	kubeconfig, err := cp.UserKubeconfig("e2e-skew", "system:masters")
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +62,10 @@ func TestSkewRoutesToServingAPIServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every endpoint's discovery read, and the skew seen.
-	waitMetric(ctx, t, f, "fanout_apis_differ", nil, 1)
 	waitMetric(ctx, t, f, "fanout_discovery_reads_total", map[string]string{"result": "changed"}, 3)
+	if v := metric(t, f, "fanout_apis_differ", nil); v != 1 {
+		t.Fatalf("fanout_apis_differ = %v after every endpoint's discovery was read, want 1; %s", v, fanoutMetricLines(t, f.AdminAddress, "fanout_discovery"))
+	}
 
 	client := &http.Client{Timeout: 30 * time.Second}
 	base := "http://" + f.ListenAddress
@@ -145,5 +154,55 @@ func TestSkewRoutesToServingAPIServers(t *testing.T) {
 	t.Logf("skew routing off: %d of %d GETs answered 404", notFound, n)
 	if notFound == 0 {
 		t.Errorf("with --skew-routing=false no GET of %s was answered 404: the apiservers do not differ, and the test proves nothing", fmt.Sprint(skewGV))
+	}
+}
+
+// checkSkewedDiscovery asks each apiserver directly, as kubernetes-admin,
+// for its aggregated discovery and for the skewed resource, and logs
+// what each says: the first two must list and serve it, the third
+// neither.
+func checkSkewedDiscovery(ctx context.Context, t *testing.T, cp *harness.ControlPlane) {
+	t.Helper()
+	for i, ep := range cp.Endpoints() {
+		cfg := rest.CopyConfig(cp.Admin)
+		cfg.Host = ep
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		do := func(path, accept string) (int, []byte) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept", accept)
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		_, body := do("/apis", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+		var l apidiscoveryv2.APIGroupDiscoveryList
+		if err := json.Unmarshal(body, &l); err != nil {
+			t.Fatalf("apiserver %d: /apis: %v", i+1, err)
+		}
+		listed := false
+		for _, g := range l.Items {
+			for _, v := range g.Versions {
+				if g.Name+"/"+v.Version == skewGV {
+					for _, r := range v.Resources {
+						listed = listed || "/apis/"+skewGV+"/"+r.Resource == skewResource
+					}
+				}
+			}
+		}
+		code, answer := do(skewResource, "application/json")
+		t.Logf("apiserver %d (%s): discovery lists %s: %v; GET %s: %d %.160q", i+1, ep, skewResource, listed, skewResource, code, answer)
+		if want := i < 2; listed != want || (code == http.StatusOK) != want {
+			t.Errorf("apiserver %d: lists the resource %v, answers %d; want listed and served %v", i+1, listed, code, want)
+		}
 	}
 }
