@@ -320,3 +320,94 @@ func TestLegacyDiscovery(t *testing.T) {
 		t.Errorf("unexpected set: statefulsets served or version %q", s.Version)
 	}
 }
+
+// failingOnce answers its first request for path with a 500.
+type failingOnce struct {
+	h      http.Handler
+	path   string
+	mu     sync.Mutex
+	failed bool
+}
+
+func (f *failingOnce) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	fail := !f.failed && r.URL.Path == f.path
+	f.failed = f.failed || fail
+	f.mu.Unlock()
+	if fail {
+		http.Error(w, "etcd is slow", http.StatusInternalServerError)
+		return
+	}
+	f.h.ServeHTTP(w, r)
+}
+
+// TestReadAfterAHalfFailedRead: /api answered with its ETag, then /apis
+// failed; the next read must not take /api's 304 for a document it never
+// kept.
+func TestReadAfterAHalfFailedRead(t *testing.T) {
+	s := newFakeAPIServer("v1.37.2", map[string][]apidiscoveryv2.APIVersionDiscovery{"storage.k8s.io": {storageV1}})
+	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	sink := newTables()
+	d, err := New(Config{Clock: clock}, handlers{"a:1": &failingOnce{h: s, path: "/apis"}}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Update([]resolver.Endpoint{{Address: "a:1"}})
+	d.Start()
+	defer d.Stop()
+	failed := func() float64 { return testutil.ToFloat64(d.reads.WithLabelValues(resultFailed)) }
+	deadline := time.Now().Add(10 * time.Second)
+	for failed() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond) // polls a counter
+	}
+	d.Refresh("a:1")
+	waitFor(t, sink.ch, func() bool { a, _ := sink.get(); return a != nil && a.(*Table).Set("a:1") != nil })
+	a, _ := sink.get()
+	if !a.(*Table).Serves("a:1", balancer.API{Version: "v1", Resource: "pods"}) {
+		t.Error("pods not served after the second read")
+	}
+}
+
+type readyLog struct{ n int }
+
+func (r *readyLog) SetReady(string, bool) { r.n++ }
+
+// TestRefreshOnReady: an endpoint whose probe turns ready again is read at
+// once (a restarted apiserver may be the other release); probes that stay
+// ready read nothing.
+func TestRefreshOnReady(t *testing.T) {
+	s := newFakeAPIServer("v1.36.4", nil)
+	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	sink := newTables()
+	d, err := New(Config{Clock: clock}, handlers{"a:1": s}, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Update([]resolver.Endpoint{{Address: "a:1"}})
+	d.Start()
+	defer d.Stop()
+	version := func() string {
+		a, _ := sink.get()
+		if a == nil || a.(*Table).Set("a:1") == nil {
+			return ""
+		}
+		return a.(*Table).Set("a:1").Version
+	}
+	waitFor(t, sink.ch, func() bool { return version() == "v1.36.4" })
+	next := &readyLog{}
+	probes := d.RefreshOnReady(next)
+	probes.SetReady("a:1", true)
+	probes.SetReady("a:1", true)
+	probes.SetReady("a:1", false)
+	// Restarted as the next release.
+	s.groups.AddGroupVersion("storage.k8s.io", storageV1alpha1)
+	s.version = "v1.37.2"
+	probes.SetReady("a:1", true)
+	waitFor(t, sink.ch, func() bool { return version() == "v1.37.2" })
+	if next.n != 4 {
+		t.Errorf("the prober's sink got %d reports, want all 4", next.n)
+	}
+	if got := len(s.requests()); got != 6 {
+		t.Errorf("%d discovery requests, want 6: the first read's 3 and the one after readiness came back", got)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -310,19 +311,26 @@ func (d *Discoverer) read(ctx context.Context, addr string, tags etags, docs map
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	next := map[string][]byte{}
+	// The ETags are kept only with the documents they came with: after a
+	// read that fails halfway, a 304 must not stand for a document that
+	// was never kept.
+	nextTags := etags{}
 	changed := false
 	for _, path := range []string{"/api", "/apis"} {
-		body, tag, modified, err := d.get(ctx, addr, path, acceptAggregated, tags[path])
+		tag := ""
+		if docs[path] != nil {
+			tag = tags[path]
+		}
+		body, newTag, modified, err := d.get(ctx, addr, path, acceptAggregated, tag)
 		if err != nil {
 			return readResult{}, false, err
 		}
 		if !modified && docs[path] != nil {
-			next[path] = docs[path]
+			next[path], nextTags[path] = docs[path], tag
 			continue
 		}
 		changed = true
-		next[path] = body
-		tags[path] = tag
+		next[path], nextTags[path] = body, newTag
 	}
 	if !changed {
 		return readResult{}, false, nil
@@ -334,7 +342,7 @@ func (d *Discoverer) read(ctx context.Context, addr string, tags etags, docs map
 			return readResult{}, false, fmt.Errorf("GET %s: %w", path, err)
 		}
 		if !ok {
-			clear(tags) // the legacy documents are read in full each time
+			delete(nextTags, path) // the legacy documents are read in full each time
 			if err := d.legacy(ctx, addr, b, path, next[path]); err != nil {
 				return readResult{}, false, err
 			}
@@ -350,6 +358,8 @@ func (d *Discoverer) read(ctx context.Context, addr string, tags etags, docs map
 	if err := json.Unmarshal(body, &v); err != nil {
 		return readResult{}, false, fmt.Errorf("GET /version: %w", err)
 	}
+	clear(tags)
+	maps.Copy(tags, nextTags)
 	return readResult{set: b.set(v.GitVersion), docs: next}, true, nil
 }
 
