@@ -41,6 +41,14 @@ func (t *Table) Serves(address string, api balancer.API) bool {
 	return !ok || s.Serves(api)
 }
 
+// Version returns the endpoint's version, "" if unknown.
+func (t *Table) Version(address string) string {
+	if s := t.sets[address]; s != nil {
+		return s.Version
+	}
+	return ""
+}
+
 // Set returns the endpoint's Set, nil if unknown.
 func (t *Table) Set(address string) *Set { return t.sets[address] }
 

@@ -32,6 +32,9 @@ type APIs interface {
 	// endpoint whose discovery is not known yet serves everything, so
 	// that no request waits for discovery.
 	Serves(address string, api API) bool
+	// Version returns the endpoint's kube-apiserver version (its /version
+	// gitVersion), "" if unknown. It is for /debug/endpoints, not picks.
+	Version(address string) string
 }
 
 // apisBox holds an APIs in an atomic.Pointer.
@@ -55,6 +58,14 @@ func (b *Balancer) SetAPIs(a APIs) {
 func (b *Balancer) Serves(address string, api API) bool {
 	box := b.apis.Load()
 	return box == nil || api.Resource == "" || box.Serves(address, api)
+}
+
+// version returns the endpoint's version as the APIs know it, "" if not.
+func (b *Balancer) version(address string) string {
+	if box := b.apis.Load(); box != nil {
+		return box.Version(address)
+	}
+	return ""
 }
 
 // SkewRouted returns how many picks left out an endpoint because it does

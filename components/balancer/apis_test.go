@@ -18,6 +18,8 @@ type servedBy struct {
 
 func (s servedBy) Differ() bool { return s.differ }
 
+func (s servedBy) Version(address string) string { return "v1.37.2+" + address }
+
 func (s servedBy) Serves(address string, api API) bool {
 	for _, a := range s.not[api] {
 		if a == address {
@@ -125,6 +127,9 @@ func TestPickServed(t *testing.T) {
 	}
 	if !b.Serves("a:1", alpha) || b.Serves("b:1", alpha) || !b.Serves("b:1", pods) {
 		t.Error("Serves disagrees with the table")
+	}
+	if v := b.Endpoints()[1].Version; v != "v1.37.2+b:1" {
+		t.Errorf("b's status has version %q, want the table's", v)
 	}
 }
 

@@ -169,6 +169,7 @@ func (b *Balancer) Endpoints() []EndpointStatus {
 	out := make([]EndpointStatus, len(eps))
 	for i, e := range eps {
 		out[i] = e.status(now, samples)
+		out[i].Version = b.version(e.address)
 	}
 	return out
 }

@@ -480,6 +480,9 @@ type EndpointStatus struct {
 	// SlowStartWeight is below 1 while the endpoint ramps up after it
 	// became usable (see Config.SlowStart).
 	SlowStartWeight float64 `json:"slow_start_weight"`
+	// Version is the endpoint's kube-apiserver version from its /version
+	// (SetAPIs), "" until known or with skew routing off.
+	Version string `json:"version,omitempty"`
 }
 
 // Status returns a snapshot of the endpoint. The fields are read one by

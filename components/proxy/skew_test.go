@@ -112,6 +112,7 @@ type allServe struct{}
 
 func (allServe) Differ() bool                     { return false }
 func (allServe) Serves(string, balancer.API) bool { return true }
+func (allServe) Version(string) string            { return "" }
 
 // TestSkew404MovesOnce: a request, of any verb, that an apiserver answers
 // "no such path" goes once to another that serves it; an object's 404 is
