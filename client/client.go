@@ -107,6 +107,7 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	c.Balancer.Policy = o.policy
 	c.Probe.Interval = o.probeInterval
 	c.WatchRebalance = o.watchRebalance
+	c.SkewRouting = o.skewRouting
 	c.Balancer.Zone, c.Balancer.ZonePolicy, c.Balancer.ZoneMinEndpoints = o.zone.zone, o.zone.policy, o.zone.min
 	c.EndpointZones = o.zone.endpoints
 	c.Log = o.log

@@ -180,11 +180,11 @@ func TestDefaultsAreTheEngines(t *testing.T) {
 	f := newFixture(t)
 	b := newBalancer(t, f.cfg, WithEndpoints(f.endpoints), WithLogger(quiet()))
 	want := []string{engine.PartCredentials, engine.PartBalancer, engine.PartTransports, engine.PartProxy,
-		engine.PartProbeTransports, engine.PartProber, engine.PartWatchRebalancer, engine.PartResolver, engine.PartStateLog}
+		engine.PartProbeTransports, engine.PartProber, engine.PartDiscoverer, engine.PartWatchRebalancer, engine.PartResolver, engine.PartStateLog}
 	if got := b.engine.Parts(); !reflect.DeepEqual(got, want) {
 		t.Errorf("the library runs %v, want %v", got, want)
 	}
-	if got := strings.Join(newBalancer(t, f.cfg, WithEndpoints(f.endpoints), WithLogger(quiet()), WithWatchRebalancing(false), WithProbeInterval(0)).engine.Parts(), ","); strings.Contains(got, engine.PartWatchRebalancer) || strings.Contains(got, engine.PartProber) {
+	if got := strings.Join(newBalancer(t, f.cfg, WithEndpoints(f.endpoints), WithLogger(quiet()), WithWatchRebalancing(false), WithProbeInterval(0), WithSkewRouting(false)).engine.Parts(), ","); strings.Contains(got, engine.PartWatchRebalancer) || strings.Contains(got, engine.PartProber) || strings.Contains(got, engine.PartDiscoverer) {
 		t.Errorf("with rebalancing and probing off the library runs %s", got)
 	}
 }

@@ -20,6 +20,7 @@ type options struct {
 	policy         string
 	probeInterval  time.Duration
 	watchRebalance bool
+	skewRouting    bool
 	discovery      *rest.Config
 	startWait      time.Duration
 	zone           zoneOptions
@@ -45,6 +46,7 @@ func defaults() options {
 		policy:         d.Balancer.Policy,
 		probeInterval:  d.Probe.Interval,
 		watchRebalance: d.WatchRebalance,
+		skewRouting:    d.SkewRouting,
 		startWait:      DefaultStartWait,
 		zone:           zoneOptions{policy: d.Balancer.ZonePolicy, min: d.Balancer.ZoneMinEndpoints},
 	}
@@ -96,6 +98,11 @@ func WithProbeInterval(d time.Duration) Option { return func(o *options) { o.pro
 // channel close, as when an apiserver ends a watch; turn rebalancing off
 // if the program treats that as an error.
 func WithWatchRebalancing(on bool) Option { return func(o *options) { o.watchRebalance = on } }
+
+// WithSkewRouting turns off (or on, the default) reading each apiserver's
+// discovery to route requests by what it serves during an upgrade, and
+// the retry of a 404 "no such path", as the sidecar's --skew-routing.
+func WithSkewRouting(on bool) Option { return func(o *options) { o.skewRouting = on } }
 
 // WithDiscoveryConfig sets the credentials the endpointslice:/// resolver
 // lists and watches EndpointSlices with. The default is the config given

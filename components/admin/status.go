@@ -135,9 +135,9 @@ func StatusTable(w io.Writer, cur Snapshot, prev *Snapshot, elapsed time.Duratio
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := "ENDPOINT\tSTATE\tSHARE\tREQUESTS\tERRORS\tINFLIGHT SHORT\tINFLIGHT LONG\tLATENCY SCORE\tNOTE"
+	header := "ENDPOINT\tSTATE\tSHARE\tREQUESTS\tERRORS\tINFLIGHT SHORT\tINFLIGHT LONG\tLATENCY SCORE\tVERSION\tNOTE"
 	if prev != nil {
-		header = "ENDPOINT\tSTATE\tSHARE\tREQ/S\tERRORS\tINFLIGHT SHORT\tINFLIGHT LONG\tLATENCY SCORE\tNOTE"
+		header = "ENDPOINT\tSTATE\tSHARE\tREQ/S\tERRORS\tINFLIGHT SHORT\tINFLIGHT LONG\tLATENCY SCORE\tVERSION\tNOTE"
 	}
 	fmt.Fprintln(tw, header)
 	for _, e := range cur.Endpoints {
@@ -163,8 +163,12 @@ func StatusTable(w io.Writer, cur Snapshot, prev *Snapshot, elapsed time.Duratio
 		if e.Draining {
 			note = append(note, "draining")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\n",
-			e.Address, e.State, share, count, errs, e.InflightShort, e.InflightLong, e.LatencyScore, strings.Join(note, ", "))
+		version := e.Version
+		if version == "" {
+			version = "-" // unknown, or skew routing off
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%.2f\t%s\t%s\n",
+			e.Address, e.State, share, count, errs, e.InflightShort, e.InflightLong, e.LatencyScore, version, strings.Join(note, ", "))
 	}
 	return tw.Flush()
 }

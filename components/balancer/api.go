@@ -127,6 +127,18 @@ type PickInfo struct {
 	// just renewed (another endpoint's are not): the request has to go
 	// where the renewal happened. It overrides Avoid, Unloaded and Oldest.
 	Only string
+	// API is what a resource request is about. While the endpoints serve
+	// different APIs (SetAPIs), the pick keeps to those that serve it, if
+	// any of them is up; otherwise, and for the zero API, it is ignored.
+	API API
+	// Served asks for a usable endpoint other than Avoid that serves API
+	// as far as the balancer knows (an endpoint whose discovery is not
+	// known yet counts as serving it). Pick fails with ErrNoAlternative
+	// rather than relax that, and whenever the balancer knows nothing of
+	// APIs (SetAPIs(nil)): the proxy sets it to retry a request an
+	// apiserver answered "no such path", which is worth doing only
+	// towards one that serves the path.
+	Served bool
 }
 
 // DoneInfo reports how a picked request ended.

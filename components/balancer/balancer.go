@@ -22,6 +22,7 @@ type Balancer struct {
 	zones      zonePolicy
 	rand       func(n int) int
 	current    atomic.Pointer[snapshot]
+	apis       atomic.Pointer[apisBox] // see SetAPIs; nil: nothing known
 }
 
 // snapshot is one published endpoint set, sorted by address. Neither the
@@ -127,13 +128,23 @@ func (b *Balancer) Pick(info PickInfo) (Pick, error) {
 	}
 	now, samples := b.p.clock()
 	var c candidates
-	if info.Unloaded {
+	switch {
+	case info.Served:
+		apis := b.servedFilter(info.API, true)
+		if apis == nil {
+			return Pick{}, ErrNoAlternative
+		}
+		c = servedCandidates(eps, now, info.Avoid, b.maxEjected, apis, info.API)
+		if c.n == 0 {
+			return Pick{}, ErrNoAlternative
+		}
+	case info.Unloaded:
 		c = unloadedCandidates(eps, now, info.Avoid)
 		if c.n == 0 {
 			return Pick{}, ErrNoAlternative
 		}
-	} else {
-		c = newCandidates(eps, now, info.Avoid, b.maxEjected)
+	default:
+		c = newCandidates(eps, now, info.Avoid, b.maxEjected, b.servedFilter(info.API, false), info.API, &b.p.skewRouted)
 	}
 	c.samples = samples
 	var e *Endpoint
@@ -158,6 +169,7 @@ func (b *Balancer) Endpoints() []EndpointStatus {
 	out := make([]EndpointStatus, len(eps))
 	for i, e := range eps {
 		out[i] = e.status(now, samples)
+		out[i].Version = b.version(e.address)
 	}
 	return out
 }

@@ -79,6 +79,9 @@ type params struct {
 	retired [3]atomic.Uint64
 	// reported is the highest local and remote count collected yet.
 	reported [2]atomic.Uint64
+	// skewRouted counts the picks that left out an endpoint because it
+	// does not serve the request's API (filterServed).
+	skewRouted atomic.Uint64
 }
 
 func (p *params) nowNanos() int64 { return p.now().UnixNano() }
@@ -477,6 +480,9 @@ type EndpointStatus struct {
 	// SlowStartWeight is below 1 while the endpoint ramps up after it
 	// became usable (see Config.SlowStart).
 	SlowStartWeight float64 `json:"slow_start_weight"`
+	// Version is the endpoint's kube-apiserver version from its /version
+	// (SetAPIs), "" until known or with skew routing off.
+	Version string `json:"version,omitempty"`
 }
 
 // Status returns a snapshot of the endpoint. The fields are read one by

@@ -19,6 +19,7 @@ type collector struct {
 	ready    *prometheus.Desc
 	count    *prometheus.Desc
 	zone     *prometheus.Desc
+	skew     *prometheus.Desc
 }
 
 // Collector returns a prometheus.Collector for the balancer's endpoints.
@@ -53,6 +54,9 @@ func (b *Balancer) Collector() prometheus.Collector {
 		zone: prometheus.NewDesc("fanout_zone_requests_total",
 			"Finished requests by the locality of the kube-apiserver that served them: local (in fanout's own zone, --zone) or remote. Nothing is counted while fanout's zone is unknown.",
 			[]string{"locality"}, nil),
+		skew: prometheus.NewDesc("fanout_skew_routed_total",
+			"Requests routed away from an endpoint that does not serve their group/version and resource while the endpoints serve different APIs (version skew); requests sent again after a 404 \"no such path\" are counted in fanout_retries_total{reason=\"skew\"}.",
+			nil, nil),
 	}
 }
 
@@ -66,6 +70,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.ready
 	ch <- c.count
 	ch <- c.zone
+	ch <- c.skew
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -103,4 +108,5 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	local, remote := c.b.zoneRequests()
 	ch <- prometheus.MustNewConstMetric(c.zone, prometheus.CounterValue, float64(local), localityNames[localityLocal])
 	ch <- prometheus.MustNewConstMetric(c.zone, prometheus.CounterValue, float64(remote), localityNames[localityRemote])
+	ch <- prometheus.MustNewConstMetric(c.skew, prometheus.CounterValue, float64(c.b.SkewRouted()))
 }

@@ -72,9 +72,10 @@ fanout_endpoints{state="ready"} 1
 	}
 
 	// The other series must match Status, which the tests above pin down.
-	// 7 per endpoint, 4 of fanout_endpoints, 2 of fanout_zone_requests_total.
-	if n := testutil.CollectAndCount(c); n != 2*7+4+2 {
-		t.Errorf("collected %d series, want %d", n, 2*7+4+2)
+	// 7 per endpoint, 4 of fanout_endpoints, 2 of fanout_zone_requests_total,
+	// 1 of fanout_skew_routed_total.
+	if n := testutil.CollectAndCount(c); n != 2*7+4+2+1 {
+		t.Errorf("collected %d series, want %d", n, 2*7+4+2+1)
 	}
 	var inflight float64
 	for _, s := range b.Endpoints() {

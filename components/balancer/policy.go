@@ -29,11 +29,17 @@ type candidates struct {
 	// zoned keeps only the endpoints of zone slot zone (zone placement).
 	zoned bool
 	zone  int32
-	n     int // how many of eps pass the filters; at least 1 unless Unloaded
+	// skipUnserved keeps only the endpoints that serve api by apis
+	// (version skew, filterServed).
+	skipUnserved bool
+	apis         APIs
+	api          API
+	n            int // how many of eps pass the filters; at least 1 unless Unloaded or Served
 }
 
 // newCandidates filters eps, relaxing the filters in this order until some
-// endpoint passes:
+// endpoint passes, among the endpoints that serve api when filterServed
+// keeps some (apis nil: no filter):
 //
 //  1. usable and not avoided;
 //  2. usable (the avoided endpoint is healthy: retry it rather than send
@@ -50,7 +56,7 @@ type candidates struct {
 // endpoint is usable: a probe that fails everywhere more likely says
 // something about fanout's own network or credentials than about every
 // apiserver. eps must not be empty.
-func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64) candidates {
+func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64, apis APIs, api API, routed *atomic.Uint64) candidates {
 	ejected := 0
 	for _, e := range eps {
 		if e.ejected(now) {
@@ -58,8 +64,13 @@ func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64)
 		}
 	}
 	c := candidates{eps: eps, now: now, avoid: avoid, honourEjected: ejected <= ejectionCap(maxEjected, len(eps))}
-	unusable, avoided, avoidedUp := 0, 0, 0
+	c.filterServed(apis, api, routed)
+	unusable, avoided, avoidedUp, n := 0, 0, 0, 0
 	for _, e := range eps {
+		if c.skipUnserved && !c.apis.Serves(e.address, c.api) {
+			continue
+		}
+		n++
 		bad := !c.up(e)
 		if bad {
 			unusable++
@@ -71,7 +82,6 @@ func newCandidates(eps []*Endpoint, now int64, avoid string, maxEjected float64)
 			}
 		}
 	}
-	n := len(eps)
 	switch {
 	case n-unusable-avoidedUp > 0:
 		c.skipEjected, c.skipAvoid, c.n = true, true, n-unusable-avoidedUp
@@ -105,6 +115,9 @@ func (c *candidates) up(e *Endpoint) bool {
 
 func (c *candidates) usable(e *Endpoint) bool {
 	if c.zoned && e.zone.Load() != c.zone {
+		return false
+	}
+	if c.skipUnserved && !c.apis.Serves(e.address, c.api) {
 		return false
 	}
 	if c.skipAvoid && e.address == c.avoid {

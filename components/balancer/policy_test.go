@@ -361,7 +361,7 @@ func TestCandidates(t *testing.T) {
 			if tt.avoid >= 0 {
 				avoid = eps[tt.avoid].address
 			}
-			c := newCandidates(eps, now, avoid, tt.maxEjected)
+			c := newCandidates(eps, now, avoid, tt.maxEjected, nil, API{}, nil)
 			if c.n != len(tt.want) {
 				t.Fatalf("n = %d, want %d", c.n, len(tt.want))
 			}

@@ -29,6 +29,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/certs"
+	"github.com/fanout-dev/fanout/components/apis"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/health"
@@ -76,6 +77,13 @@ type Config struct {
 	// Cost configures the table of who costs what (components/cost): its
 	// size (0 turns it off) and how many keys go to Prometheus.
 	Cost cost.Config
+	// SkewRouting reads each endpoint's discovery and /version
+	// (components/apis, configured by APIs) and, while the endpoints serve
+	// different APIs, sends a resource request only to those that serve
+	// it; a 404 "no such path" goes once to one that does
+	// (--skew-routing).
+	SkewRouting bool
+	APIs        apis.Config
 
 	// Log receives the engine's lines (endpoint changes, ejections,
 	// readiness, credential reloads); nil discards them.
@@ -106,6 +114,8 @@ func Defaults() Config {
 		WatchRebalance: true,
 		Rebalance:      watch.RebalanceConfig{Rate: watch.DefaultRebalanceRate, Tolerance: watch.DefaultRebalanceTolerance, Freshness: true},
 		Cost:           cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop},
+		SkewRouting:    true,
+		APIs:           apis.Config{Interval: apis.DefaultInterval},
 	}
 }
 
@@ -127,6 +137,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Cost.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.APIs.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Probe.Interval < 0 {
@@ -169,6 +182,7 @@ const (
 	PartProbeTransports = "probe-transports"
 	PartProber          = "prober"
 	PartWatchRebalancer = "watch-rebalancer"
+	PartDiscoverer      = "discoverer"
 	PartStateLog        = "state-log"
 )
 
@@ -194,6 +208,7 @@ type Engine struct {
 	// traffic. nil, as prober, when probing is off.
 	probes     *transport.Transports
 	prober     *health.Prober
+	discoverer *apis.Discoverer  // nil when skew routing is off
 	rebalancer *watch.Rebalancer // nil when rebalancing is off
 	cost       *cost.Table       // nil when the table is off
 	metrics    *tracking
@@ -315,18 +330,37 @@ func (e *Engine) build() error {
 	}
 
 	collectors := append([]prometheus.Collector{e.balancer.Collector(), e.resolved}, e.transports.Collectors()...)
-	if cfg.Probe.Interval > 0 {
+	if cfg.Probe.Interval > 0 || cfg.SkewRouting {
+		// Discovery reads ride the probes' pools: background requests,
+		// apart from client traffic.
 		e.probes, err = transport.New(cfg.Transport, e.creds)
 		if err != nil {
 			return err
 		}
-		e.prober, err = health.New(cfg.Probe, e.probes, health.WithResolveOnFailure(e.balancer, e.resolver), e.log)
+	}
+	if cfg.SkewRouting {
+		e.discoverer, err = apis.New(cfg.APIs, e.probes, e.balancer, e.log)
+		if err != nil {
+			return err
+		}
+		collectors = append(collectors, e.discoverer.Collectors()...)
+	}
+	if cfg.Probe.Interval > 0 {
+		var sink health.Sink = health.WithResolveOnFailure(e.balancer, e.resolver)
+		if e.discoverer != nil {
+			// A restarted apiserver may be another release.
+			sink = e.discoverer.RefreshOnReady(sink)
+		}
+		e.prober, err = health.New(cfg.Probe, e.probes, sink, e.log)
 		if err != nil {
 			return err
 		}
 		collectors = append(collectors, e.prober.Collectors()...)
 	}
 	if cfg.WatchRebalance {
+		if cfg.SkewRouting {
+			cfg.Rebalance.Serves = e.balancer.Serves
+		}
 		e.rebalancer, err = watch.NewRebalancer(cfg.Rebalance, e.balancer, e.metrics.orNil())
 		if err != nil {
 			return fmt.Errorf("watch rebalancer: %w", err)
@@ -364,8 +398,14 @@ func (e *Engine) Config() Config { return e.cfg }
 // sidecar and the library built from one Config report the same parts.
 func (e *Engine) Parts() []string {
 	parts := []string{PartCredentials, PartBalancer, PartTransports, PartProxy}
+	if e.probes != nil {
+		parts = append(parts, PartProbeTransports)
+	}
 	if e.prober != nil {
-		parts = append(parts, PartProbeTransports, PartProber)
+		parts = append(parts, PartProber)
+	}
+	if e.discoverer != nil {
+		parts = append(parts, PartDiscoverer)
 	}
 	if e.rebalancer != nil {
 		parts = append(parts, PartWatchRebalancer)
@@ -403,6 +443,9 @@ func (e *Engine) Start(context.Context) error {
 	e.started = true
 	if e.prober != nil {
 		_ = e.prober.Start() // never fails; probes start with the first snapshot
+	}
+	if e.discoverer != nil {
+		e.discoverer.Start() // reads start with the first snapshot
 	}
 	if e.rebalancer != nil {
 		e.rebalancer.Start()
@@ -454,6 +497,9 @@ func (e *Engine) close() {
 	}
 	if e.prober != nil {
 		_ = e.prober.Stop()
+	}
+	if e.discoverer != nil {
+		e.discoverer.Stop()
 	}
 	if e.creds != nil {
 		e.creds.Stop()

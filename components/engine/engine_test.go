@@ -98,7 +98,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{PartCredentials, PartBalancer, PartTransports, PartProxy, PartProbeTransports, PartProber, PartWatchRebalancer, PartResolver, PartStateLog}
+	want := []string{PartCredentials, PartBalancer, PartTransports, PartProxy, PartProbeTransports, PartProber, PartDiscoverer, PartWatchRebalancer, PartResolver, PartStateLog}
 	if got := e.Parts(); !reflect.DeepEqual(got, want[:len(want)-2]) {
 		t.Errorf("before Start, Parts() = %v, want %v", got, want[:len(want)-2])
 	}
@@ -178,22 +178,31 @@ func TestProbesHaveTheirOwnPools(t *testing.T) {
 		t.Fatalf("the prober's pools are %p, the requests' %p: want a set of its own", e.probes, e.transports)
 	}
 	sinks, pools := e.sinks()
-	wantSinks := []endpointSink{e.balancer, e.prober, e.resolved}
+	wantSinks := []endpointSink{e.balancer, e.prober, e.discoverer, e.resolved}
 	if !reflect.DeepEqual(sinks, wantSinks) {
-		t.Errorf("snapshots go to %T, want the balancer, then the prober, then the resolver metrics", sinks)
+		t.Errorf("snapshots go to %T, want the balancer, then the prober, then the discoverer, then the resolver metrics", sinks)
 	}
 	if len(pools) != 2 || pools[0] != e.transports || pools[1] != e.probes {
 		t.Errorf("snapshots prune pools %v, want the requests' and the probes'", pools)
 	}
 
 	cfg.Probe.Interval, cfg.WatchRebalance = 0, false
+	discovery, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer discovery.Stop(context.Background())
+	if got, want := discovery.Parts(), []string{PartCredentials, PartBalancer, PartTransports, PartProxy, PartProbeTransports, PartDiscoverer}; !reflect.DeepEqual(got, want) {
+		t.Errorf("with probing and rebalancing off, Parts() = %v, want %v: discovery reads ride the probes' pools", got, want)
+	}
+	cfg.SkewRouting = false
 	off, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer off.Stop(context.Background())
 	if got, want := off.Parts(), []string{PartCredentials, PartBalancer, PartTransports, PartProxy}; !reflect.DeepEqual(got, want) {
-		t.Errorf("with probing and rebalancing off, Parts() = %v, want %v", got, want)
+		t.Errorf("with probing, rebalancing and skew routing off, Parts() = %v, want %v", got, want)
 	}
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 
+	"github.com/fanout-dev/fanout/components/apis"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/health"
 	"github.com/fanout-dev/fanout/resolver"
@@ -23,6 +24,7 @@ type poolRetainer interface {
 var (
 	_ endpointSink        = (*balancer.Balancer)(nil)
 	_ endpointSink        = (*health.Prober)(nil)
+	_ endpointSink        = (*apis.Discoverer)(nil)
 	_ endpointSink        = (*resolver.Metrics)(nil)
 	_ health.Sink         = (*balancer.Balancer)(nil)
 	_ health.ResolveNower = (*resolver.DNS)(nil)
@@ -37,6 +39,9 @@ func (e *Engine) sinks() ([]endpointSink, []poolRetainer) {
 	sinks := []endpointSink{e.balancer}
 	if e.prober != nil {
 		sinks = append(sinks, e.prober)
+	}
+	if e.discoverer != nil {
+		sinks = append(sinks, e.discoverer)
 	}
 	sinks = append(sinks, e.resolved)
 	pools := []poolRetainer{e.transports}

@@ -67,11 +67,16 @@ type answer struct {
 // request counts towards the retry budget.
 func (h *Handler) newAttempts(out *http.Request, st *reqState, body outBody) attempts {
 	h.budget.request()
-	return attempts{
+	a := attempts{
 		h: h, out: out, st: st, body: body,
 		pick: balancer.PickInfo{Kind: st.Kind, Class: st.Class},
 		max:  maxAttempts,
 	}
+	if st.Resource {
+		// Version skew: the pick keeps to endpoints that serve it.
+		a.pick.API = balancer.API{Group: st.Group, Version: st.Version, Resource: st.APIResource, Subresource: st.Subresource}
+	}
+	return a
 }
 
 // send makes one attempt on the endpoint at addr: the upstream round trip,
@@ -140,7 +145,7 @@ func (a *attempts) run() (answer, error) {
 			}
 			return answer{}, &pickError{err: err}
 		}
-		a.pick.Only = ""
+		a.pick.Only, a.pick.Served = "", false
 		if a.held != nil {
 			// An unloaded endpoint exists, or the 401's endpoint is still
 			// there: send the request there. Reading a little of the held
@@ -177,6 +182,17 @@ func (a *attempts) run() (answer, error) {
 				// An upgrade's status is the apiserver's verdict on the
 				// session (often the kubelet's), not on its own health.
 				info.Failed = false
+			}
+			if v == verdictAnswer && a.n == 1 && a.upgrade == nil && !st.Origin.Relayed() && st.Resource &&
+				noSuchPath(resp) && a.mayRetry(reasonSkew) {
+				// Never processed: any verb may go again, but only to an
+				// endpoint that serves the path; if none does, the client
+				// gets this 404 (held).
+				pick.Done(info)
+				a.retry(reasonSkew, addr)
+				a.pick.Served = true
+				a.held, a.heldAddr = resp, addr
+				continue
 			}
 			reason := retryReason(v)
 			if v == verdictUnauthorized {

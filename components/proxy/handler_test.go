@@ -60,7 +60,8 @@ func TestForwardsRequestAndReportsDone(t *testing.T) {
 	}
 	waitDone(t, p, 1)
 	r := p.records()[0]
-	if r.info != (balancer.PickInfo{Kind: balancer.Short, Class: balancer.ClassCreate}) {
+	// The API is kube-apiserver's reading of the decoded path.
+	if r.info != (balancer.PickInfo{Kind: balancer.Short, Class: balancer.ClassCreate, API: balancer.API{Version: "v1", Resource: "b"}}) {
 		t.Errorf("PickInfo = %+v, want a Short create pick with nothing to avoid", r.info)
 	}
 	d := r.dones[0]

@@ -83,6 +83,11 @@ func (p *fakePicker) Pick(info balancer.PickInfo) (balancer.Pick, error) {
 	if info.Unloaded && !moved {
 		return balancer.Pick{}, balancer.ErrNoAlternative
 	}
+	if info.Served {
+		// As the balancer with no routing table: no endpoint is known to
+		// serve the path.
+		return balancer.Pick{}, balancer.ErrNoAlternative
+	}
 	if info.Only != "" {
 		i := slices.IndexFunc(p.eps, func(e *balancer.Endpoint) bool { return e.Address() == info.Only })
 		if i < 0 {

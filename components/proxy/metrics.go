@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_retries_total",
-			Help: "Requests sent again, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429), gone (a watch whose first event was a 410, moved to another endpoint), unauthorized (a 401 to the client certificate, sent again to the same endpoint on fresh connections after re-reading the credentials).",
+			Help: "Requests sent again, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429), gone (a watch whose first event was a 410, moved to another endpoint), unauthorized (a 401 to the client certificate, sent again to the same endpoint on fresh connections after re-reading the credentials), skew (a 404 saying the apiserver serves no such path, sent to one that serves it).",
 		}, []string{"reason"}),
 		budgetOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fanout_retry_budget_exhausted_total",
@@ -157,7 +157,7 @@ func (m *Metrics) upstreamError(endpoint string, err error) {
 
 // retryReasons are every reason fanout_retries_total and
 // fanout_retry_budget_exhausted_total are counted by.
-var retryReasons = []string{reasonUnprocessed, reasonRead, reasonShutdown, reasonOverload, reasonThrottled, reasonGone, reasonUnauthorized}
+var retryReasons = []string{reasonUnprocessed, reasonRead, reasonShutdown, reasonOverload, reasonThrottled, reasonGone, reasonUnauthorized, reasonSkew}
 
 func (m *Metrics) retried(reason string) { m.retries.WithLabelValues(reason).Inc() }
 

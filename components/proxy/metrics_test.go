@@ -79,12 +79,13 @@ func TestMetrics(t *testing.T) {
 # TYPE fanout_requests_total counter
 fanout_requests_total{code="200",endpoint="` + good + `",kind="short"} 2
 fanout_requests_total{code="404",endpoint="` + good + `",kind="short"} 1
-# HELP fanout_retries_total Requests sent again, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429), gone (a watch whose first event was a 410, moved to another endpoint), unauthorized (a 401 to the client certificate, sent again to the same endpoint on fresh connections after re-reading the credentials).
+# HELP fanout_retries_total Requests sent again, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429), gone (a watch whose first event was a 410, moved to another endpoint), unauthorized (a 401 to the client certificate, sent again to the same endpoint on fresh connections after re-reading the credentials), skew (a 404 saying the apiserver serves no such path, sent to one that serves it).
 # TYPE fanout_retries_total counter
 fanout_retries_total{reason="gone"} 0
 fanout_retries_total{reason="overload"} 0
 fanout_retries_total{reason="read"} 1
 fanout_retries_total{reason="shutdown"} 0
+fanout_retries_total{reason="skew"} 0
 fanout_retries_total{reason="throttled"} 0
 fanout_retries_total{reason="unauthorized"} 0
 fanout_retries_total{reason="unprocessed"} 1

@@ -364,3 +364,66 @@ func retryReason(v verdict) string {
 		return reasonThrottled
 	}
 }
+
+// reasonSkew counts, in fanout_retries_total, requests sent again after
+// an apiserver answered that it serves no such path: during an upgrade,
+// apiservers of two releases serve different group/versions and
+// resources (docs/resilience.md, "Version skew").
+const reasonSkew = "skew"
+
+// kube-apiserver's two "no such path" answers (k8s.io/apiserver v0.37.2).
+// A path no handler claims ends in the NotFound handler of the last mux
+// in its chain (kube-aggregator → apiextensions-apiserver → the core
+// server): notfoundhandler.Handler, which, once every path is installed,
+// calls http.NotFound. A path under a group/version that go-restful
+// serves, but for a resource or subresource it does not, gets go-restful's
+// 404, which server.serviceErrorHandler turns into
+// apierrors.NewGenericServerResponse(404, "", GroupResource{}, "", msg,
+// 0, false): a Status NotFound whose details name nothing and carry no
+// cause. An object that does not exist is apierrors.NewNotFound: a Status
+// NotFound whose details name its kind, and its message too.
+const (
+	noPathBody    = "404 page not found"
+	noPathMessage = "the server could not find the requested resource"
+)
+
+// noSuchPath reports whether resp, a 404, is kube-apiserver saying it
+// serves no such path, as opposed to no such object: such a request was
+// never processed. It reads the (short) body and puts it back, as inspect
+// does.
+func noSuchPath(resp *http.Response) bool {
+	if resp.StatusCode != http.StatusNotFound {
+		return false
+	}
+	buf, err := io.ReadAll(io.LimitReader(resp.Body, maxInspectBody+1))
+	resp.Body = &rereadBody{Reader: io.MultiReader(bytes.NewReader(buf), resp.Body), c: resp.Body}
+	if err != nil || len(buf) > maxInspectBody {
+		return false
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		return string(buf) == noPathBody+"\n"
+	}
+	if kstatus.IsProtobuf(buf) {
+		f, ok := kstatus.ProtobufStatusFields(buf)
+		return ok && f.Code == http.StatusNotFound && f.Reason == kstatus.ReasonNotFound &&
+			f.Message == noPathMessage && !f.NamesAnObject && f.Causes == 0
+	}
+	var st struct {
+		Kind    string `json:"kind"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+		Code    int    `json:"code"`
+		Details *struct {
+			Name   string            `json:"name"`
+			Group  string            `json:"group"`
+			Kind   string            `json:"kind"`
+			Causes []json.RawMessage `json:"causes"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(buf, &st) != nil {
+		return false
+	}
+	return st.Kind == "Status" && st.Code == http.StatusNotFound && st.Reason == string(kstatus.ReasonNotFound) &&
+		st.Message == noPathMessage &&
+		(st.Details == nil || (st.Details.Name == "" && st.Details.Group == "" && st.Details.Kind == "" && len(st.Details.Causes) == 0))
+}

@@ -28,7 +28,7 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string][]string{}
-	for _, reason := range []string{"unprocessed", "read", "shutdown", "overload", "throttled", "gone", "unauthorized"} {
+	for _, reason := range []string{"unprocessed", "read", "shutdown", "overload", "throttled", "gone", "unauthorized", "skew"} {
 		want["fanout_retries_total"] = append(want["fanout_retries_total"], "reason="+reason)
 		want["fanout_retry_budget_exhausted_total"] = append(want["fanout_retry_budget_exhausted_total"], "reason="+reason)
 	}

@@ -119,6 +119,12 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"On SIGTERM: how long short requests and upgraded connections (exec, attach, port-forward) may take to finish; upgraded connections still open then are closed. Watches are ended cleanly at once so clients re-watch.")
 	fs.DurationVar(&c.Engine.Probe.Interval, "probe-interval", c.Engine.Probe.Interval,
 		"How often to GET /readyz on each endpoint (timeout 1s, or the interval if shorter), with the kubeconfig's credentials, over connections of its own. An endpoint failing --probe-fall probes in a row gets no requests until --probe-rise probes pass; 0 disables probing.")
+	fs.BoolVar(&c.Engine.SkewRouting, "skew-routing", c.Engine.SkewRouting,
+		"Read each endpoint's discovery (GET /api and /apis, aggregated, with ETags) and /version when it appears or turns ready again and every --discovery-interval, with the kubeconfig's credentials, over the probes' connections. "+
+			"While the endpoints serve different group/versions or resources (an upgrade), send a resource request only to endpoints that serve it, never move a watch to one that does not, "+
+			"and send a request answered 404 \"no such path\" (not an object's 404) once to an endpoint that serves it, within --retry-budget. false turns all three off.")
+	fs.DurationVar(&c.Engine.APIs.Interval, "discovery-interval", c.Engine.APIs.Interval,
+		"With --skew-routing, how often each endpoint's discovery is read again; an unchanged document costs a 304.")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "Log format: text or json.")
 	fs.IntVarP(&c.Verbosity, "v", "v", c.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
 	fs.BoolVar(&c.ListenTLS, "listen-tls", c.ListenTLS,

@@ -65,6 +65,10 @@ type RebalanceConfig struct {
 	// (--watch-freshness-requests, freshness.go). Unlike the other
 	// fields, false is off; engine.Defaults turns it on.
 	Freshness bool
+	// Serves reports whether the endpoint at address serves api
+	// (*balancer.Balancer.Serves): a watch is moved only towards an
+	// endpoint that serves it. nil: every endpoint serves everything.
+	Serves func(address string, api balancer.API) bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -271,6 +275,8 @@ func (r *Rebalancer) track(out *http.Request, resp *http.Response, info *reqinfo
 	if info.APIResource != "" {
 		// The cacher, hence the freshness request, is per resource.
 		w.resource = strings.Clone(info.Group + "/" + info.APIResource)
+		w.api = balancer.API{Group: strings.Clone(info.Group), Version: strings.Clone(info.Version),
+			Resource: strings.Clone(info.APIResource), Subresource: strings.Clone(info.Subresource)}
 	}
 	w.initialDone.Store(!initial)
 	r.set.add(w)
@@ -335,7 +341,7 @@ func (r *Rebalancer) tick() {
 				dest = append(dest, r.ready[l.Address])
 			}
 		}
-		w, reasons := r.candidate(usable[heavy].Address, dest, now, moved)
+		w, reasons := r.candidate(usable[heavy].Address, usable[light].Address, dest, now, moved)
 		if w == nil {
 			for k, v := range reasons {
 				blocked[k] += v
@@ -401,11 +407,13 @@ func extremes(ls []balancer.WatchLoad, targets []float64, total int64) (heavy, l
 }
 
 // candidate returns the oldest watch on endpoint that may be ended, or nil
-// and why none may.
-func (r *Rebalancer) candidate(endpoint string, targets []*readiness, now time.Time, skip map[*watchStream]bool) (*watchStream, map[string]int) {
+// and why none may. A watch that light, the endpoint its client is
+// expected to re-watch on, does not serve is passed over (version skew):
+// its client would come back to an endpoint that serves it.
+func (r *Rebalancer) candidate(endpoint, light string, targets []*readiness, now time.Time, skip map[*watchStream]bool) (*watchStream, map[string]int) {
 	reasons := map[string]int{}
 	for _, w := range r.set.on(endpoint) {
-		if skip[w] {
+		if skip[w] || (r.cfg.Serves != nil && !r.cfg.Serves(light, w.api)) {
 			continue
 		}
 		if reason := eligible(w.view(), targets, now, r.cfg.MinAge, r.cfg.Margin); reason != "" {

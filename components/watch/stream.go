@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fanout-dev/fanout/components/balancer"
 )
 
 // watchStream is the body of one watch response that the rebalancer may
@@ -34,9 +36,12 @@ type watchStream struct {
 	// and send make the watch's freshness request (freshness.go); send is
 	// nil when there is none to make.
 	resource string
-	url      *url.URL
-	header   http.Header
-	send     Send
+	// api is what the watch is about, for the rebalancer to move it only
+	// towards an endpoint that serves it (version skew).
+	api    balancer.API
+	url    *url.URL
+	header http.Header
+	send   Send
 
 	// state is the handshake between Read and requestEnd, see below.
 	state atomic.Int32

@@ -45,6 +45,10 @@ type Options struct {
 	Nodes int
 	// APIServerArgs are appended to every apiserver's command line.
 	APIServerArgs []string
+	// PerAPIServerArgs[i] is appended to apiserver i's command line, after
+	// APIServerArgs: apiservers that serve different APIs, as during an
+	// upgrade (--runtime-config on some of them).
+	PerAPIServerArgs [][]string
 	// Logf receives progress; default writes to stderr.
 	Logf func(format string, args ...any)
 }
@@ -128,8 +132,12 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (_ *ControlPlane, e
 	if cp.Etcd, err = startEtcd(filepath.Join(dir, "etcd"), cp.Net.BridgeIP); err != nil {
 		return nil, err
 	}
-	for _, h := range cp.Net.Hosts {
-		a, err := newAPIServer(cp, h, opts.APIServerArgs)
+	for i, h := range cp.Net.Hosts {
+		args := slices.Clone(opts.APIServerArgs)
+		if i < len(opts.PerAPIServerArgs) {
+			args = append(args, opts.PerAPIServerArgs[i]...)
+		}
+		a, err := newAPIServer(cp, h, args)
 		if err != nil {
 			return nil, err
 		}

@@ -33,12 +33,13 @@ type Info struct {
 	// Verb is kube-apiserver's verb for the request ("watch", "get",
 	// "list", …), "" when it cannot parse the path.
 	Verb string
-	// Group, APIResource and Subresource name what a resource request is
-	// about, as kube-apiserver's RequestInfo does ("" for the core group
+	// Group, Version, APIResource and Subresource name what a resource
+	// request is about, as kube-apiserver's RequestInfo does ("" for the core group
 	// and for non-resource requests); Namespaced says the object lives in
 	// a namespace (a namespace itself does not). They are substrings of
 	// the path: whoever keeps one past the request must copy it.
 	Group       string
+	Version     string
 	APIResource string
 	Subresource string
 	Namespaced  bool
@@ -91,7 +92,7 @@ func New(r *http.Request) Info {
 	info.Verb = ri.Verb
 	info.Resource = ri.IsResourceRequest
 	if ri.IsResourceRequest {
-		info.Group, info.APIResource, info.Subresource = ri.APIGroup, ri.Resource, ri.Subresource
+		info.Group, info.Version, info.APIResource, info.Subresource = ri.APIGroup, ri.APIVersion, ri.Resource, ri.Subresource
 		// The apiserver fills Namespace for namespaces/x too; the object
 		// is cluster-scoped all the same.
 		info.Namespaced = ri.Namespace != "" && ri.Resource != "namespaces"

@@ -241,8 +241,12 @@ func TestWhatFields(t *testing.T) {
 					got.Group, got.APIResource, got.Subresource, got.Namespaced, tc.group, tc.res, tc.sub, tc.namespaced)
 			}
 			if ri, err := apiserverFactory.NewRequestInfo(r); err == nil && ri.IsResourceRequest &&
-				(ri.APIGroup != got.Group || ri.Resource != got.APIResource || ri.Subresource != got.Subresource) {
-				t.Errorf("apiserver says group %q resource %q subresource %q", ri.APIGroup, ri.Resource, ri.Subresource)
+				(ri.APIGroup != got.Group || ri.APIVersion != got.Version || ri.Resource != got.APIResource || ri.Subresource != got.Subresource) {
+				t.Errorf("apiserver says group %q version %q resource %q subresource %q, fanout %q %q %q %q", ri.APIGroup, ri.APIVersion, ri.Resource, ri.Subresource,
+					got.Group, got.Version, got.APIResource, got.Subresource)
+			}
+			if ri, err := apiserverFactory.NewRequestInfo(r); err == nil && !ri.IsResourceRequest && got.Version != "" {
+				t.Errorf("non-resource request: Version = %q, want empty", got.Version)
 			}
 		})
 	}

@@ -1,0 +1,208 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/fanout-dev/fanout/e2e/harness"
+)
+
+// skewGV is disabled by default in kube-apiserver v1.37.2
+// (k8s.io/kubernetes pkg/controlplane betaAPIGroupVersionsDisabledByDefault)
+// and enabled on two apiservers of three, as during an upgrade that adds
+// a group/version: its deviceclasses are served by those two only; the
+// third answers 404 for the path. (storage.k8s.io/v1beta1, in the same
+// list, serves nothing in v1.37: its volumeattributesclasses were removed
+// in 1.37.)
+const (
+	skewGV       = "resource.k8s.io/v1beta2"
+	skewResource = "/apis/" + skewGV + "/deviceclasses"
+	skewObject   = "e2e-skew"
+)
+
+// TestSkewRoutesToServingAPIServers: through fanout, 50 GETs, 50 LISTs and
+// 50 WATCHes of a group/version that only 2 of 3 apiservers serve all
+// succeed; with --skew-routing=false, some of the same GETs are answered
+// 404 by the third (the check that the skew is real). It logs what the
+// discovery reads cost.
+func TestSkewRoutesToServingAPIServers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	enable := []string{"--runtime-config=" + skewGV + "=true"}
+	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf, PerAPIServerArgs: [][]string{enable, enable, nil}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Created through resource.k8s.io/v1, which every apiserver serves.
+	if _, err := cp.AdminClient.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: skewObject},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkSkewedDiscovery(ctx, t, cp)
+	kubeconfig, err := cp.UserKubeconfig("e2e-skew", "system:masters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short interval, to see the 304 rounds within the test.
+	f, err := cp.StartFanout(ctx, t, "skew", kubeconfig, "--discovery-interval=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every endpoint's discovery read, and the skew seen.
+	waitMetric(ctx, t, f, "fanout_discovery_reads_total", map[string]string{"result": "changed"}, 3)
+	if v := metric(t, f, "fanout_apis_differ", nil); v != 1 {
+		t.Fatalf("fanout_apis_differ = %v after every endpoint's discovery was read, want 1; %s", v, fanoutMetricLines(t, f.AdminAddress, "fanout_discovery"))
+	}
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	base := "http://" + f.ListenAddress
+	const n = 50
+	get := func(path string, watch bool) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if !watch || resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		// A watch from now sends the existing object as ADDED first.
+		line, err := bufio.NewReader(resp.Body).ReadString('\n')
+		if err != nil {
+			t.Fatalf("watch: reading the first event: %v", err)
+		}
+		return resp.StatusCode, line
+	}
+	failed := map[string]int{}
+	for range n {
+		if code, body := get(skewResource+"/"+skewObject, false); code != http.StatusOK {
+			failed["get"]++
+			t.Logf("GET: %d %s", code, body)
+		}
+		if code, body := get(skewResource, false); code != http.StatusOK || !strings.Contains(body, skewObject) {
+			failed["list"]++
+			t.Logf("LIST: %d %.200s", code, body)
+		}
+		if code, first := get(skewResource+"?watch=true&timeoutSeconds=30", true); code != http.StatusOK || !strings.Contains(first, `"ADDED"`) {
+			failed["watch"]++
+			t.Logf("WATCH: %d %.200s", code, first)
+		}
+	}
+	routed := metric(t, f, "fanout_skew_routed_total", nil)
+	retried := metric(t, f, "fanout_retries_total", map[string]string{"reason": "skew"})
+	t.Logf("skew routing on: %d GETs, %d LISTs, %d WATCHes of %s: failed %v; fanout_skew_routed_total %v, fanout_retries_total{reason=skew} %v",
+		n, n, n, skewGV, failed, routed, retried)
+	if len(failed) > 0 {
+		t.Errorf("with skew routing, requests failed: %v; fanout log:\n%s", failed, harness.Tail(f.LogPath, 30))
+	}
+	if routed < 3*n {
+		t.Errorf("fanout_skew_routed_total = %v, want at least %d (every request)", routed, 3*n)
+	}
+	if !strings.Contains(harness.Tail(f.LogPath, 200), "endpoints serve different APIs") {
+		t.Errorf("no log line about the skew; fanout log:\n%s", harness.Tail(f.LogPath, 30))
+	}
+
+	// What discovery costs: one full read per endpoint, then rounds of
+	// two 304s each.
+	changed := metric(t, f, "fanout_discovery_reads_total", map[string]string{"result": "changed"})
+	fullBytes := metric(t, f, "fanout_discovery_received_bytes_total", nil)
+	rounds := metric(t, f, "fanout_discovery_reads_total", map[string]string{"result": "unchanged"})
+	waitMetric(ctx, t, f, "fanout_discovery_reads_total", map[string]string{"result": "unchanged"}, rounds+3)
+	later := metric(t, f, "fanout_discovery_reads_total", map[string]string{"result": "unchanged"})
+	laterBytes := metric(t, f, "fanout_discovery_received_bytes_total", nil)
+	t.Logf("discovery cost: %v full reads (GET /api, /apis, /version) received %v bytes in all (%.0f per endpoint) before the first 304 round; "+
+		"%v more unchanged reads (two 304s each) received %v bytes; changed reads in all %v",
+		changed, fullBytes, fullBytes/changed, later-rounds, laterBytes-fullBytes, metric(t, f, "fanout_discovery_reads_total", map[string]string{"result": "changed"}))
+
+	// The control: routing off, the third apiserver answers its 404.
+	off, err := cp.StartFanout(ctx, t, "skew-off", kubeconfig, "--skew-routing=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base = "http://" + off.ListenAddress
+	notFound := 0
+	for range n {
+		code, body := get(skewResource+"/"+skewObject, false)
+		switch {
+		case code == http.StatusNotFound:
+			notFound++
+			if notFound == 1 {
+				t.Logf("routing off, the third apiserver answers: %d %q", code, body)
+			}
+		case code != http.StatusOK:
+			t.Errorf("routing off: %d %s", code, body)
+		}
+	}
+	t.Logf("skew routing off: %d of %d GETs answered 404", notFound, n)
+	if notFound == 0 {
+		t.Errorf("with --skew-routing=false no GET of %s was answered 404: the apiservers do not differ, and the test proves nothing", fmt.Sprint(skewGV))
+	}
+}
+
+// checkSkewedDiscovery asks each apiserver directly, as kubernetes-admin,
+// for its aggregated discovery and for the skewed resource, and logs
+// what each says: the first two must list and serve it, the third
+// neither.
+func checkSkewedDiscovery(ctx context.Context, t *testing.T, cp *harness.ControlPlane) {
+	t.Helper()
+	for i, ep := range cp.Endpoints() {
+		cfg := rest.CopyConfig(cp.Admin)
+		cfg.Host = ep
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		do := func(path, accept string) (int, []byte) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Accept", accept)
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, b
+		}
+		_, body := do("/apis", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+		var l apidiscoveryv2.APIGroupDiscoveryList
+		if err := json.Unmarshal(body, &l); err != nil {
+			t.Fatalf("apiserver %d: /apis: %v", i+1, err)
+		}
+		listed := false
+		for _, g := range l.Items {
+			for _, v := range g.Versions {
+				if g.Name+"/"+v.Version == skewGV {
+					for _, r := range v.Resources {
+						listed = listed || "/apis/"+skewGV+"/"+r.Resource == skewResource
+					}
+				}
+			}
+		}
+		code, answer := do(skewResource, "application/json")
+		t.Logf("apiserver %d (%s): discovery lists %s: %v; GET %s: %d %.160q", i+1, ep, skewResource, listed, skewResource, code, answer)
+		if want := i < 2; listed != want || (code == http.StatusOK) != want {
+			t.Errorf("apiserver %d: lists the resource %v, answers %d; want listed and served %v", i+1, listed, code, want)
+		}
+	}
+}
