@@ -184,11 +184,16 @@ func (cp *ControlPlane) ServedPerAPIServerWhere(match func(*AuditEvent) bool) ([
 	return prev, nil
 }
 
-// IsHealthProbe reports whether e is a /readyz, /livez or /healthz request:
-// fanout probes every endpoint's /readyz with its client's identity, and
-// those probes are spread evenly by design, so counting them as the
-// client's requests would flatter the shares.
+// IsHealthProbe reports whether e is one of fanout's own requests to each
+// endpoint, made with its client's identity: a /readyz, /livez or /healthz
+// probe, or a read of the endpoint's discovery (User-Agent
+// fanout-discovery: /api, /apis, /version). Both go to every endpoint
+// alike by design, so counting them as the client's requests would
+// flatter the shares.
 func (e *AuditEvent) IsHealthProbe() bool {
+	if e.UserAgent == "fanout-discovery" {
+		return true
+	}
 	path, _, _ := strings.Cut(e.RequestURI, "?")
 	for _, p := range []string{"/readyz", "/livez", "/healthz"} {
 		if path == p || strings.HasPrefix(path, p+"/") {

@@ -331,4 +331,10 @@ func TestIsHealthProbe(t *testing.T) {
 			t.Errorf("IsHealthProbe(%q) = %v, want %v", uri, got, want)
 		}
 	}
+	for ua, want := range map[string]bool{"fanout-discovery": true, "kubectl/v1.37.2": false} {
+		e := &AuditEvent{RequestURI: "/apis", UserAgent: ua}
+		if got := e.IsHealthProbe(); got != want {
+			t.Errorf("IsHealthProbe(/apis by %q) = %v, want %v", ua, got, want)
+		}
+	}
 }
