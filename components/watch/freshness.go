@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
@@ -157,7 +158,7 @@ func (r *Rebalancer) requestFreshness(endpoint string, targets []*readiness) {
 			result, rv := freshnessResult(send(req, endpoint))
 			r.freshness.WithLabelValues(result).Inc()
 			for _, t := range targets {
-				raiseUint(&t.floor, rv)
+				lowerFloor(&t.floor, rv)
 			}
 		})
 	}
@@ -176,6 +177,24 @@ func (r *Rebalancer) freshen(usable []balancer.WatchLoad, targets []float64) {
 			}
 		}
 		r.requestFreshness(l.Address, dest)
+	}
+}
+
+// lowerFloor records rv, a freshness answer's resourceVersion, in floor
+// unless floor holds a lower one already. Every answer came after the
+// target's readiness was recorded, so the lowest already bounds the
+// revision its watch caches started from; a higher one would hold back a
+// quiet watch whose own answer, hence its next bookmark, came lower, until
+// etcd's next progress notification minutes later.
+func lowerFloor(floor *atomic.Uint64, rv uint64) {
+	if rv == 0 {
+		return
+	}
+	for {
+		old := floor.Load()
+		if (old != 0 && old <= rv) || floor.CompareAndSwap(old, rv) {
+			return
+		}
 	}
 }
 

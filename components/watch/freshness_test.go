@@ -320,3 +320,57 @@ func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
 		t.Errorf("ended %d watches with the loads balanced", n)
 	}
 }
+
+// TestFreshnessFloorIsTheLowestAnswer: the freshness answers for two quiet
+// resources came at resourceVersions 160 and 170. A configmaps watch whose
+// bookmark reached 165, past its own answer, is caught up: every answer
+// came after the targets' readiness, so the lowest already bounds their
+// caches' start. Held to the highest, it would wait for etcd's next
+// progress notification, minutes away.
+func TestFreshnessFloorIsTheLowestAnswer(t *testing.T) {
+	clock := testkit.NewClock(time.Unix(50_000, 0))
+	src := &fakeLoads{}
+	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	cameBack := clock.Now()
+	src.set(map[string]int64{"a": 20}, map[string]time.Time{"b": cameBack, "c": cameBack})
+	rcs := addStreams(r, "a", 20, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+	r.maxRV.Store(100)
+	send := func(req *http.Request, _ string) (*http.Response, error) {
+		rv := "170"
+		if strings.Contains(req.URL.Path, "configmaps") {
+			rv = "160"
+		}
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(`{"metadata":{"resourceVersion":"` + rv + `"}}`))}, nil
+	}
+	var cms []*watchStream
+	for i, w := range r.set.on("a") {
+		w.send = send
+		res := "secrets"
+		if i%2 == 0 {
+			res = "configmaps"
+			cms = append(cms, w)
+		}
+		w.resource = "/" + res
+		w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/"+res+"?watch=true", nil))
+	}
+	clock.Advance(DefaultRebalanceMargin)
+	r.tick()
+	r.wg.Wait()
+	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
+		t.Fatalf("freshness requests answered: %v, want 2", got)
+	}
+	clock.Advance(time.Second)
+	for _, w := range cms {
+		w.lastAt.Store(clock.Now().UnixNano())
+		w.lastRV.Store(165)
+	}
+	clock.Advance(time.Second)
+	r.tick()
+	if n := closedCount(rcs); n == 0 {
+		t.Fatalf("no configmaps watch ended at resourceVersion 165, past its own answer (160): the floor must be the lowest answer, not %d", r.ready["b"].floor.Load())
+	}
+}

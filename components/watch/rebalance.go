@@ -166,10 +166,10 @@ type readiness struct {
 	since    time.Time
 	recorded bool
 	rv       uint64
-	// floor is the resourceVersion of a freshness request's answer sent
-	// after the record (freshness.go), 0 until one came: the etcd
-	// revision then, at least the one the target's caches started from.
-	// Set from the request's goroutine.
+	// floor is the lowest resourceVersion of the freshness requests'
+	// answers sent after the record (freshness.go), 0 until one came: an
+	// etcd revision after the readiness, at least the one the target's
+	// caches started from. Set from the requests' goroutines.
 	floor atomic.Uint64
 }
 
