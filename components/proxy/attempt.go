@@ -173,11 +173,11 @@ func (a *attempts) run() (answer, error) {
 				// Only kube-apiserver's own rejections are verdicts; a
 				// relayed answer is passed on whatever it says.
 				v, _ = inspect(resp)
+				if v == verdictAnswer && pastOwnDeadline(a.out.URL, resp.StatusCode, headers.Sub(sent)) {
+					v = verdictTimeout
+				}
 			}
 			info := doneInfo(resp.StatusCode, v, headers.Sub(sent), st.Origin.Relayed())
-			if v == verdictAnswer && !info.Relayed && pastOwnDeadline(a.out.URL, resp.StatusCode, headers.Sub(sent)) {
-				info.DeadlineExpired, info.Failed = true, false
-			}
 			if a.upgrade != nil {
 				// An upgrade's status is the apiserver's verdict on the
 				// session (often the kubelet's), not on its own health.

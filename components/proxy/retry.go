@@ -51,7 +51,8 @@ const (
 	// request is sent once more to the same endpoint. A 401 to a request
 	// that brings its own token is the caller's to handle.
 	verdictUnauthorized
-	// verdictTimeout: a 504 Timeout Status (isTimeoutStatus), what
+	// verdictTimeout: a 504 Timeout Status (isTimeoutStatus), or a 500
+	// or 504 after the request's own ?timeout= (pastOwnDeadline), what
 	// kube-apiserver answers when the request's own deadline ran out:
 	// the client's ?timeout=, or the apiserver's --request-timeout. It is
 	// passed on like verdictAnswer and never retried (the request may
