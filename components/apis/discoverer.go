@@ -18,6 +18,7 @@ import (
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/clock"
+	"github.com/fanout-dev/fanout/internal/loops"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -106,18 +107,12 @@ type Discoverer struct {
 	mu      sync.Mutex
 	running bool
 	want    []string
-	loops   map[string]*loop
+	loops   loops.Set
 
 	pubMu   sync.Mutex
 	sets    map[string]*Set // the endpoints' known Sets
 	current *Table          // last published
 	logged  string          // the partial group/versions last logged
-}
-
-type loop struct {
-	cancel  context.CancelFunc
-	done    chan struct{}
-	refresh chan struct{}
 }
 
 // Results of fanout_discovery_reads_total.
@@ -153,8 +148,7 @@ func New(cfg Config, up Upstream, sink Sink, log *slog.Logger) (*Discoverer, err
 			Name: "fanout_endpoint_version_info",
 			Help: "1 for each endpoint's kube-apiserver version (its /version gitVersion), once its discovery has been read.",
 		}, []string{"endpoint", "version"}),
-		loops: map[string]*loop{},
-		sets:  map[string]*Set{},
+		sets: map[string]*Set{},
 	}
 	for _, r := range []string{resultChanged, resultUnchanged, resultFailed} {
 		d.reads.WithLabelValues(r)
@@ -205,34 +199,13 @@ func (d *Discoverer) Stop() {
 func (d *Discoverer) Refresh(address string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if l := d.loops[address]; l != nil {
-		select {
-		case l.refresh <- struct{}{}:
-		default: // a read is already due
-		}
-	}
+	d.loops.Refresh(address)
 }
 
 // syncLocked makes the goroutines match want (none unless running). d.mu
 // is held.
 func (d *Discoverer) syncLocked() {
-	keep := map[string]bool{}
-	if d.running {
-		for _, a := range d.want {
-			keep[a] = true
-		}
-	}
-	var stopped []string
-	for a, l := range d.loops {
-		if !keep[a] {
-			l.cancel()
-			stopped = append(stopped, a)
-		}
-	}
-	for _, a := range stopped {
-		<-d.loops[a].done
-		delete(d.loops, a)
-	}
+	stopped := d.loops.Sync(loops.Keep(d.running, d.want), d.run, nil)
 	if len(stopped) > 0 {
 		d.pubMu.Lock()
 		for _, a := range stopped {
@@ -242,15 +215,6 @@ func (d *Discoverer) syncLocked() {
 		d.publishLocked()
 		d.pubMu.Unlock()
 	}
-	for a := range keep {
-		if _, ok := d.loops[a]; ok {
-			continue
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		l := &loop{cancel: cancel, done: make(chan struct{}), refresh: make(chan struct{}, 1)}
-		d.loops[a] = l
-		go d.run(ctx, a, l)
-	}
 }
 
 // etags are an endpoint's last documents' ETags, by path.
@@ -258,8 +222,7 @@ type etags map[string]string
 
 // run reads addr's discovery at once, then every Interval and on Refresh,
 // until ctx ends.
-func (d *Discoverer) run(ctx context.Context, addr string, l *loop) {
-	defer close(l.done)
+func (d *Discoverer) run(ctx context.Context, addr string, refresh <-chan struct{}) {
 	t := d.cfg.Clock.NewTicker(d.cfg.Interval)
 	defer t.Stop()
 	tags := etags{}
@@ -292,7 +255,7 @@ func (d *Discoverer) run(ctx context.Context, addr string, l *loop) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-l.refresh:
+		case <-refresh:
 		}
 	}
 }

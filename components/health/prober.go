@@ -16,6 +16,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/clock"
+	"github.com/fanout-dev/fanout/internal/loops"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -119,13 +120,8 @@ type Prober struct {
 
 	mu      sync.Mutex
 	running bool
-	want    []string          // addresses of the latest snapshot
-	probes  map[string]*probe // running goroutines, by address
-}
-
-type probe struct {
-	cancel context.CancelFunc
-	done   chan struct{}
+	want    []string  // addresses of the latest snapshot
+	probes  loops.Set // running goroutines, by address
 }
 
 // New returns a stopped Prober for cfg, which passed Validate (the
@@ -150,7 +146,6 @@ func New(cfg Config, up Upstream, sink Sink, log *slog.Logger) (*Prober, error) 
 			Name: "fanout_endpoint_probe_ready",
 			Help: "1 if the endpoint's last readiness probe passed (or it has not been probed yet), 0 if it failed.",
 		}, []string{"endpoint"}),
-		probes: map[string]*probe{},
 	}, nil
 }
 
@@ -198,43 +193,20 @@ func (p *Prober) Stop() error {
 // syncLocked makes the running goroutines match want (none unless
 // running). p.mu must be held.
 func (p *Prober) syncLocked() {
-	keep := map[string]bool{}
-	if p.running {
-		for _, a := range p.want {
-			keep[a] = true
-		}
-	}
-	var stopped []string
-	for a, pr := range p.probes {
-		if !keep[a] {
-			pr.cancel()
-			stopped = append(stopped, a)
-		}
-	}
+	stopped := p.probes.Sync(loops.Keep(p.running, p.want), p.run, func(a string) {
+		// A new endpoint counts as ready until a probe says otherwise, so
+		// that startup waits for nothing.
+		p.readyGV.WithLabelValues(a).Set(1)
+	})
 	for _, a := range stopped {
-		<-p.probes[a].done
-		delete(p.probes, a)
 		// The balancer drops removed endpoints from its scrape; do the same.
 		p.total.DeletePartialMatch(prometheus.Labels{"endpoint": a})
 		p.readyGV.DeleteLabelValues(a)
 	}
-	for a := range keep {
-		if _, ok := p.probes[a]; ok {
-			continue
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		pr := &probe{cancel: cancel, done: make(chan struct{})}
-		p.probes[a] = pr
-		// A new endpoint counts as ready until a probe says otherwise, so
-		// that startup waits for nothing.
-		p.readyGV.WithLabelValues(a).Set(1)
-		go p.run(ctx, a, pr.done)
-	}
 }
 
 // run probes addr at once and then every Interval until ctx ends.
-func (p *Prober) run(ctx context.Context, addr string, done chan<- struct{}) {
-	defer close(done)
+func (p *Prober) run(ctx context.Context, addr string, _ <-chan struct{}) {
 	t := p.cfg.Clock.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	ready := true

@@ -306,7 +306,7 @@ func TestUpdate(t *testing.T) {
 	// loop, which Update would have registered before returning.
 	p.Update(eps(a.Addr(), b.Addr()))
 	p.mu.Lock()
-	loops := len(p.probes)
+	loops := p.probes.Len()
 	p.mu.Unlock()
 	if loops != 0 {
 		t.Fatalf("%d probe loops started before Start, want none", loops)
