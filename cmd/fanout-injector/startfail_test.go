@@ -2,9 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -69,14 +66,14 @@ func TestStartFailuresSayWhy(t *testing.T) {
 		{"stray argument", with("extra"), 2, []string{`unexpected argument "extra"`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := runBinary(t, bin, tt.args...)
+			code, stdout, stderr := testkit.RunBinary(t, bin, tt.args...)
 			if code != tt.code {
 				t.Errorf("exit %d, want %d", code, tt.code)
 			}
 			if stdout != "" {
 				t.Errorf("stdout, want it empty:\n%s", stdout)
 			}
-			checkOneCause(t, "fanout-injector", stderr, tt.want)
+			testkit.CheckOneCause(t, "fanout-injector", stderr, tt.want)
 		})
 	}
 }
@@ -88,13 +85,13 @@ func TestHelpAndVersion(t *testing.T) {
 	const pkg = "github.com/fanout-dev/fanout/internal/version"
 	bin := buildInjector(t, "-ldflags", "-X "+pkg+".version=v9.8.7-test -X "+pkg+".commit=fedcba9876543210")
 	for _, args := range [][]string{{"--help"}, {"-h"}} {
-		code, stdout, stderr := runBinary(t, bin, args...)
+		code, stdout, stderr := testkit.RunBinary(t, bin, args...)
 		if code != 0 || stderr != "" || !strings.Contains(stdout, "--sidecar-image") || !strings.Contains(stdout, "fanout-injector --version") {
 			t.Errorf("fanout-injector %v: exit %d, stderr %q, stdout:\n%s", args, code, stderr, stdout)
 		}
 	}
 	want := "fanout-injector v9.8.7-test\ncommit: fedcba9876543210\ngo: " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
-	if code, stdout, stderr := runBinary(t, bin, "--version"); code != 0 || stdout != want || stderr != "" {
+	if code, stdout, stderr := testkit.RunBinary(t, bin, "--version"); code != 0 || stdout != want || stderr != "" {
 		t.Errorf("fanout-injector --version: exit %d, stderr %q, stdout:\n%s\nwant:\n%s", code, stderr, stdout, want)
 	}
 
@@ -136,59 +133,5 @@ func TestHelpAndVersion(t *testing.T) {
 	wantSeries := `fanout_build_info{goversion="` + runtime.Version() + `",revision="fedcba9876543210",version="v9.8.7-test"} 1`
 	if !strings.Contains(string(body), wantSeries) {
 		t.Errorf("/metrics lacks %s:\n%s", wantSeries, body)
-	}
-}
-
-// runBinary runs bin with args to its end and returns its exit code,
-// stdout and stderr. A run that should fail but starts instead is killed
-// after a minute and fails the test.
-func runBinary(t *testing.T, bin string, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var out, errs bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errs
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("%s %v still ran after %s; stderr:\n%s", filepath.Base(bin), args, time.Minute, errs.String())
-	}
-	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
-		return ee.ExitCode(), out.String(), errs.String()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return 0, out.String(), errs.String()
-}
-
-// checkOneCause fails t unless stderr holds exactly one cause line, a
-// line of program's own ("program: ...") or an error-level log line,
-// containing every string of want, and otherwise info and warning log
-// lines only, none with a trace of fx or a source path.
-func checkOneCause(t *testing.T, program, stderr string, want []string) {
-	t.Helper()
-	var causes []string
-	for l := range strings.Lines(stderr) {
-		l = strings.TrimSuffix(l, "\n")
-		for _, trace := range []string{"fx.", "[Fx]", ".go:", "goroutine ", "could not build arguments"} {
-			if strings.Contains(l, trace) {
-				t.Errorf("stderr line holds %q, a dependency-injection trace or source path: %s", trace, l)
-			}
-		}
-		switch {
-		case strings.HasPrefix(l, program+": "), strings.Contains(l, "level=ERROR"):
-			causes = append(causes, l)
-		case strings.HasPrefix(l, "time=") && (strings.Contains(l, " level=INFO ") || strings.Contains(l, " level=WARN ")):
-		default:
-			t.Errorf("stderr line is neither the cause nor an info or warning log line: %q", l)
-		}
-	}
-	if len(causes) != 1 {
-		t.Fatalf("%d cause lines on stderr, want 1:\n%s", len(causes), stderr)
-	}
-	for _, w := range want {
-		if !strings.Contains(causes[0], w) {
-			t.Errorf("cause line lacks %q:\n%s", w, causes[0])
-		}
 	}
 }

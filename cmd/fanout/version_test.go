@@ -32,7 +32,7 @@ func TestHelpGoesToStdout(t *testing.T) {
 		{[]string{"hold", "--help"}, "Usage: fanout hold"},
 		{[]string{"version", "--help"}, "Usage: fanout version"},
 	} {
-		code, stdout, stderr := runBinary(t, bin, tt.args...)
+		code, stdout, stderr := testkit.RunBinary(t, bin, tt.args...)
 		if code != 0 || stderr != "" || !strings.Contains(stdout, tt.want) {
 			t.Errorf("fanout %v: exit %d, stderr %q, stdout:\n%s\nwant exit 0, no stderr, stdout containing %q", tt.args, code, stderr, stdout, tt.want)
 		}
@@ -97,7 +97,7 @@ func checkVersion(t *testing.T, bin, version, commitLine, revision string) {
 	t.Helper()
 	want := "fanout " + version + "\ncommit: " + commitLine + "\ngo: " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"
 	for _, args := range [][]string{{"version"}, {"--version"}} {
-		code, stdout, stderr := runBinary(t, bin, args...)
+		code, stdout, stderr := testkit.RunBinary(t, bin, args...)
 		if code != 0 || stdout != want || stderr != "" {
 			t.Errorf("fanout %v: exit %d, stderr %q, stdout:\n%s\nwant exit 0 and:\n%s", args, code, stderr, stdout, want)
 		}

@@ -1,0 +1,66 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// RunBinary runs bin with args to its end and returns its exit code,
+// stdout and stderr. A run that should fail but starts instead is killed
+// after a minute and fails the test.
+func RunBinary(t *testing.T, bin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errs bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v still ran after %s; stderr:\n%s", filepath.Base(bin), args, time.Minute, errs.String())
+	}
+	if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+		return ee.ExitCode(), out.String(), errs.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, out.String(), errs.String()
+}
+
+// CheckOneCause fails t unless stderr holds exactly one cause line, a
+// line of program's own ("program: ...") or an error-level log line,
+// containing every string of want, and otherwise info and warning log
+// lines only, none with a trace of fx or a source path.
+func CheckOneCause(t *testing.T, program, stderr string, want []string) {
+	t.Helper()
+	var causes []string
+	for l := range strings.Lines(stderr) {
+		l = strings.TrimSuffix(l, "\n")
+		for _, trace := range []string{"fx.", "[Fx]", ".go:", "goroutine ", "could not build arguments"} {
+			if strings.Contains(l, trace) {
+				t.Errorf("stderr line holds %q, a dependency-injection trace or source path: %s", trace, l)
+			}
+		}
+		switch {
+		case strings.HasPrefix(l, program+": "), strings.Contains(l, "level=ERROR"):
+			causes = append(causes, l)
+		case strings.HasPrefix(l, "time=") && (strings.Contains(l, " level=INFO ") || strings.Contains(l, " level=WARN ")):
+		default:
+			t.Errorf("stderr line is neither the cause nor an info or warning log line: %q", l)
+		}
+	}
+	if len(causes) != 1 {
+		t.Fatalf("%d cause lines on stderr, want 1:\n%s", len(causes), stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(causes[0], w) {
+			t.Errorf("cause line lacks %q:\n%s", w, causes[0])
+		}
+	}
+}
