@@ -87,36 +87,28 @@ func TestNodeInjectorCanary(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Canary: label the namespace; once the canary's webhook answers for
-	// it (a server dry run goes through the webhooks), restart the client.
-	if _, err := e.cp.Kubectl(ctx, "label", "namespace", ns, "fanout.dev/rev=canary"); err != nil {
-		t.Fatal(err)
+	// move relabels the namespace, waits until the apiservers call the
+	// injector of that label (a server dry run goes through the
+	// webhooks), restarts the client and checks its new sidecar.
+	move := func(label, image, what string) {
+		t.Helper()
+		if _, err := e.cp.Kubectl(ctx, "label", "namespace", ns, label); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.waitDryRunSidecar(ctx, ns, image); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.cp.Kubectl(ctx, "-n", ns, "rollout", "restart", "deployment", "canary-client"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.sidecarImageIs(ctx, ns, "canary-client", image); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("client on the %s sidecar %s after the start", what, time.Since(begin).Round(time.Second))
 	}
-	if err := e.waitDryRunSidecar(ctx, ns, canary); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.cp.Kubectl(ctx, "-n", ns, "rollout", "restart", "deployment", "canary-client"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.sidecarImageIs(ctx, ns, "canary-client", canary); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("client on the canary's sidecar %s after the start", time.Since(begin).Round(time.Second))
-
-	// Rollback: remove the label, restart the client.
-	if _, err := e.cp.Kubectl(ctx, "label", "namespace", ns, "fanout.dev/rev-"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.waitDryRunSidecar(ctx, ns, stable); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.cp.Kubectl(ctx, "-n", ns, "rollout", "restart", "deployment", "canary-client"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.sidecarImageIs(ctx, ns, "canary-client", stable); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("client back on the stable sidecar %s after the start", time.Since(begin).Round(time.Second))
+	move("fanout.dev/rev=canary", canary, "canary's")
+	// Rollback.
+	move("fanout.dev/rev-", stable, "stable")
 }
 
 // sidecarImageIs waits until the Deployment name in ns has rolled out and
