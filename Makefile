@@ -29,6 +29,7 @@ all: build
 build:
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout ./cmd/fanout
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout-injector ./cmd/fanout-injector
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/kubectl-fanout ./cmd/kubectl-fanout
 
 ## image: builds $(IMAGE_TAR), an OCI image layout tarball holding static
 ## /fanout and /fanout-injector (user 65532, entrypoint /fanout), offline
