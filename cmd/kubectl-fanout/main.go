@@ -158,14 +158,16 @@ func forwardAdmin(ctx context.Context, k *kubeFlags, name string) (admincli.Targ
 // httpClient reads the admin server through a forward.
 func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Second} }
 
-func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("kubectl fanout status", pflag.ContinueOnError)
+// podCommand runs status or top: it parses the kube flags, the
+// command's own (addFlags) and POD, opens the port-forward to the pod's
+// sidecar and runs body on it.
+func podCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer, usage string, addFlags func(*pflag.FlagSet), body func(admincli.Target) int) int {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stdout)
 	k := addKubeFlags(fs)
-	o := admincli.AddStatusFlags(fs)
+	addFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: kubectl fanout status POD [-n NAMESPACE] [--watch] [--interval D]\n\n"+admincli.StatusHelp+
-			"The sidecar is reached through the API server's port-forward (RBAC: create pods/portforward).\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), usage+"The sidecar is reached through the API server's port-forward (RBAC: create pods/portforward).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	pod, code, done := parse(fs, args, true, stderr)
@@ -174,36 +176,35 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	t, closeFn, err := forwardAdmin(ctx, k, pod)
 	if err != nil {
-		fmt.Fprintf(stderr, "kubectl fanout status: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	defer closeFn()
-	return admincli.Status(ctx, "kubectl fanout status", t, *o, stdout, stderr, admincli.StdoutIsTerminal())
+	return body(t)
+}
+
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o *admincli.StatusOptions
+	const name = "kubectl fanout status"
+	return podCommand(ctx, name, args, stdout, stderr,
+		"Usage: kubectl fanout status POD [-n NAMESPACE] [--watch] [--interval D]\n\n"+admincli.StatusHelp,
+		func(fs *pflag.FlagSet) { o = admincli.AddStatusFlags(fs) },
+		func(t admincli.Target) int {
+			return admincli.Status(ctx, name, t, *o, stdout, stderr, admincli.StdoutIsTerminal())
+		})
 }
 
 func topCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("kubectl fanout top", pflag.ContinueOnError)
-	fs.SetOutput(stdout)
-	k := addKubeFlags(fs)
-	o := admincli.AddTopFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: kubectl fanout top POD [-n NAMESPACE] [--interval D] [--once] [-o table|json] [--sort KEY]\n\n"+
-			admincli.TopHelp("The sidecar is reached through the API server's port-forward (RBAC: create pods/portforward).")+"\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	pod, code, done := parse(fs, args, true, stderr)
-	if done {
-		return code
-	}
-	t, closeFn, err := forwardAdmin(ctx, k, pod)
-	if err != nil {
-		fmt.Fprintf(stderr, "kubectl fanout top: %v\n", err)
-		return 1
-	}
-	defer closeFn()
-	var open func() (*admincli.Screen, error)
-	if admincli.StdoutIsTerminal() {
-		open = admincli.OpenScreen
-	}
-	return admincli.Top(ctx, "kubectl fanout top", t, o, stdout, stderr, open)
+	var o *admincli.TopOptions
+	const name = "kubectl fanout top"
+	return podCommand(ctx, name, args, stdout, stderr,
+		"Usage: kubectl fanout top POD [-n NAMESPACE] [--interval D] [--once] [-o table|json] [--sort KEY]\n\n"+admincli.TopHelp(""),
+		func(fs *pflag.FlagSet) { o = admincli.AddTopFlags(fs) },
+		func(t admincli.Target) int {
+			var open func() (*admincli.Screen, error)
+			if admincli.StdoutIsTerminal() {
+				open = admincli.OpenScreen
+			}
+			return admincli.Top(ctx, name, t, o, stdout, stderr, open)
+		})
 }

@@ -21,8 +21,10 @@ func TestBypasses(t *testing.T) {
 		{name: "in-cluster client as injected", pod: operatorPod},
 		{
 			name: "client's flag set back to its own kubeconfig", pod: kcmPod,
-			change: func(p *corev1.Pod) { p.Spec.Containers[0].Args[0] = "--kubeconfig=/etc/kubernetes/controller-manager.conf" },
-			want:   "kube-controller-manager: names kubeconfig /etc/kubernetes/controller-manager.conf",
+			change: func(p *corev1.Pod) {
+				p.Spec.Containers[0].Args[0] = "--kubeconfig=/etc/kubernetes/controller-manager.conf"
+			},
+			want: "kube-controller-manager: names kubeconfig /etc/kubernetes/controller-manager.conf",
 		},
 		{
 			name: "in-cluster client's KUBECONFIG removed", pod: operatorPod,

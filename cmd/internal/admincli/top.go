@@ -68,9 +68,12 @@ type TopOptions struct {
 	fs       *pflag.FlagSet // tells whether --once was given
 }
 
-// TopHelp describes `fanout top` for its usage text; run names how to run
-// it.
+// TopHelp describes `fanout top` for its usage text; run, when not "",
+// is a last sentence saying how to run it.
 func TopHelp(run string) string {
+	if run != "" {
+		run = " " + run
+	}
 	return "Shows what each client of a running fanout costs, like top: one row per component\n" +
 		"(program/controller from the User-Agent), verb, group/resource[/subresource] and scope,\n" +
 		"with requests/s, errors/s and error %, retries/s, bytes/s received and sent, p99 latency\n" +
@@ -80,7 +83,7 @@ func TopHelp(run string) string {
 		"The header shows each kube-apiserver's state and share of the requests.\n" +
 		"Keys: r sort by requests/s, b by bytes/s, p by p99, e by errors/s; q or Ctrl-C quits.\n" +
 		"The first screen averages since the sidecar's cost table started; later ones cover the\n" +
-		"last interval. " + run + "\n"
+		"last interval." + run + "\n"
 }
 
 // AddTopFlags registers --interval, --once, -o and --sort on fs.
