@@ -29,6 +29,7 @@ all: build
 build:
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout ./cmd/fanout
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout-injector ./cmd/fanout-injector
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/kubectl-fanout ./cmd/kubectl-fanout
 
 ## release VERSION=vX.Y.Z: hack/release-check.sh first (semantic version,
 ## CHANGELOG.md's newest section, the manifests' image tag, and the git tag
