@@ -44,7 +44,14 @@ var (
 	slices1 = apidiscoveryv2.APIResourceDiscovery{Resource: "resourceslices", SingularResource: "resourceslice", Scope: apidiscoveryv2.ScopeCluster,
 		ResponseKind: kindOf("resource.k8s.io", "v1", "ResourceSlice"), Verbs: []string{"get", "list"}}
 
+	widgets = func(group string) []apidiscoveryv2.APIVersionDiscovery {
+		return []apidiscoveryv2.APIVersionDiscovery{{Version: "v1", Resources: []apidiscoveryv2.APIResourceDiscovery{
+			{Resource: "widgets", Scope: apidiscoveryv2.ScopeCluster, ResponseKind: kindOf(group, "v1", "Widget"), Verbs: []string{"get"}}}}}
+	}
+	// Each release serves a group of its own too: where the new one goes
+	// in the merged order is open.
 	oldGroups = map[string][]apidiscoveryv2.APIVersionDiscovery{
+		"old.example.com": widgets("old.example.com"),
 		"resource.k8s.io": {{Version: "v1", Resources: []apidiscoveryv2.APIResourceDiscovery{deviceClasses("v1"), claimsOld}}},
 		"apps":            {{Version: "v1", Resources: []apidiscoveryv2.APIResourceDiscovery{{Resource: "deployments", Scope: apidiscoveryv2.ScopeNamespace, ResponseKind: kindOf("apps", "v1", "Deployment"), Verbs: []string{"get"}}}}},
 	}
@@ -53,7 +60,8 @@ var (
 			{Version: "v1", Resources: []apidiscoveryv2.APIResourceDiscovery{deviceClasses("v1"), claimsNew, slices1}},
 			{Version: "v1beta2", Resources: []apidiscoveryv2.APIResourceDiscovery{deviceClasses("v1beta2")}},
 		},
-		"apps": oldGroups["apps"],
+		"apps":            oldGroups["apps"],
+		"new.example.com": widgets("new.example.com"),
 	}
 )
 
@@ -217,10 +225,17 @@ func TestMergePreferredVersion(t *testing.T) {
 func TestMergeStale(t *testing.T) {
 	current := apidiscoveryv2.APIVersionDiscovery{Version: "v1", Freshness: apidiscoveryv2.DiscoveryFreshnessCurrent, Resources: []apidiscoveryv2.APIResourceDiscovery{
 		{Resource: "metrics", Scope: apidiscoveryv2.ScopeCluster, ResponseKind: kindOf("metrics.k8s.io", "v1", "Metric"), Verbs: []string{"get"}}}}
-	stale := apidiscoveryv2.APIVersionDiscovery{Version: "v1", Freshness: apidiscoveryv2.DiscoveryFreshnessStale}
-	m := mergeOf(t,
-		newFakeAPIServer("a", map[string][]apidiscoveryv2.APIVersionDiscovery{"metrics.k8s.io": {current}, "gone.io": {stale}}),
-		newFakeAPIServer("b", map[string][]apidiscoveryv2.APIVersionDiscovery{"metrics.k8s.io": {stale}, "gone.io": {stale}}))
+	stale := apidiscoveryv2.APIVersionDiscovery{Version: "v1", Freshness: apidiscoveryv2.DiscoveryFreshnessStale, Resources: []apidiscoveryv2.APIResourceDiscovery{
+		{Resource: "oldmetrics", Scope: apidiscoveryv2.ScopeCluster, ResponseKind: kindOf("metrics.k8s.io", "v1", "Metric"), Verbs: []string{"get"}}}}
+	a := newFakeAPIServer("a", map[string][]apidiscoveryv2.APIVersionDiscovery{"metrics.k8s.io": {current}, "gone.io": {stale}})
+	b := newFakeAPIServer("b", map[string][]apidiscoveryv2.APIVersionDiscovery{"metrics.k8s.io": {stale}, "gone.io": {stale}})
+	for _, order := range [][]http.Handler{{a, b}, {b, a}} {
+		checkStale(t, mergeOf(t, order...))
+	}
+}
+
+func checkStale(t *testing.T, m *merged) {
+	t.Helper()
 	l := decodeList(t, m.groups.body)
 	for _, g := range l.Items {
 		want := map[string]apidiscoveryv2.DiscoveryFreshness{"metrics.k8s.io": apidiscoveryv2.DiscoveryFreshnessCurrent, "gone.io": apidiscoveryv2.DiscoveryFreshnessStale}[g.Name]
@@ -228,8 +243,8 @@ func TestMergeStale(t *testing.T) {
 			t.Errorf("%s freshness %q, want %q", g.Name, got, want)
 		}
 	}
-	if findResource(l, "metrics.k8s.io", "v1", "metrics") == nil {
-		t.Error("the current copy's resources are missing")
+	if findResource(l, "metrics.k8s.io", "v1", "metrics") == nil || findResource(l, "metrics.k8s.io", "v1", "oldmetrics") != nil {
+		t.Errorf("want the current copy's resources, not the stale one's: %s", m.groups.body)
 	}
 	if _, ok := m.resources["/apis/gone.io/v1"]; ok {
 		t.Error("a version Stale everywhere has a legacy APIResourceList")
@@ -383,6 +398,7 @@ func TestAnswer(t *testing.T) {
 			old.groups.AddGroupVersion(g, v)
 		}
 	}
+	old.groups.RemoveGroup("old.example.com")
 	d.Refresh("a:1")
 	waitFor(t, sink.ch, func() bool { return ask("/apis", clientGo, "") == nil })
 }
