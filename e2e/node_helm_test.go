@@ -44,7 +44,7 @@ sidecar:
 // --create-namespace and labelled by the chart, its injector Available
 // with the serving certificate from a Secret, a labelled pod in the one
 // namespace it serves injected by it, and helm uninstall removing its
-// webhook configuration.
+// webhook configuration and its namespace.
 func TestNodeHelmInstall(t *testing.T) {
 	e := realNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -133,12 +133,17 @@ func TestNodeHelmInstall(t *testing.T) {
 		t.Errorf("sidecar image %s, want %s", sc.Image, harness.FanoutImage)
 	}
 
-	if out, err := run("uninstall", release, "--namespace", ns, "--wait"); err != nil {
+	// No --wait: it would wait for the chart's Namespace to go, which
+	// takes the release's own record with it before helm deletes that.
+	if out, err := run("uninstall", release, "--namespace", ns); err != nil {
 		t.Fatal(err)
 	} else {
 		t.Logf("helm uninstall:\n%s", out)
 	}
 	if _, err := e.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("webhook configuration %s after helm uninstall: %v, want NotFound", name, err)
+	}
+	if n, err := e.admin.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err == nil && n.DeletionTimestamp == nil {
+		t.Errorf("namespace %s not being deleted after helm uninstall", ns)
 	}
 }
