@@ -18,9 +18,7 @@ const HelmVersion = "v4.3.2"
 // Helm returns the path of helm HelmVersion in the harness's cache
 // (${XDG_CACHE_HOME:-$HOME/.cache}/fanout-e2e/helm-<version>/helm), built
 // with `go install helm.sh/helm/v4/cmd/helm@<version>` when missing, with
-// progress on progress (nil means os.Stderr). Like Binaries it builds into
-// a temporary directory, renames into place, and holds a lock file while it
-// builds.
+// progress on progress (nil means os.Stderr), as cachedBuild does.
 func Helm(ctx context.Context, progress io.Writer) (string, error) {
 	if progress == nil {
 		progress = os.Stderr
@@ -29,36 +27,13 @@ func Helm(ctx context.Context, progress io.Writer) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, "helm")
-	if len(missing(dir, []string{"helm"})) == 0 {
-		return path, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, "another process is building helm; waiting for it")
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if len(missing(dir, []string{"helm"})) == 0 {
-		return path, nil
-	}
-	tmp, err := os.MkdirTemp(dir, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	fmt.Fprintf(progress, "harness: building helm %s into %s with go install\n", HelmVersion, dir)
-	// Run outside any module: go install pkg@version ignores the current
-	// one anyway, and a temporary directory has none.
-	if err := runWithProgressEnv(ctx, tmp, []string{"install", "helm.sh/helm/v4/cmd/helm@" + HelmVersion}, []string{"GOBIN=" + tmp}, progress, "building helm "+HelmVersion); err != nil {
-		return "", err
-	}
-	if err := os.Rename(filepath.Join(tmp, "helm"), path); err != nil {
-		return "", fmt.Errorf("moving the freshly built helm into the cache: %w", err)
-	}
-	return path, nil
+	return cachedBuild(ctx, dir, "helm", progress, "another process is building helm; waiting for it", func(out string) error {
+		fmt.Fprintf(progress, "harness: building helm %s into %s with go install\n", HelmVersion, dir)
+		// Run outside any module: go install pkg@version ignores the
+		// current one anyway, and a temporary directory has none.
+		tmp := filepath.Dir(out)
+		return runWithProgressEnv(ctx, tmp, []string{"install", "helm.sh/helm/v4/cmd/helm@" + HelmVersion}, []string{"GOBIN=" + tmp}, progress, "building helm "+HelmVersion)
+	})
 }
 
 // HelmCommand is helm with args, its state (repositories, cache, plugins)
