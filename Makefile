@@ -84,9 +84,11 @@ unit:
 ## runs (harness.Binaries: kube-apiserver, kube-controller-manager,
 ## kube-scheduler, kubectl, kubelet and kube-proxy), printing progress as it
 ## goes; the first build takes about 11 to 12 minutes on a quiet two-core
-## machine (docs/measured.md).
+## machine (docs/measured.md). Then helm for the chart tests
+## (harness.Helm: go install helm.sh/helm/v4/cmd/helm@HelmVersion into the
+## same cache; docs/development.md).
 e2e-binaries:
-	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries"
+	@echo "e2e-binaries: compiling the harness, then building or finding the Kubernetes binaries and helm"
 	cd e2e && $(GO) run ./cmd/kubebins
 
 ## conformance: upstream's API-only [Conformance] specs (e2e.test of the

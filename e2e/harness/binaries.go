@@ -340,6 +340,42 @@ func lockFile(ctx context.Context, path string, progress io.Writer, waitMsg stri
 	}
 }
 
+// cachedBuild returns dir/name, building it first when it is missing:
+// under the lock file dir/.build.lock (looking again once it holds it, as
+// whoever held it may have built it), build writes the file to out, in a
+// temporary directory of dir, and it is renamed into place, so an
+// interrupted build never leaves half a file.
+func cachedBuild(ctx context.Context, dir, name string, progress io.Writer, waitMsg string, build func(out string) error) (string, error) {
+	path := filepath.Join(dir, name)
+	if len(missing(dir, []string{name})) == 0 {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, waitMsg)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if len(missing(dir, []string{name})) == 0 {
+		return path, nil
+	}
+	tmp, err := os.MkdirTemp(dir, ".build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, name)
+	if err := build(out); err != nil {
+		return "", err
+	}
+	if err := os.Rename(out, path); err != nil {
+		return "", fmt.Errorf("moving the freshly built %s into the cache: %w", name, err)
+	}
+	return path, nil
+}
+
 // fanoutBuild makes one build of cmd/fanout per test binary: it is quick, and
 // rebuilding on every run means a test never runs a stale sidecar.
 var fanoutBuild struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -33,39 +32,14 @@ func ConformanceBinary(ctx context.Context, progress io.Writer) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "e2e.test")
-	if len(missing(dir, []string{"e2e.test"})) == 0 {
-		return path, nil
-	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, "another process is building Kubernetes binaries; waiting for it")
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if len(missing(dir, []string{"e2e.test"})) == 0 {
-		return path, nil
-	}
 	modDir, err := ModuleDir()
 	if err != nil {
 		return "", err
 	}
-	tmp, err := os.MkdirTemp(dir, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	fmt.Fprintf(progress, "harness: building upstream's conformance suite %s (e2e.test) into %s\n", conformancePackage, dir)
-	out := filepath.Join(tmp, "e2e.test")
-	if err := runWithProgressEnv(ctx, modDir, []string{"test", "-c", "-vet=off", "-o", out, conformancePackage}, []string{"CGO_ENABLED=0"}, progress, "building e2e.test"); err != nil {
-		return "", err
-	}
-	if err := os.Rename(out, path); err != nil {
-		return "", fmt.Errorf("moving the freshly built e2e.test into the cache: %w", err)
-	}
-	return path, nil
+	return cachedBuild(ctx, dir, "e2e.test", progress, "another process is building Kubernetes binaries; waiting for it", func(out string) error {
+		fmt.Fprintf(progress, "harness: building upstream's conformance suite %s (e2e.test) into %s\n", conformancePackage, dir)
+		return runWithProgressEnv(ctx, modDir, []string{"test", "-c", "-vet=off", "-o", out, conformancePackage}, []string{"CGO_ENABLED=0"}, progress, "building e2e.test")
+	})
 }
 
 // SpecResult is one spec of a JUnit report written by e2e.test

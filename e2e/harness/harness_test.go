@@ -338,3 +338,48 @@ func TestIsHealthProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestCachedBuild: a missing file is built once and renamed into place; a
+// cached one is returned without building; a failed build leaves nothing
+// behind, so the next call builds again.
+func TestCachedBuild(t *testing.T) {
+	ctx := t.Context()
+	dir := filepath.Join(t.TempDir(), "cache")
+	builds := 0
+	build := func(out string) error {
+		builds++
+		return os.WriteFile(out, []byte("#!/bin/sh\n"), 0o755)
+	}
+	for range 2 {
+		p, err := cachedBuild(ctx, dir, "tool", io.Discard, "waiting", build)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p != filepath.Join(dir, "tool") {
+			t.Errorf("path %s", p)
+		}
+	}
+	if builds != 1 {
+		t.Errorf("%d builds for two calls, want 1", builds)
+	}
+	failing := func(out string) error {
+		if err := os.WriteFile(out, []byte("half"), 0o755); err != nil {
+			return err
+		}
+		return fmt.Errorf("build failed")
+	}
+	if _, err := cachedBuild(ctx, dir, "other", io.Discard, "waiting", failing); err == nil {
+		t.Fatal("a failed build returned no error")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, ",") != ".build.lock,tool" {
+		t.Errorf("cache holds %v after a failed build, want only the lock file and tool", names)
+	}
+}

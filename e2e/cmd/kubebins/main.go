@@ -1,5 +1,6 @@
 // Command kubebins builds the Kubernetes binaries the e2e harness runs (at
-// the version the e2e module requires), and with -conformance upstream's
+// the version the e2e module requires) and, without -conformance, the
+// chart tests' helm (harness.Helm); with -conformance upstream's
 // conformance suite e2e.test that TestConformanceThroughFanout runs, into
 // the harness's cache, or finds them there, and prints where they are.
 // `make e2e`, `make demo` and `make conformance` run it first: go test
@@ -23,8 +24,8 @@ import (
 func main() {
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./cmd/kubebins [-conformance] (from the e2e module)\n\n"+
-			"Builds the Kubernetes binaries the e2e harness needs (and with\n"+
-			"-conformance upstream's conformance suite e2e.test) into\n"+
+			"Builds the Kubernetes binaries and helm the e2e harness needs (with\n"+
+			"-conformance upstream's conformance suite e2e.test instead of helm) into\n"+
 			"${XDG_CACHE_HOME:-~/.cache}/fanout-e2e/<version>/ unless they are there,\n"+
 			"printing progress, and prints the directory.\n\n")
 		flag.PrintDefaults()
@@ -39,6 +40,14 @@ func main() {
 		os.Exit(1)
 	}
 	if !*conformance {
+		// The chart tests' helm (make e2e), with its progress here for
+		// the same reason.
+		helm, err := harness.Helm(ctx, os.Stdout)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kubebins: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Printf("kubebins: helm %s at %s\n", harness.HelmVersion, helm)
 		fmt.Printf("kubebins: Kubernetes %s binaries in %s\n", bins.Version, bins.Dir)
 		return
 	}
