@@ -30,5 +30,7 @@ RUN LDFLAGS="-s -w -X github.com/fanout-dev/fanout/internal/version.version=$VER
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/fanout /out/fanout-injector /
+# So that `kubectl exec POD -c fanout -- fanout status` finds it.
+ENV PATH=/:/usr/local/bin:/usr/bin:/bin
 USER 65532:65532
 ENTRYPOINT ["/fanout"]

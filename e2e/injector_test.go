@@ -494,7 +494,8 @@ func scrape(t *testing.T, url string) string {
 
 // TestManifestsDryRun: `kubectl apply --dry-run=server -k` of manifests/
 // and of the injector base succeeds against the real apiservers and
-// installs no example client, and the examples apply on their own. The
+// installs no example client, the examples apply on their own, and so does
+// an overlay with the networkpolicy component. The
 // fanout-system namespace is created for real first: a server-side dry run
 // of a namespaced object needs its namespace to exist, and the Namespace in
 // the same apply is not persisted.
@@ -515,11 +516,14 @@ func TestManifestsDryRun(t *testing.T) {
 		_ = admin.CoreV1().Namespaces().Delete(context.Background(), "fanout-system", metav1.DeleteOptions{})
 	})
 	dir := t.TempDir()
-	for _, k := range []string{manifests, filepath.Join(manifests, "injector")} {
+	dryRun := func(k string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, cp.Bins.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "--cache-dir", filepath.Join(dir, "cache"),
 			"apply", "--dry-run=server", "-k", k)
 		cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
-		out, err := cmd.CombinedOutput()
+		return cmd.CombinedOutput()
+	}
+	for _, k := range []string{manifests, filepath.Join(manifests, "injector")} {
+		out, err := dryRun(k)
 		if err != nil {
 			t.Fatalf("kubectl apply --dry-run=server -k %s: %v\n%s", k, err, out)
 		}
@@ -533,12 +537,32 @@ func TestManifestsDryRun(t *testing.T) {
 		}
 		t.Logf("kubectl apply --dry-run=server -k %s:\n%s", k, out)
 	}
+	// The opt-in NetworkPolicy component, in an overlay as
+	// docs/injector.md tells operators to add it. The harness's bridge CNI
+	// enforces no NetworkPolicy, so a dry run is what can be checked
+	// (docs/security.md).
+	overlay := filepath.Join(dir, "networkpolicy-overlay")
+	if err := os.MkdirAll(overlay, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	injector, err := filepath.Rel(overlay, filepath.Join(manifests, "injector"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kust := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%[1]s]\ncomponents: [%[1]s/networkpolicy]\n", injector)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := dryRun(overlay)
+	if err != nil {
+		t.Fatalf("kubectl apply --dry-run=server -k (manifests/injector with the networkpolicy component): %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "networkpolicy.networking.k8s.io/fanout-injector") {
+		t.Errorf("the networkpolicy component's overlay applies no NetworkPolicy fanout-injector:\n%s", out)
+	}
 	// The examples apply apart from it.
 	for _, k := range []string{filepath.Join(manifests, "examples", "sidecar"), filepath.Join(manifests, "examples", "injected")} {
-		cmd := exec.CommandContext(ctx, cp.Bins.Kubectl, "--kubeconfig", cp.AdminKubeconfig, "--cache-dir", filepath.Join(dir, "cache"),
-			"apply", "--dry-run=server", "-k", k)
-		cmd.Env = []string{"HOME=" + dir, "PATH=" + os.Getenv("PATH")}
-		out, err := cmd.CombinedOutput()
+		out, err := dryRun(k)
 		if err != nil {
 			t.Fatalf("kubectl apply --dry-run=server -k %s: %v\n%s", k, err, out)
 		}

@@ -60,7 +60,7 @@ func main() {
 		var o buildOptions
 		fs.StringVar(&o.user, "user", user, "the image's user (uid:gid)")
 		fs.StringVar(&o.entrypoint, "entrypoint", entrypoint, "the image's entrypoint (one path)")
-		fs.StringVar(&o.dir, "dir", "/", "the directory the binaries go to; other than /, it is put first in PATH")
+		fs.StringVar(&o.dir, "dir", "/", "the directory the binaries go to; it is put first in PATH")
 		fs.Parse(os.Args[2:])
 		err = build(*out, *tag, *arch, o, fs.Args())
 	case "check":
@@ -154,9 +154,10 @@ func build(out, tag, arch string, o buildOptions, binaries []string) error {
 	cf.Created = v1.Time{Time: epoch}
 	cf.Config.User = o.user
 	cf.Config.Entrypoint = []string{o.entrypoint}
-	if dir != "" {
-		cf.Config.Env = []string{"PATH=/" + dir + ":/usr/local/bin:/usr/bin:/bin"}
-	}
+	// The binaries' directory first, / too: `kubectl exec POD -c fanout --
+	// fanout status` finds fanout only through PATH, and a runtime's
+	// default PATH does not hold /.
+	cf.Config.Env = []string{"PATH=" + path.Join("/", dir) + ":/usr/local/bin:/usr/bin:/bin"}
 	cf.Config.WorkingDir = "/"
 	cf.Config.Labels = map[string]string{"org.opencontainers.image.source": "https://github.com/fanout-dev/fanout"}
 	img, err = mutate.ConfigFile(img, cf)
@@ -303,6 +304,9 @@ func check(archive string, want []string) error {
 		return fmt.Errorf("layer holds %v, want exactly %v", names, sortedWant)
 	}
 	for _, name := range want {
+		if !onPath(root, cf.Config.Env, name) {
+			return fmt.Errorf("/%s is not on the image's PATH (env %q): kubectl exec POD -c fanout -- %s would not find it", name, cf.Config.Env, name)
+		}
 		bin := filepath.Join(root, name)
 		if err := staticExecutable(bin, cf.Architecture); err != nil {
 			return fmt.Errorf("/%s: %w", name, err)
@@ -315,6 +319,23 @@ func check(archive string, want []string) error {
 	d, _ := img.Digest()
 	fmt.Printf("%s: ok: %s, user %s, entrypoint %v, binaries %v static and answering --help\n", archive, d, cf.Config.User, cf.Config.Entrypoint, want)
 	return nil
+}
+
+// onPath reports whether a directory of the PATH in env holds name under
+// root, as a runtime looks a command up.
+func onPath(root string, env []string, name string) bool {
+	for _, e := range env {
+		p, ok := strings.CutPrefix(e, "PATH=")
+		if !ok {
+			continue
+		}
+		for _, d := range filepath.SplitList(p) {
+			if fi, err := os.Stat(filepath.Join(root, d, name)); err == nil && fi.Mode().IsRegular() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // staticExecutable checks that path is an ELF executable for arch with no
