@@ -18,7 +18,7 @@ import (
 // A connection reads a header through its headerReader. The first
 // headerFree bytes come with the connection (its read buffer holds as
 // much, and the connection limit counts them); past them it takes budget
-// before each read from the socket, for as much as that read may return.
+// for what each read from the socket returned.
 // A header that finds the budget spent gets 431 and the connection is
 // closed. What it took is given back when its request ends (the handler
 // returned) or its connection closes, never earlier: the parsed header
@@ -80,14 +80,21 @@ func (h *headerReader) Read(p []byte) (int, error) {
 	if h.n <= 0 {
 		return 0, io.EOF
 	}
+	if h.spent {
+		return 0, errHeaderBudget // refused once, counted once
+	}
 	if int64(len(p)) > h.n {
 		p = p[:h.n]
 	}
+	n, err := h.r.Read(p)
+	h.n -= int64(n)
+	h.read += int64(n)
+	// Taken after the read, for what arrived: until the parser takes
+	// them, the bytes are in the connection's read buffer, which the
+	// connection limit counts; a header that does not fit is refused
+	// before they are parsed.
 	if h.counting && h.budget != nil {
-		if h.spent {
-			return 0, errHeaderBudget // refused once, counted once
-		}
-		if need := h.read + int64(len(p)) - headerFree - h.held; need > 0 {
+		if need := h.read - headerFree - h.held; need > 0 {
 			if !h.budget.Take(need) {
 				h.spent = true
 				return 0, errHeaderBudget
@@ -95,9 +102,6 @@ func (h *headerReader) Read(p []byte) (int, error) {
 			h.held += need
 		}
 	}
-	n, err := h.r.Read(p)
-	h.n -= int64(n)
-	h.read += int64(n)
 	return n, err
 }
 
