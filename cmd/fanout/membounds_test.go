@@ -59,6 +59,9 @@ func writeBigHeader(c net.Conn, size int) error {
 func pushHeaders(t *testing.T, f *footprintFanout, addr string, conns *[]net.Conn) {
 	t.Helper()
 	refusedBefore := metricValue(t, f.admin, "fanout_header_budget_exhausted_total")
+	connsBefore := metricValue(t, f.admin, "fanout_downstream_connections")
+	t.Logf("header budget in use before the push: %.1f MiB (h2c connections, --max-header-bytes each, and the headers of the requests on them)",
+		metricValue(t, f.admin, "fanout_header_budget_used_bytes")/(1<<20))
 	var writes sync.WaitGroup
 	start := len(*conns)
 	for range bigHeaders {
@@ -73,22 +76,13 @@ func pushHeaders(t *testing.T, f *footprintFanout, addr string, conns *[]net.Con
 		writes.Go(func() { _ = writeBigHeader(c, bigHeader) })
 	}
 	writes.Wait()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		var queued int64
-		for _, c := range (*conns)[start:] {
-			queued += tcpQueued(t, c)
-		}
-		if queued == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes of the headers still in the kernel's queues after 30s", queued)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRead(t, (*conns)[start:], 30*time.Second)
+	refused := metricValue(t, f.admin, "fanout_header_budget_exhausted_total") - refusedBefore
+	// A connection refused lingers half a second before fanout closes it
+	// (h1server's closeWriteAndWait): the next push counts the open ones.
+	waitConnections(t, f, connsBefore+bigHeaders-refused)
 	limit := metricValue(t, f.admin, "fanout_header_budget_limit_bytes")
 	used := metricValue(t, f.admin, "fanout_header_budget_used_bytes")
-	refused := metricValue(t, f.admin, "fanout_header_budget_exhausted_total") - refusedBefore
 	t.Logf("header push: %v of %d connections refused with 431; header budget in use %.1f of %.1f MiB", refused, bigHeaders, used/(1<<20), limit/(1<<20))
 	if limit != autoHeaders {
 		t.Errorf("fanout_header_budget_limit_bytes = %v, want %d (auto under a %d-byte Go memory limit)", limit, autoHeaders, goLimit)
@@ -313,14 +307,7 @@ func TestSumOfMemoryBounds(t *testing.T) {
 		}
 	}
 	// The last one is accepted when fanout counts them all.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if n := metricValue(t, f.admin, "fanout_downstream_connections"); n == autoConnections {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("fanout_downstream_connections = %v, want %d", n, autoConnections)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitConnections(t, f, autoConnections)
 	before := lastStats
 	term(fmt.Sprintf("%d connections with a header begun (to --max-connections auto, %d)", len(idle), autoConnections))
 	perConn := float64(lastStats.heapAlloc+lastStats.stackInuse-before.heapAlloc-before.stackInuse) / float64(len(idle))
@@ -394,19 +381,7 @@ func TestHeaderInProgressCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		var queued int64
-		for _, c := range cs {
-			queued += tcpQueued(t, c)
-		}
-		if queued == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still in the kernel's queues after 5s: fanout is not reading the headers", queued)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRead(t, cs, 5*time.Second)
 	after := f.stats(t)
 	per := float64(after.heapAlloc+after.stackInuse-before.heapAlloc-before.stackInuse) / conns
 	rss, _ := procMemory(t, f.pid)
@@ -414,6 +389,40 @@ func TestHeaderInProgressCost(t *testing.T) {
 		conns, sent>>10, per/1024, float64(rss)/(1<<20))
 	if per > 2*sent {
 		t.Errorf("a header of %d KiB being read holds %.1f KiB, over twice its size", sent>>10, per/1024)
+	}
+}
+
+// waitRead waits until the kernel holds nothing sent on conns (tcpQueued):
+// fanout read all of it, or closed the connection.
+func waitRead(t *testing.T, conns []net.Conn, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; {
+		var queued int64
+		for _, c := range conns {
+			queued += tcpQueued(t, c)
+		}
+		if queued == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still in the kernel's queues after %v: fanout is not reading the headers", queued, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitConnections waits until fanout counts want client connections open.
+func waitConnections(t *testing.T, f *footprintFanout, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		n := metricValue(t, f.admin, "fanout_downstream_connections")
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fanout_downstream_connections = %v, want %v", n, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
