@@ -197,7 +197,9 @@ func TestSumOfMemoryBounds(t *testing.T) {
 		}
 		fmt.Fprintln(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}`)
 	}), testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: 1000}))
-	f := startFootprintFanout(t, bin, ca, upstream.URL, "--memory-limit", strconv.Itoa(goLimit))
+	// Headers begun are held to the end, as every other push: a hostile
+	// client reconnects each --read-header-timeout (10 s) anyway.
+	f := startFootprintFanout(t, bin, ca, upstream.URL, "--memory-limit", strconv.Itoa(goLimit), "--read-header-timeout", "5m")
 	defer close(release)
 
 	if got := metricValue(t, f.admin, "fanout_replay_budget_limit_bytes"); got != autoReplay {
@@ -290,8 +292,12 @@ func TestSumOfMemoryBounds(t *testing.T) {
 			c.Close()
 		}
 	}()
+	beforeHeaders := lastStats
 	pushHeaders(t, f, addr, &bigs)
 	term(fmt.Sprintf("%d connections sending a %d KiB header and stalling (header budget %.1f MiB)", bigHeaders, bigHeader>>10, float64(autoHeaders)/(1<<20)))
+	if grew := int64(lastStats.heapAlloc) - int64(beforeHeaders.heapAlloc); grew > autoHeaders*11/10 {
+		t.Errorf("the header push grew the heap by %.1f MiB, over the %.1f MiB header budget (and a tenth)", float64(grew)/(1<<20), float64(autoHeaders)/(1<<20))
+	}
 
 	open := int(metricValue(t, f.admin, "fanout_downstream_connections"))
 	for range autoConnections - open {
