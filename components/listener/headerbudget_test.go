@@ -2,6 +2,7 @@ package listener
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -75,4 +76,31 @@ func TestHeaderBudgetOverH2C(t *testing.T) {
 	testkit.WaitFor(t, "the request's header budget to come back", func() bool { return used() == maxBytes })
 	tr.CloseIdleConnections()
 	testkit.WaitFor(t, "the connection's header budget to come back", func() bool { return used() == 0 })
+}
+
+// TestAutoHeaderBudget: auto is a sixteenth of the Go memory limit within
+// its bounds, never less than one header of the largest size, and an
+// explicit budget smaller than that is refused.
+func TestAutoHeaderBudget(t *testing.T) {
+	for _, tc := range []struct {
+		limit    int64
+		maxBytes int
+		want     int64
+	}{
+		{241591910, DefaultMaxHeaderBytes, 241591910 / 16}, // under the injected 256Mi
+		{math.MaxInt64, DefaultMaxHeaderBytes, DefaultHeaderBudget},
+		{16 << 20, DefaultMaxHeaderBytes, MinAutoHeaderBudget},
+		{64 << 30, DefaultMaxHeaderBytes, DefaultHeaderBudget},
+		{241591910, 32 << 20, 32 << 20},
+	} {
+		if got := AutoHeaderBudget(tc.limit, tc.maxBytes); got != tc.want {
+			t.Errorf("AutoHeaderBudget(%d, %d) = %d, want %d", tc.limit, tc.maxBytes, got, tc.want)
+		}
+	}
+	if err := (Config{HeaderBudget: 512 << 10}).Validate(); err == nil || !strings.Contains(err.Error(), "--header-budget") {
+		t.Errorf("a header budget under --max-header-bytes: %v, want an error naming --header-budget", err)
+	}
+	if err := (Config{HeaderBudget: 512 << 10, MaxHeaderBytes: 64 << 10}).Validate(); err != nil {
+		t.Errorf("a header budget over --max-header-bytes: %v", err)
+	}
 }
