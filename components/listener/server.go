@@ -220,14 +220,17 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.served = make(chan struct{})
 	if s.cfg.TLS == nil {
-		s.h1 = h1server.New(h1server.Config{
+		cfg := h1server.Config{
 			Handler:           s.srv.Handler,
 			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 			IdleTimeout:       s.cfg.IdleTimeout,
 			MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
-			HeaderBudget:      s.headers,
 			ErrorLog:          s.srv.ErrorLog,
-		})
+		}
+		if s.headers != nil {
+			cfg.HeaderBudget = s.headers
+		}
+		s.h1 = h1server.New(cfg)
 	}
 	go func() {
 		defer close(s.served)

@@ -6,8 +6,6 @@ import (
 	"math"
 	"net"
 	"sync/atomic"
-
-	"github.com/fanout-dev/fanout/internal/budget"
 )
 
 // The header budget (Config.HeaderBudget) bounds the request header bytes
@@ -29,6 +27,15 @@ import (
 // much. The headers of its requests, once parsed, are the handler's to
 // count (the listener does).
 
+// Budget is a byte budget shared by all connections (fanout's
+// internal/budget.Bytes is one). Take reserves n bytes and reports whether
+// they fitted, reserving nothing when they did not; Give returns n bytes
+// taken. Both are called from many connections at once.
+type Budget interface {
+	Take(n int64) bool
+	Give(n int64)
+}
+
 // headerFree is how much of each header a connection reads without
 // taking budget: its read buffer's size.
 const headerFree = 4 << 10
@@ -42,7 +49,7 @@ var errHeaderBudget = errors.New("http: request header budget spent")
 // reads through.
 type headerReader struct {
 	r      io.Reader
-	budget *budget.Bytes // nil: no budget
+	budget Budget // nil: no budget
 	// n is what the header may still read, math.MaxInt64 outside one.
 	n int64
 	// counting says a header is being read; read is what it read from
@@ -109,7 +116,7 @@ func (h *headerReader) Read(p []byte) (int, error) {
 // MaxHeaderBytes of the header budget, given back once when it closes.
 type h2cConn struct {
 	*prefaceConn
-	budget *budget.Bytes
+	budget Budget
 	held   atomic.Int64
 }
 

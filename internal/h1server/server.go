@@ -20,7 +20,6 @@ import (
 	"time"
 	_ "unsafe" // go:linkname readRequest
 
-	"github.com/fanout-dev/fanout/internal/budget"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -42,7 +41,7 @@ type Config struct {
 	// HeaderBudget, when set, bounds the request header bytes all
 	// connections hold together (headerbudget.go): a header that finds
 	// it spent gets 431. nil: none.
-	HeaderBudget *budget.Bytes
+	HeaderBudget Budget
 	// ErrorLog takes the lines net/http's server would log (accept
 	// errors, panics, misuse of the ResponseWriter); nil discards them.
 	ErrorLog *log.Logger
@@ -61,7 +60,7 @@ type Server struct {
 	readHeaderTimeout time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int
-	headerBudget      *budget.Bytes
+	headerBudget      Budget
 
 	// baseCtx is every request's context's parent. It carries
 	// http.ServerContextKey, as net/http's does: httputil.ReverseProxy
