@@ -22,13 +22,42 @@ COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
 VERSION_PKG := github.com/fanout-dev/fanout/internal/version
 LDFLAGS     := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
 
-.PHONY: all build test unit e2e e2e-binaries conformance soak lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
+.PHONY: all build release release-check release-binaries test unit e2e e2e-binaries conformance soak lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
 
 all: build
 
 build:
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout ./cmd/fanout
 	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/fanout-injector ./cmd/fanout-injector
+	$(GO) build -ldflags='$(LDFLAGS)' -o $(BIN)/kubectl-fanout ./cmd/kubectl-fanout
+
+## release VERSION=vX.Y.Z: hack/release-check.sh first (semantic version,
+## CHANGELOG.md's newest section, the manifests' image tag, and the git tag
+## VERSION at HEAD in a clean tree unless RELEASE_CHECK_TAG=0), then
+## $(RELEASE_DIR): static fanout and fanout-injector for linux and each of
+## RELEASE_ARCHES, the image tarball ghcr.io/fanout-dev/fanout:VERSION for
+## IMAGE_ARCH (RELEASE_IMAGE=0 skips it) and SHA256SUMS, all stamped with
+## VERSION. See docs/releasing.md.
+RELEASE_ARCHES ?= amd64 arm64
+RELEASE_IMAGE ?= 1
+RELEASE_CHECK_TAG ?= 1
+RELEASE_DIR = $(BIN)/release/$(VERSION)
+release: release-check release-binaries
+ifneq ($(RELEASE_IMAGE),0)
+	$(MAKE) image VERSION=$(VERSION) COMMIT=$(COMMIT) BIN=$(RELEASE_DIR)/build IMAGE_REF=ghcr.io/fanout-dev/fanout:$(VERSION) IMAGE_TAR=$(abspath $(RELEASE_DIR))/fanout-image-linux-$(IMAGE_ARCH).tar
+	rm -rf $(RELEASE_DIR)/build
+endif
+	cd $(RELEASE_DIR) && sha256sum fanout-* > SHA256SUMS
+	@echo "release: $(VERSION) in $(RELEASE_DIR)"
+
+release-check:
+	RELEASE_CHECK_TAG=$(RELEASE_CHECK_TAG) ./hack/release-check.sh '$(VERSION)'
+
+release-binaries: release-check
+	@set -e; for arch in $(RELEASE_ARCHES); do for cmd in fanout fanout-injector; do \
+	  echo "release: $(RELEASE_DIR)/$$cmd-linux-$$arch"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags='-s -w $(LDFLAGS)' -o $(RELEASE_DIR)/$$cmd-linux-$$arch ./cmd/$$cmd; \
+	done; done
 
 ## image: builds $(IMAGE_TAR), an OCI image layout tarball holding static
 ## /fanout and /fanout-injector (user 65532, entrypoint /fanout), offline

@@ -66,7 +66,7 @@ func TestMonitoringManifestsDryRun(t *testing.T) {
 	})
 	got := kubectl("apply", "--dry-run=server", "-n", "default", "-k", filepath.Join(filepath.Dir(root), "manifests", "monitoring"))
 	t.Logf("kubectl apply --dry-run=server -k manifests/monitoring:\n%s", got)
-	for _, want := range []string{"podmonitor.monitoring.coreos.com/fanout-sidecars", "prometheusrule.monitoring.coreos.com/fanout", "configmap/fanout-grafana-dashboard"} {
+	for _, want := range []string{"podmonitor.monitoring.coreos.com/fanout-sidecars", "podmonitor.monitoring.coreos.com/fanout-injector", "prometheusrule.monitoring.coreos.com/fanout", "configmap/fanout-grafana-dashboard"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %s", want)
 		}

@@ -180,7 +180,11 @@ func statusEvent(code int, reason, msg string) []byte {
 	return append(b, '\n')
 }
 
+// event is a watch event as kube-apiserver encodes it: the object
+// carries its kind and apiVersion, which client-go's decoder requires.
 func event(typ string, o *discoveryv1.EndpointSlice) []byte {
+	o = o.DeepCopy()
+	o.TypeMeta = metav1.TypeMeta{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1"}
 	b, _ := json.Marshal(map[string]any{"type": typ, "object": o})
 	return append(b, '\n')
 }

@@ -43,7 +43,7 @@ func main() {
 	err := fs.Parse(os.Args[1:])
 	switch {
 	case errors.Is(err, pflag.ErrHelp):
-		fmt.Fprintf(os.Stdout, "Usage: fanout-injector (--pki=self | --tls-cert-file F --tls-private-key-file F) --sidecar-image IMAGE [flags]\n"+
+		fmt.Fprintf(os.Stdout, "Usage: fanout-injector (--pki=self | --tls-cert-file F --tls-private-key-file F) [--sidecar-image IMAGE] [flags]\n"+
 			"       fanout-injector --version\n\n"+
 			"A mutating admission webhook (POST /mutate, /mutate/namespace, /mutate/hosted) for Pods. A pod labelled fanout.dev/inject=\"true\" gets\n"+
 			"fanout as a native sidecar, and its client container's kubeconfig flags or KUBECONFIG point at\n"+
@@ -94,12 +94,11 @@ func app(o *options, log *slog.Logger) fx.Option {
 		fx.StopTimeout(15*time.Second),
 		fx.Supply(
 			log,
-			o.sidecar,
 			o,
 			o.limits,
 		),
 		metrics.Module,
-		fx.Provide(servingCertificate, serverConfig),
+		fx.Provide(sidecarConfig, servingCertificate, serverConfig),
 		webhook.Module,
 		fx.Invoke(func(lc fx.Lifecycle, g prometheus.Gatherer) {
 			if o.metricsAddress == "" {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -37,6 +38,10 @@ type options struct {
 	verbosity      int
 	hostedLabels   map[string]string
 	sidecar        webhook.Config
+	// ownPod names the injector's container, whose image the sidecar
+	// gets when --sidecar-image is empty (sidecarConfig).
+	ownPod ownPod
+	getenv func(string) string
 }
 
 func newOptions() *options {
@@ -56,6 +61,7 @@ func newOptions() *options {
 		maxConnections: webhook.DefaultMaxConnections,
 		limits:         webhook.DefaultLimits(),
 		sidecar:        webhook.DefaultConfig(),
+		getenv:         os.Getenv,
 	}
 }
 
@@ -79,7 +85,10 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		"Admission reviews read and decided at once; each holds at most a few MiB. A review beyond it waits up to 1s (a third of the webhook's timeout, if less), then gets 429 with Retry-After: 1, which kube-apiserver retries within the webhook's timeoutSeconds.")
 	fs.IntVar(&o.maxConnections, "max-connections", o.maxConnections,
 		"Connections the webhook listener holds open; at the cap a new one replaces the one idle longest.")
-	fs.StringVar(&o.sidecar.Image, "sidecar-image", o.sidecar.Image, "Image of the injected fanout sidecar (required), e.g. ghcr.io/fanout-dev/fanout:v0.1.0.")
+	fs.StringVar(&o.sidecar.Image, "sidecar-image", o.sidecar.Image,
+		"Image of the injected fanout sidecar, e.g. ghcr.io/fanout-dev/fanout:v0.1.0. Empty: the injector's own image, read at start from its own pod, "+
+			"named by "+envPodNamespace+" and "+envPodName+" (downward API) and "+envContainerName+" (optional with one container); this needs get on pods in its namespace (manifests/injector/own-pod-rbac.yaml). "+
+			"The image is then named once, where kustomize's images: and Helm's values set it.")
 	fs.StringVar(&o.pullPolicy, "sidecar-image-pull-policy", o.pullPolicy, "imagePullPolicy of the sidecar: Always, IfNotPresent or Never.")
 	fs.StringVar(&o.sidecar.Endpoints, "default-endpoints", o.sidecar.Endpoints,
 		"Default fanout --endpoints for injected sidecars (see fanout --help), e.g. endpointslice:///default/kubernetes; a pod's fanout.dev/endpoints annotation overrides it. Empty: the client kubeconfig's server alone.")
@@ -170,7 +179,15 @@ func (o *options) complete() error {
 			errs = append(errs, fmt.Errorf("--hosted-pod-labels %s=%s: %s", k, v, msg))
 		}
 	}
-	if err := o.sidecar.Validate(); err != nil {
+	check := o.sidecar
+	if check.Image == "" {
+		var err error
+		if o.ownPod, err = ownPodFromEnv(o.getenv); err != nil {
+			errs = append(errs, err)
+		}
+		check.Image = "read at start from the injector's own pod"
+	}
+	if err := check.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	switch o.logFormat {

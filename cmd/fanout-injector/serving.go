@@ -10,7 +10,6 @@ import (
 	"go.uber.org/fx"
 	admissionv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/cmd/fanout-injector/pki"
@@ -62,11 +61,10 @@ const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/n
 // that the webhook serves from its first handshake on; the CA's expiry is
 // kind="ca" of the same gauge.
 func selfSignedCertificate(lc fx.Lifecycle, o *options, log *slog.Logger, reg prometheus.Registerer, expiry *certs.Metrics) (webhook.CertificateSource, error) {
-	cfg, err := rest.InClusterConfig()
+	cfg, err := inClusterConfig("--pki=self")
 	if err != nil {
-		return nil, fmt.Errorf("--pki=self needs the pod's ServiceAccount token (automountServiceAccountToken: true, as manifests/injector sets it): %w", err)
+		return nil, err
 	}
-	cfg.UserAgent = "fanout-injector"
 	ns := o.pkiNamespace
 	if ns == "" {
 		b, err := os.ReadFile(serviceAccountNamespace)

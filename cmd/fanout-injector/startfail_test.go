@@ -47,25 +47,32 @@ func TestStartFailuresSayWhy(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		args []string
+		env  map[string]string
 		code int
 		want []string
 	}{
 		{"webhook port taken", with("--listen-address", busy, "--metrics-address", "127.0.0.1:0"),
-			1, []string{"--listen-address " + busy, "address already in use", "stop it or pass a free port"}},
+			nil, 1, []string{"--listen-address " + busy, "address already in use", "stop it or pass a free port"}},
 		{"metrics port taken", with("--listen-address", "127.0.0.1:0", "--metrics-address", busy),
-			1, []string{"--metrics-address " + busy, "address already in use", "pass a free port to --metrics-address"}},
+			nil, 1, []string{"--metrics-address " + busy, "address already in use", "pass a free port to --metrics-address"}},
 		{"missing certificate", []string{"--tls-cert-file", filepath.Join(dir, "nope.crt"), "--tls-private-key-file", key, "--sidecar-image", "i", "--listen-address", "127.0.0.1:0", "--metrics-address", ""},
-			1, []string{"--tls-cert-file " + filepath.Join(dir, "nope.crt"), "no such file or directory"}},
+			nil, 1, []string{"--tls-cert-file " + filepath.Join(dir, "nope.crt"), "no such file or directory"}},
 		{"key file holds a certificate", []string{"--tls-cert-file", cert, "--tls-private-key-file", cert, "--sidecar-image", "i", "--listen-address", "127.0.0.1:0", "--metrics-address", ""},
-			1, []string{"--tls-private-key-file " + cert, "not a usable key pair"}},
+			nil, 1, []string{"--tls-private-key-file " + cert, "not a usable key pair"}},
 		{"bad quantities", with("--sidecar-memory-limit", "lots", "--sidecar-cpu-limit", "x"),
-			2, []string{"invalid flags", `--sidecar-memory-limit "lots"`, `--sidecar-cpu-limit "x"`}},
+			nil, 2, []string{"invalid flags", `--sidecar-memory-limit "lots"`, `--sidecar-cpu-limit "x"`}},
 		{"flag value of the wrong type", with("--sidecar-listen-port", "http"),
-			2, []string{`"--sidecar-listen-port"`, "fanout-injector --help lists the flags"}},
-		{"unknown flag", with("--nope"), 2, []string{"unknown flag: --nope"}},
-		{"stray argument", with("extra"), 2, []string{`unexpected argument "extra"`}},
+			nil, 2, []string{`"--sidecar-listen-port"`, "fanout-injector --help lists the flags"}},
+		{"unknown flag", with("--nope"), nil, 2, []string{"unknown flag: --nope"}},
+		{"stray argument", with("extra"), nil, 2, []string{`unexpected argument "extra"`}},
+		{"own image without its pod's name", base[:4], nil, 2, []string{"invalid flags", "--sidecar-image is empty and POD_NAMESPACE and POD_NAME are not both set"}},
+		{"own image outside a pod", append(base[:4:4], "--listen-address", "127.0.0.1:0", "--metrics-address", ""), map[string]string{"POD_NAMESPACE": "ns", "POD_NAME": "p"},
+			1, []string{"--sidecar-image empty (the injector's own image) needs the pod's ServiceAccount token"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
 			code, stdout, stderr := testkit.RunBinary(t, bin, tt.args...)
 			if code != tt.code {
 				t.Errorf("exit %d, want %d", code, tt.code)

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fanout-dev/fanout/cmd/internal/admincli"
 )
 
 // costSnapshot is /debug/cost as docs/cost.md describes it, the n-th time it
@@ -112,7 +114,7 @@ func TestTopJSON(t *testing.T) {
 	addr := adminServer(t, http.StatusOK, costSnapshot)
 	var out, errs strings.Builder
 	// On a terminal, -o json is one result too.
-	open := func() (*screen, error) { t.Error("-o json opened the screen"); return nil, fmt.Errorf("no") }
+	open := func() (*admincli.Screen, error) { t.Error("-o json opened the screen"); return nil, fmt.Errorf("no") }
 	if code := runTop(context.Background(), []string{"--admin-address", addr, "--interval", "100ms", "-o", "json"}, &out, &errs, open); code != 0 {
 		t.Fatalf("exit %d, stderr %s", code, errs.String())
 	}
@@ -208,11 +210,11 @@ func TestTopLive(t *testing.T) {
 	addr := adminServer(t, http.StatusOK, costSnapshot)
 	keys, press := io.Pipe()
 	restored := make(chan struct{})
-	scr := &screen{keys: keys, raw: true, size: func() (int, int) { return 120, 9 }, restore: func() { close(restored) }}
+	scr := &admincli.Screen{Keys: keys, Raw: true, Size: func() (int, int) { return 120, 9 }, Restore: func() { close(restored) }}
 	w := &screenWriter{frames: make(chan string)}
 	done := make(chan int, 1)
 	go func() {
-		done <- runTop(context.Background(), []string{"--admin-address", addr, "--interval", "1h"}, w, io.Discard, func() (*screen, error) { return scr, nil })
+		done <- runTop(context.Background(), []string{"--admin-address", addr, "--interval", "1h"}, w, io.Discard, func() (*admincli.Screen, error) { return scr, nil })
 	}()
 	next := func(want string) {
 		t.Helper()
@@ -263,11 +265,11 @@ func TestTopLiveSignal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	restored := make(chan struct{})
-	scr := &screen{size: func() (int, int) { return 0, 0 }, restore: func() { close(restored) }}
+	scr := &admincli.Screen{Size: func() (int, int) { return 0, 0 }, Restore: func() { close(restored) }}
 	w := &screenWriter{frames: make(chan string, 1)}
 	done := make(chan int, 1)
 	go func() {
-		done <- runTop(ctx, []string{"--admin-address", addr, "--interval", "1h"}, w, io.Discard, func() (*screen, error) { return scr, nil })
+		done <- runTop(ctx, []string{"--admin-address", addr, "--interval", "1h"}, w, io.Discard, func() (*admincli.Screen, error) { return scr, nil })
 	}()
 	select {
 	case f := <-w.frames:

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,6 +104,11 @@ type Discoverer struct {
 	bytes   prometheus.Counter
 	skew    prometheus.Gauge
 	version *prometheus.GaugeVec
+	merges  *prometheus.CounterVec
+
+	// merged is the union of the endpoints' discovery while their
+	// documents differ, nil while they agree (Answer, serve.go).
+	merged atomic.Pointer[merged]
 
 	mu      sync.Mutex
 	running bool
@@ -148,17 +154,24 @@ func New(cfg Config, up Upstream, sink Sink, log *slog.Logger) (*Discoverer, err
 			Name: "fanout_endpoint_version_info",
 			Help: "1 for each endpoint's kube-apiserver version (its /version gitVersion), once its discovery has been read.",
 		}, []string{"endpoint", "version"}),
+		merges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fanout_discovery_merged_total",
+			Help: "Discovery requests fanout answered itself, from the union of the endpoints' discovery, while their documents differ (304s included), by form: aggregated (apidiscovery.k8s.io/v2) or legacy.",
+		}, []string{"form"}),
 		sets: map[string]*Set{},
 	}
 	for _, r := range []string{resultChanged, resultUnchanged, resultFailed} {
 		d.reads.WithLabelValues(r)
+	}
+	for _, f := range []string{formAggregated, formLegacy} {
+		d.merges.WithLabelValues(f)
 	}
 	return d, nil
 }
 
 // Collectors returns the discoverer's metrics. Register them once.
 func (d *Discoverer) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.reads, d.bytes, d.skew, d.version}
+	return []prometheus.Collector{d.reads, d.bytes, d.skew, d.version, d.merges}
 }
 
 // Update replaces the endpoint set with a full snapshot: new endpoints
@@ -299,12 +312,15 @@ func (d *Discoverer) read(ctx context.Context, addr string, tags etags, docs map
 		return readResult{}, false, nil
 	}
 	b := newBuilder()
+	aggregated := 0
 	for _, path := range []string{"/api", "/apis"} {
 		ok, err := b.addAggregated(next[path])
 		if err != nil {
 			return readResult{}, false, fmt.Errorf("GET %s: %w", path, err)
 		}
-		if !ok {
+		if ok {
+			aggregated++
+		} else {
 			delete(nextTags, path) // the legacy documents are read in full each time
 			if err := d.legacy(ctx, addr, b, path, next[path]); err != nil {
 				return readResult{}, false, err
@@ -323,7 +339,11 @@ func (d *Discoverer) read(ctx context.Context, addr string, tags etags, docs map
 	}
 	clear(tags)
 	maps.Copy(tags, nextTags)
-	return readResult{set: b.set(v.GitVersion), docs: next}, true, nil
+	set := b.set(v.GitVersion)
+	if aggregated == 2 {
+		set.core, set.groups = next["/api"], next["/apis"]
+	}
+	return readResult{set: set, docs: next}, true, nil
 }
 
 // legacy adds the resources of a legacy /api or /apis document: one
@@ -422,8 +442,13 @@ func (d *Discoverer) publishLocked() {
 		differ = 1
 	}
 	d.skew.Set(differ)
+	m, err := mergeSets(sets)
+	if err != nil {
+		d.log.Warn("merging the endpoints' discovery failed; discovery requests go to the apiservers unchanged", "reason", err.Error())
+	}
+	d.merged.Store(m)
 	gvs, n := t.partial()
-	key := fmt.Sprint(t.differ, gvs)
+	key := fmt.Sprint(t.differ, gvs, m != nil)
 	if key == d.logged {
 		return
 	}
@@ -432,10 +457,28 @@ func (d *Discoverer) publishLocked() {
 	switch {
 	case t.differ:
 		d.log.Info("endpoints serve different APIs: requests go only to endpoints that serve their group/version and resource",
-			"versions", t.versions(), "partialGroupVersions", strings.Join(gvs, " "), "partialCount", n)
+			"versions", t.versions(), "partialGroupVersions", strings.Join(gvs, " "), "partialCount", n, "discoveryMerged", m != nil)
 	case wasDiffering:
 		d.log.Info("endpoints serve the same APIs again", "versions", t.versions())
 	}
+}
+
+// mergeSets returns the union of the sets' aggregated discovery when
+// their documents differ; nil when they agree, or when one of them is
+// not aggregated discovery (an apiserver older than 1.30): then discovery
+// requests go through.
+func mergeSets(sets map[string]*Set) (*merged, error) {
+	var core, groups [][]byte
+	for _, s := range sets {
+		if s.core == nil || s.groups == nil {
+			return nil, nil
+		}
+		core, groups = append(core, s.core), append(groups, s.groups)
+	}
+	if len(distinctDocs(core)) < 2 && len(distinctDocs(groups)) < 2 {
+		return nil, nil
+	}
+	return newMerged(core, groups)
 }
 
 // Table returns the last published table, nil before the first read.

@@ -3,5 +3,7 @@
 // read over the sidecar's credentials when the endpoint appears or turns
 // ready again, then every 30 s with ETags. The balancer routes a resource
 // request only to endpoints that serve it while they differ, as during an
-// upgrade (docs/resilience.md, "Version skew").
+// upgrade, and the proxy asks the Discoverer to answer discovery requests
+// from the union of the endpoints' documents meanwhile (merge.go,
+// serve.go; docs/resilience.md, "Version skew").
 package apis

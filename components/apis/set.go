@@ -20,6 +20,9 @@ type Set struct {
 	// digest tells two Sets apart by what they serve, Version aside.
 	digest [32]byte
 	count  int // resources and subresources
+	// core and groups are the aggregated /api and /apis documents, nil
+	// when the apiserver answered the legacy ones.
+	core, groups []byte
 }
 
 type groupVersion struct{ group, version string }

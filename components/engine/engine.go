@@ -344,6 +344,7 @@ func (e *Engine) build() error {
 			return err
 		}
 		collectors = append(collectors, e.discoverer.Collectors()...)
+		proxyCfg.Discovery = e.discoverer
 	}
 	if cfg.Probe.Interval > 0 {
 		var sink health.Sink = health.WithResolveOnFailure(e.balancer, e.resolver)

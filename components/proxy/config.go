@@ -51,6 +51,11 @@ type Config struct {
 	// out, not set: the interface would not be nil.
 	Cost CostTable
 
+	// Discovery, when set, answers discovery requests itself while the
+	// endpoints serve different APIs (components/apis); nil sends every
+	// request to an apiserver.
+	Discovery Discovery
+
 	// Log takes the lines the reverse proxy writes itself (a broken
 	// stream mid-body); nil discards them. The engine sets it to its
 	// Config.Log.

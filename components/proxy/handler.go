@@ -85,6 +85,9 @@ type Handler struct {
 	sends [2]watch.Send
 	// cost is told what each request cost (cost.go); nil is off.
 	cost CostTable
+	// discovery answers discovery requests while the endpoints differ
+	// (discovery.go); nil sends them all on.
+	discovery Discovery
 
 	now func() time.Time
 }
@@ -106,6 +109,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		cost:     cfg.Cost,
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
+	h.discovery = cfg.Discovery
 	h.replay = budget.New(cfg.ReplayBudget, m.replayUsed, m.replayExhausted)
 	m.replayLimit.Set(float64(cfg.ReplayBudget))
 	for _, mode := range []transport.AuthMode{transport.AuthSidecar, transport.AuthPassthrough} {
@@ -347,6 +351,9 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		// No one else ends this request: its budget goes back once the
 		// attempts are over (the body is not sent again after that).
 		defer h.releaseReplay(st)
+	}
+	if resp := h.answerDiscovery(out, st); resp != nil {
+		return resp, nil
 	}
 
 	body, err := h.prepareBody(out, st)

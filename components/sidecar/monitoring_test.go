@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/fx"
+
+	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
 )
 
 // describedNames records the name of every metric a collector registered
@@ -107,10 +109,14 @@ var metricRef = regexp.MustCompile(`\b(?:fanout|process)_[a-z0-9_]+\b`)
 
 // TestMonitoringReferencesExistingMetrics checks that the dashboard and
 // the alerting rules in manifests/monitoring query only metrics fanout
-// declares, so a renamed metric cannot leave an empty panel or an alert
-// that never fires.
+// and fanout-injector's webhook declare, so a renamed metric cannot leave
+// an empty panel or an alert that never fires.
 func TestMonitoringReferencesExistingMetrics(t *testing.T) {
 	_, names := runSidecarWithTraffic(t)
+	injector := &describedNames{Registerer: prometheus.NewRegistry(), names: names}
+	if _, err := webhook.NewMetrics(injector); err != nil {
+		t.Fatal(err)
+	}
 	files, err := filepath.Glob("../../manifests/monitoring/*")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no monitoring manifests found: %v", err)

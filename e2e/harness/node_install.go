@@ -105,9 +105,8 @@ func RepoPath(elem ...string) (string, error) {
 // injectorOverlay is what an operator who brings their own certificate,
 // without cert-manager, writes next to manifests/injector (docs/injector.md):
 // the files-pki component, the image they run, the serving certificate
-// Secret and the webhook's caBundle. The sidecar image is an
-// argument of the injector, so a JSON patch sets it, and checks first that
-// the manifest still says what the patch expects.
+// Secret and the webhook's caBundle. The images: entry sets the sidecars'
+// image too: the injector gives them its own.
 const injectorOverlay = `apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -136,14 +135,6 @@ patches:
       - op: add
         path: /webhooks/2/clientConfig/caBundle
         value: %[3]s
-  - target: {kind: Deployment, name: fanout-injector, namespace: fanout-system}
-    patch: |-
-      - op: test
-        path: /spec/template/spec/containers/0/args/4
-        value: --sidecar-image=ghcr.io/fanout-dev/fanout:latest
-      - op: replace
-        path: /spec/template/spec/containers/0/args/4
-        value: --sidecar-image=%[4]s
 `
 
 func (n *Node) installInjector(ctx context.Context) error {
@@ -171,7 +162,7 @@ func (n *Node) installInjector(ctx context.Context) error {
 		return err
 	}
 	_, tag, _ := strings.Cut(FanoutImage, ":")
-	kust := fmt.Sprintf(injectorOverlay, rel, tag, base64.StdEncoding.EncodeToString(cp.PKI.CA.CertPEM), FanoutImage)
+	kust := fmt.Sprintf(injectorOverlay, rel, tag, base64.StdEncoding.EncodeToString(cp.PKI.CA.CertPEM))
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644); err != nil {
 		return err
 	}

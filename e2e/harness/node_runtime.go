@@ -136,6 +136,14 @@ func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// TagImage gives the node's image ref a second name, as a registry would
+// serve the same image under another tag: pods naming either run it
+// without a pull.
+func (n *Node) TagImage(ctx context.Context, ref, name string) error {
+	_, err := n.ctr(ctx, "images", "tag", "--force", ref, name)
+	return err
+}
+
 // importImages loads every image tarball into containerd and checks that
 // each reference is there, so that no pod ever has a reason to pull.
 //
