@@ -27,7 +27,70 @@ const (
 	autoConnections = goLimit / 4 / (32 << 10)
 	// autoReplay is --replay-budget auto under goLimit: goLimit/8.
 	autoReplay = goLimit / 8
+	// autoHeaders is --header-budget auto under goLimit: goLimit/16.
+	autoHeaders = goLimit / 16
 )
+
+// The header push of TestSumOfMemoryBounds: bigHeaders connections each
+// send bigHeader bytes of a request header (--max-header-bytes, 1 MiB,
+// less 8 KiB) and stall before its end.
+const (
+	bigHeaders = 64
+	bigHeader  = 1<<20 - 8<<10
+)
+
+// writeBigHeader sends c a request header of size bytes, in 1 KiB lines,
+// and not its end.
+func writeBigHeader(c net.Conn, size int) error {
+	w := bufio.NewWriter(c)
+	w.WriteString("GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\n")
+	line := "X-Filler: " + strings.Repeat("f", 1024-12) + "\r\n"
+	for range size / len(line) {
+		w.WriteString(line)
+	}
+	return w.Flush()
+}
+
+// pushHeaders opens bigHeaders connections that each send a header of
+// bigHeader bytes and stall, appending them to conns, and returns once
+// fanout read every byte sent to the connections it kept (/proc/net/tcp)
+// and closed the others. With the header budget on, those past it get 431
+// and are closed; the budget must then be full and not exceeded.
+func pushHeaders(t *testing.T, f *footprintFanout, addr string, conns *[]net.Conn) {
+	t.Helper()
+	refusedBefore := metricValue(t, f.admin, "fanout_header_budget_exhausted_total")
+	connsBefore := metricValue(t, f.admin, "fanout_downstream_connections")
+	t.Logf("header budget in use before the push: %.1f MiB (h2c connections, --max-header-bytes each, and the headers of the requests on them)",
+		metricValue(t, f.admin, "fanout_header_budget_used_bytes")/(1<<20))
+	var writes sync.WaitGroup
+	start := len(*conns)
+	for range bigHeaders {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*conns = append(*conns, c)
+		_ = c.SetWriteDeadline(time.Now().Add(60 * time.Second))
+		// A write to a connection refused with 431 fails when fanout
+		// closes it; one to a connection kept ends once fanout read it.
+		writes.Go(func() { _ = writeBigHeader(c, bigHeader) })
+	}
+	writes.Wait()
+	waitRead(t, (*conns)[start:], 30*time.Second)
+	refused := metricValue(t, f.admin, "fanout_header_budget_exhausted_total") - refusedBefore
+	// A connection refused lingers half a second before fanout closes it
+	// (h1server's closeWriteAndWait): the next push counts the open ones.
+	waitConnections(t, f, connsBefore+bigHeaders-refused)
+	limit := metricValue(t, f.admin, "fanout_header_budget_limit_bytes")
+	used := metricValue(t, f.admin, "fanout_header_budget_used_bytes")
+	t.Logf("header push: %v of %d connections refused with 431; header budget in use %.1f of %.1f MiB", refused, bigHeaders, used/(1<<20), limit/(1<<20))
+	if limit != autoHeaders {
+		t.Errorf("fanout_header_budget_limit_bytes = %v, want %d (auto under a %d-byte Go memory limit)", limit, autoHeaders, goLimit)
+	}
+	if used > limit || used < limit-bigHeader-8<<10 {
+		t.Errorf("header budget in use %v after the push, want it full (within one header of its %v bytes) and not over", used, limit)
+	}
+}
 
 // procMemory is the process's resident memory now and at its peak
 // (VmRSS, VmHWM of /proc/PID/status).
@@ -85,6 +148,9 @@ func metricValue(t *testing.T, admin, series string) float64 {
 //     event;
 //   - the cost table and its User-Agent cache filled with distinct keys
 //     and 1,000-byte User-Agents;
+//   - 64 connections that each send 1 MiB less 8 KiB of a request header
+//     and stall (pushHeaders): the header budget full, the rest answered
+//     431;
 //   - then connections that begin a request header and stall, up to
 //     --max-connections: fanout must count exactly its limit open, hold
 //     at most the 32 KiB per connection that auto counts, and refuse
@@ -93,8 +159,7 @@ func metricValue(t *testing.T, admin, series string) float64 {
 // The process's peak resident memory (VmHWM, what a cgroup limit counts
 // besides the page cache) must stay under 256Mi. It logs each term's
 // share: heap (live, after GC), stacks and resident memory after each
-// push. Request headers are not pushed to --max-header-bytes: that bound
-// holds per request only (docs/security.md says so).
+// push.
 func TestSumOfMemoryBounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens thousands of connections and streams")
@@ -132,7 +197,9 @@ func TestSumOfMemoryBounds(t *testing.T) {
 		}
 		fmt.Fprintln(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}`)
 	}), testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: 1000}))
-	f := startFootprintFanout(t, bin, ca, upstream.URL, "--memory-limit", strconv.Itoa(goLimit))
+	// Headers begun are held to the end, as every other push: a hostile
+	// client reconnects each --read-header-timeout (10 s) anyway.
+	f := startFootprintFanout(t, bin, ca, upstream.URL, "--memory-limit", strconv.Itoa(goLimit), "--read-header-timeout", "5m")
 	defer close(release)
 
 	if got := metricValue(t, f.admin, "fanout_replay_budget_limit_bytes"); got != autoReplay {
@@ -154,7 +221,10 @@ func TestSumOfMemoryBounds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	h1 := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: bodies}}
-	h2c := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols)}}
+	// At most 8 h2c connections, for 5,056 streams at 1000 each: each
+	// holds --max-header-bytes of the header budget, and a transport that
+	// dials more at once under load would find the later ones closed.
+	h2c := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols), MaxConnsPerHost: 8}}
 	h2c.Transport.(*http.Transport).Protocols.SetUnencryptedHTTP2(true)
 	defer h1.CloseIdleConnections()
 	defer h2c.CloseIdleConnections()
@@ -218,14 +288,21 @@ func TestSumOfMemoryBounds(t *testing.T) {
 	defer stop()
 	term(fmt.Sprintf("%d watches open, over h2c", maxLong))
 
-	open := int(metricValue(t, f.admin, "fanout_downstream_connections"))
-	var idle []net.Conn
+	addr := strings.TrimPrefix(f.server, "http://")
+	var idle, bigs []net.Conn
 	defer func() {
-		for _, c := range idle {
+		for _, c := range append(idle, bigs...) {
 			c.Close()
 		}
 	}()
-	addr := strings.TrimPrefix(f.server, "http://")
+	beforeHeaders := lastStats
+	pushHeaders(t, f, addr, &bigs)
+	term(fmt.Sprintf("%d connections sending a %d KiB header and stalling (header budget %.1f MiB)", bigHeaders, bigHeader>>10, float64(autoHeaders)/(1<<20)))
+	if grew := int64(lastStats.heapAlloc) - int64(beforeHeaders.heapAlloc); grew > autoHeaders*11/10 {
+		t.Errorf("the header push grew the heap by %.1f MiB, over the %.1f MiB header budget (and a tenth)", float64(grew)/(1<<20), float64(autoHeaders)/(1<<20))
+	}
+
+	open := int(metricValue(t, f.admin, "fanout_downstream_connections"))
 	for range autoConnections - open {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -239,14 +316,7 @@ func TestSumOfMemoryBounds(t *testing.T) {
 		}
 	}
 	// The last one is accepted when fanout counts them all.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if n := metricValue(t, f.admin, "fanout_downstream_connections"); n == autoConnections {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("fanout_downstream_connections = %v, want %d", n, autoConnections)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitConnections(t, f, autoConnections)
 	before := lastStats
 	term(fmt.Sprintf("%d connections with a header begun (to --max-connections auto, %d)", len(idle), autoConnections))
 	perConn := float64(lastStats.heapAlloc+lastStats.stackInuse-before.heapAlloc-before.stackInuse) / float64(len(idle))
@@ -279,14 +349,14 @@ type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
-// TestHeaderInProgressCost measures the one bound that holds per
-// connection only: a request header being read, up to --max-header-bytes
-// (1 MiB, kube-apiserver's). 32 connections each send a header of 1 MiB
+// TestHeaderInProgressCost measures what one request header being read
+// costs, up to --max-header-bytes (1 MiB, kube-apiserver's), with the
+// header budget off: the budget counts header bytes read, and this is
+// what a byte read costs. 32 connections each send a header of 1 MiB
 // less 8 KiB, in 1 KiB lines, and stall; once the kernel's queues of
 // every one are empty (/proc/net/tcp: fanout has read all), the live
 // heap and stacks per connection must stay under twice what was sent
-// (docs/security.md gives the figure: it is the term of the sum that
-// does not fit a 256Mi limit at --max-connections auto).
+// (docs/security.md gives the figure).
 func TestHeaderInProgressCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
@@ -301,7 +371,7 @@ func TestHeaderInProgressCost(t *testing.T) {
 	bin := buildFanout(t)
 	ca := testkit.NewCA(t)
 	upstream := tlsUpstream(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	f := startFootprintFanout(t, bin, ca, upstream.URL, "--memory-limit", strconv.Itoa(goLimit))
+	f := startFootprintFanout(t, bin, ca, upstream.URL, "--memory-limit", strconv.Itoa(goLimit), "--header-budget", "off")
 	addr := strings.TrimPrefix(f.server, "http://")
 	before := f.stats(t)
 	var cs []net.Conn
@@ -310,35 +380,17 @@ func TestHeaderInProgressCost(t *testing.T) {
 			c.Close()
 		}
 	}()
-	line := "X-Filler: " + strings.Repeat("f", 1024-12) + "\r\n"
 	for range conns {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cs = append(cs, c)
-		w := bufio.NewWriter(c)
-		w.WriteString("GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\n")
-		for range sent / len(line) {
-			w.WriteString(line)
-		}
-		if err := w.Flush(); err != nil {
+		if err := writeBigHeader(c, sent); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		var queued int64
-		for _, c := range cs {
-			queued += tcpQueued(t, c)
-		}
-		if queued == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still in the kernel's queues after 5s: fanout is not reading the headers", queued)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRead(t, cs, 5*time.Second)
 	after := f.stats(t)
 	per := float64(after.heapAlloc+after.stackInuse-before.heapAlloc-before.stackInuse) / conns
 	rss, _ := procMemory(t, f.pid)
@@ -346,6 +398,40 @@ func TestHeaderInProgressCost(t *testing.T) {
 		conns, sent>>10, per/1024, float64(rss)/(1<<20))
 	if per > 2*sent {
 		t.Errorf("a header of %d KiB being read holds %.1f KiB, over twice its size", sent>>10, per/1024)
+	}
+}
+
+// waitRead waits until the kernel holds nothing sent on conns (tcpQueued):
+// fanout read all of it, or closed the connection.
+func waitRead(t *testing.T, conns []net.Conn, within time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; {
+		var queued int64
+		for _, c := range conns {
+			queued += tcpQueued(t, c)
+		}
+		if queued == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still in the kernel's queues after %v: fanout is not reading the headers", queued, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitConnections waits until fanout counts want client connections open.
+func waitConnections(t *testing.T, f *footprintFanout, want float64) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		n := metricValue(t, f.admin, "fanout_downstream_connections")
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fanout_downstream_connections = %v, want %v", n, want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

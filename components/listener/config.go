@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"runtime/debug"
 	"time"
 )
 
@@ -31,6 +33,12 @@ type Config struct {
 	// MaxHeaderBytes bounds request headers; larger ones get 431.
 	// Default 1 MiB, like kube-apiserver.
 	MaxHeaderBytes int
+	// HeaderBudget bounds the request header bytes held by all
+	// connections and requests together (--header-budget; see
+	// withHeaderBudget): a header that finds it spent gets 431. 0 is
+	// AutoHeaderBudget of the process's Go memory limit when New runs;
+	// negative means no budget.
+	HeaderBudget int64
 
 	// MaxConcurrentStreams is the HTTP/2 (h2c) stream limit per client
 	// connection. Default 1000: one client-go connection carries all of a
@@ -109,6 +117,36 @@ const (
 	DefaultShutdownGrace = 30 * time.Second
 )
 
+// DefaultHeaderBudget is the most AutoHeaderBudget gives, and what it
+// gives without a memory limit; MinAutoHeaderBudget the least.
+const (
+	DefaultHeaderBudget = 64 << 20
+	MinAutoHeaderBudget = 4 << 20
+)
+
+// AutoHeaderBudget is the header budget for a Go memory limit of limit
+// bytes (debug.SetMemoryLimit; math.MaxInt64 means none) and headers of
+// up to maxHeaderBytes: a sixteenth of the limit, within
+// [MinAutoHeaderBudget, DefaultHeaderBudget] and at least one header of
+// the largest size, and DefaultHeaderBudget without a limit. Under the
+// injected sidecar's 256Mi (a Go limit of 90% of it) that is 14.4 MiB;
+// docs/security.md sums it with the other bounds.
+func AutoHeaderBudget(limit int64, maxHeaderBytes int) int64 {
+	b := int64(DefaultHeaderBudget)
+	if limit > 0 && limit != math.MaxInt64 {
+		b = min(max(limit/16, MinAutoHeaderBudget), DefaultHeaderBudget)
+	}
+	return max(b, int64(maxHeaderBytes))
+}
+
+// maxHeaderBytes is MaxHeaderBytes or its default.
+func (c Config) maxHeaderBytes() int {
+	if c.MaxHeaderBytes > 0 {
+		return c.MaxHeaderBytes
+	}
+	return DefaultMaxHeaderBytes
+}
+
 // Defaults is the Config with every default spelled out, as the sidecar's
 // flags start from it (so --help shows them).
 func Defaults() Config {
@@ -142,6 +180,9 @@ func (c Config) Validate() error {
 	if c.MaxHeaderBytes < 0 || c.MaxConcurrentStreams < 0 {
 		return fmt.Errorf("proxy max header bytes and max concurrent streams must not be negative, got %d and %d", c.MaxHeaderBytes, c.MaxConcurrentStreams)
 	}
+	if c.HeaderBudget > 0 && c.HeaderBudget < int64(c.maxHeaderBytes()) {
+		return fmt.Errorf("--header-budget must be at least --max-header-bytes (%d), or no header of the largest size could be read; got %d", c.maxHeaderBytes(), c.HeaderBudget)
+	}
 	if c.MaxReceiveBufferPerConnection != 0 && c.MaxReceiveBufferPerConnection < 65535 {
 		return fmt.Errorf("proxy HTTP/2 connection receive buffer must be at least 65535 bytes (the initial window), got %d", c.MaxReceiveBufferPerConnection)
 	}
@@ -167,6 +208,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	switch {
+	case c.HeaderBudget == 0:
+		c.HeaderBudget = AutoHeaderBudget(debug.SetMemoryLimit(-1), c.MaxHeaderBytes)
+	case c.HeaderBudget < 0:
+		c.HeaderBudget = -1
 	}
 	if c.MaxConcurrentStreams <= 0 {
 		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams

@@ -9,6 +9,9 @@ type Metrics struct {
 	connections prometheus.Gauge
 	inflight    *prometheus.GaugeVec
 	inherited   prometheus.Gauge
+	// The header budget's (headerbudget.go).
+	headerUsed, headerLimit prometheus.Gauge
+	headerExhausted         prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg. A nil
@@ -43,6 +46,18 @@ func newMetrics() *Metrics {
 			Name: "fanout_listener_inherited",
 			Help: "1 when the client listener's socket came from `fanout hold` (--listen-from), which keeps it open while fanout restarts; 0 when fanout opened it itself.",
 		}),
+		headerUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_header_budget_used_bytes",
+			Help: "Bytes of request headers held, all connections and requests together (HTTP/1.1 headers past their first 4 KiB, h2c connections --max-header-bytes each, HTTP/2 requests their header's size); at most fanout_header_budget_limit_bytes.",
+		}),
+		headerLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_header_budget_limit_bytes",
+			Help: "The header budget (--header-budget): the most bytes of request headers held at once; 0 when it is off.",
+		}),
+		headerExhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fanout_header_budget_exhausted_total",
+			Help: "Request headers answered 431, and h2c connections closed at once, because the header budget was spent.",
+		}),
 	}
 	// Known label values start at 0 so that a rate() or an alert sees the
 	// series before its first event.
@@ -55,5 +70,5 @@ func newMetrics() *Metrics {
 // Collectors are the listener's collectors, for a caller that registers
 // them itself.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.rejected, m.connections, m.inflight, m.inherited}
+	return []prometheus.Collector{m.rejected, m.connections, m.inflight, m.inherited, m.headerUsed, m.headerLimit, m.headerExhausted}
 }

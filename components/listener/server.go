@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fanout-dev/fanout/internal/budget"
 	"github.com/fanout-dev/fanout/internal/h1server"
 	"github.com/fanout-dev/fanout/internal/handoff"
 	"github.com/fanout-dev/fanout/internal/kstatus"
@@ -51,6 +52,8 @@ type Server struct {
 	// h1 serves the plaintext listener's HTTP/1.x (internal/h1server),
 	// from Start on; nil with TLS. See route.
 	h1 *h1server.Server
+	// headers is the header budget (headerbudget.go); nil when off.
+	headers *budget.Bytes
 
 	mu        sync.Mutex // guards ln, inherited, handout and served
 	ln        net.Listener
@@ -92,11 +95,16 @@ func New(cfg Config, h Handler, m *Metrics) *Server {
 	if !cfg.AllowAnyHost {
 		handler = withLoopbackHost(handler)
 	}
+	var headers *budget.Bytes
+	if cfg.HeaderBudget > 0 {
+		headers = budget.New(cfg.HeaderBudget, m.headerUsed, m.headerExhausted)
+		m.headerLimit.Set(float64(cfg.HeaderBudget))
+	}
 	srv := &http.Server{
 		Addr: cfg.ListenAddress,
 		// Classified once, here at the edge; everything behind reads it.
-		Handler: withRequestInfo(h, withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
-			cfg.RequestBodyTimeout, cfg.Now, m), cfg.Now),
+		Handler: withHeaderBudget(withRequestInfo(h, withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
+			cfg.RequestBodyTimeout, cfg.Now, m), cfg.Now), headers, cfg.TLS == nil),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,
@@ -114,7 +122,7 @@ func New(cfg Config, h Handler, m *Metrics) *Server {
 	// then watches end (clients re-watch elsewhere), then short requests
 	// drain.
 	srv.RegisterOnShutdown(h.StopLongRunning)
-	return &Server{cfg: cfg, handler: h, metrics: m, srv: srv, stopping: make(chan struct{})}
+	return &Server{cfg: cfg, handler: h, metrics: m, srv: srv, headers: headers, stopping: make(chan struct{})}
 }
 
 // AcceptAfter makes Start listen at once but accept only once ready is
@@ -212,13 +220,17 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.served = make(chan struct{})
 	if s.cfg.TLS == nil {
-		s.h1 = h1server.New(h1server.Config{
+		cfg := h1server.Config{
 			Handler:           s.srv.Handler,
 			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 			IdleTimeout:       s.cfg.IdleTimeout,
 			MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 			ErrorLog:          s.srv.ErrorLog,
-		})
+		}
+		if s.headers != nil {
+			cfg.HeaderBudget = s.headers
+		}
+		s.h1 = h1server.New(cfg)
 	}
 	go func() {
 		defer close(s.served)

@@ -20,6 +20,7 @@ import (
 	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/components/watch"
+	"github.com/fanout-dev/fanout/internal/budget"
 	"github.com/fanout-dev/fanout/internal/h1server"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
@@ -61,7 +62,7 @@ type Handler struct {
 	budget *retryBudget
 	// replay bounds the bodies kept for retries, all requests together
 	// (replaybudget.go).
-	replay replayBudget
+	replay *budget.Bytes
 
 	// stopping refuses new requests once StopLongRunning ran, which
 	// then ends every open long-running response in longBodies; keeping
@@ -109,7 +110,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.discovery = cfg.Discovery
-	h.replay = replayBudget{limit: cfg.ReplayBudget, inUse: m.replayUsed, streamed: m.replayExhausted}
+	h.replay = budget.New(cfg.ReplayBudget, m.replayUsed, m.replayExhausted)
 	m.replayLimit.Set(float64(cfg.ReplayBudget))
 	for _, mode := range []transport.AuthMode{transport.AuthSidecar, transport.AuthPassthrough} {
 		h.sends[mode] = func(req *http.Request, endpoint string) (*http.Response, error) {
@@ -439,7 +440,7 @@ func (h *Handler) prepareBody(out *http.Request, st *reqState) (outBody, error) 
 		limit = h.maxBody + 1
 	}
 	buf, err := readBody(out.Body, limit, func(k int64) bool {
-		if !h.replay.take(k) {
+		if !h.replay.Take(k) {
 			return false
 		}
 		st.replayHeld.Add(k)
@@ -447,7 +448,7 @@ func (h *Handler) prepareBody(out *http.Request, st *reqState) (outBody, error) 
 	})
 	switch {
 	case err == errBudgetSpent:
-		h.replay.streamed.Inc()
+		// Counted by the budget (fanout_replay_budget_exhausted_total).
 	case err == io.EOF && n > 0:
 		return outBody{}, &clientBodyError{err: io.ErrUnexpectedEOF}
 	case err != nil && err != io.EOF:

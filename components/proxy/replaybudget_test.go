@@ -29,9 +29,9 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // answer.
 func waitReplayUsed(t *testing.T, h *Handler, want int64) {
 	t.Helper()
-	for deadline := time.Now().Add(waitLimit); h.replay.used.Load() != want; {
+	for deadline := time.Now().Add(waitLimit); h.replay.Used() != want; {
 		if time.Now().After(deadline) {
-			t.Fatalf("replay budget in use: %d bytes, want %d", h.replay.used.Load(), want)
+			t.Fatalf("replay budget in use: %d bytes, want %d", h.replay.Used(), want)
 		}
 		runtime.Gosched()
 		time.Sleep(time.Millisecond)
@@ -97,7 +97,7 @@ func TestReplayBudgetBoundsBodiesInSum(t *testing.T) {
 		wait(t, arrived, "every body at the apiserver")
 	}
 	grown := int64(heap()) - int64(before)
-	used := h.replay.used.Load()
+	used := h.replay.Used()
 	streamed := testutil.ToFloat64(m.replayExhausted)
 	t.Logf("%d requests of %d KiB held at the apiserver: heap +%.1f MiB, budget in use %.1f MiB of %d MiB, %v bodies streamed without replay",
 		requests, body>>10, float64(grown)/(1<<20), float64(used)/(1<<20), budget>>20, streamed)
@@ -180,7 +180,7 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 	held := make(chan int, 1)
 	go func() { held <- post("/hold", strings.Repeat("h", budget)) }()
 	wait(t, holding, "the request holding the budget")
-	if got := h.replay.used.Load(); got != budget {
+	if got := h.replay.Used(); got != budget {
 		t.Fatalf("the holding request took %d bytes of budget, want %d", got, budget)
 	}
 	if code := post("/api/v1/namespaces/ns/configmaps", "spent"); code != http.StatusBadGateway {
@@ -277,7 +277,7 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 		} else {
 			wait(t, streaming, "the answer streaming")
 		}
-		if got := h.replay.used.Load(); got < int64(len(body)) {
+		if got := h.replay.Used(); got < int64(len(body)) {
 			t.Errorf("end=%s: %d bytes of budget in use while the request is open, want at least its %d-byte body", end, got, len(body))
 		}
 		cancel()
@@ -292,16 +292,16 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if end == "answer" && h.replay.used.Load() == 0 {
+		if end == "answer" && h.replay.Used() == 0 {
 			t.Error("the library's request gave its budget back before its answer was read")
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
-		if h.replay.used.Load() != 0 {
-			t.Errorf("library, end=%s: %d bytes of budget in use once the answer was read, want 0", end, h.replay.used.Load())
+		if h.replay.Used() != 0 {
+			t.Errorf("library, end=%s: %d bytes of budget in use once the answer was read, want 0", end, h.replay.Used())
 		}
 		resp.Body.Close()
-		if h.replay.used.Load() != 0 {
-			t.Errorf("library, end=%s: budget in use after Close: %d, want 0", end, h.replay.used.Load())
+		if h.replay.Used() != 0 {
+			t.Errorf("library, end=%s: budget in use after Close: %d, want 0", end, h.replay.Used())
 		}
 	}
 
@@ -317,7 +317,7 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 		}
 	}()
 	wait(t, thinking, "the apiserver holding the watch")
-	if got := h.replay.used.Load(); got != 0 {
+	if got := h.replay.Used(); got != 0 {
 		t.Errorf("an open watch holds %d bytes of replay budget, want 0", got)
 	}
 	cancel()
@@ -339,10 +339,10 @@ func TestAutoReplayBudget(t *testing.T) {
 	} {
 		debug.SetMemoryLimit(tc.limit)
 		h := New(Config{}, newFakePicker(), newFakeUpstream(), nil)
-		if h.replay.limit != tc.want {
-			t.Errorf("Go memory limit %d: replay budget %d, want %d", tc.limit, h.replay.limit, tc.want)
+		if h.replay.Limit() != tc.want {
+			t.Errorf("Go memory limit %d: replay budget %d, want %d", tc.limit, h.replay.Limit(), tc.want)
 		}
-		if got := New(Config{ReplayBudget: 3 << 20}, newFakePicker(), newFakeUpstream(), nil).replay.limit; got != 3<<20 {
+		if got := New(Config{ReplayBudget: 3 << 20}, newFakePicker(), newFakeUpstream(), nil).replay.Limit(); got != 3<<20 {
 			t.Errorf("Go memory limit %d: an explicit budget became %d", tc.limit, got)
 		}
 	}

@@ -178,6 +178,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"Most HTTP/2 streams per client connection (h2c, or HTTP/2 with --listen-tls).")
 	fs.IntVar(&c.Listener.MaxHeaderBytes, "max-header-bytes", c.Listener.MaxHeaderBytes,
 		"Largest request header block; larger ones get 431.")
+	fs.Var(autoSize{"--header-budget", &c.Listener.HeaderBudget}, "header-budget",
+		"Most bytes of request headers held at once, all connections and requests together: HTTP/1.1 headers past their first 4 KiB from their first byte until their request ends, "+
+			"h2c connections --max-header-bytes each for their life, HTTP/2 requests their header's size while they run. "+
+			"A header that finds the budget spent gets 431, an h2c connection is closed at once (fanout_header_budget_exhausted_total). "+
+			"auto: a sixteenth of the Go memory limit (--memory-limit), at least 4Mi and at most 64Mi (64Mi without a limit), and at least --max-header-bytes; 14.4Mi under a 256Mi container limit; off: no budget.")
 	fs.DurationVar(&c.Listener.ReadHeaderTimeout, "read-header-timeout", c.Listener.ReadHeaderTimeout,
 		"How long a client may take to send its request headers before the connection is closed (slowloris).")
 	fs.DurationVar(&c.Listener.RequestBodyTimeout, "request-body-timeout", c.Listener.RequestBodyTimeout,

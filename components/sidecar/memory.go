@@ -19,7 +19,8 @@ import (
 // less than the limit. Without a memory limit they are the fixed
 // defaults of the listener and the proxy. A value given on the command
 // line wins. The replay budget's auto is the proxy's own
-// (proxy.AutoReplayBudget), so that the library gets it too.
+// (proxy.AutoReplayBudget), so that the library gets it too; the header
+// budget's is the listener's (listener.AutoHeaderBudget).
 const (
 	// connectionCost is what an open client connection may hold in fanout
 	// while it sends a request header of ordinary size: the server's
@@ -49,7 +50,8 @@ func sizedToMemory(limit int64) (connections int, replay int64) {
 
 // sizeToMemory fills in --max-connections if left at auto (0) for the Go
 // memory limit limit, and logs the auto values; the proxy sizes a
-// --replay-budget left at auto itself, to the same limit.
+// --replay-budget and the listener a --header-budget left at auto
+// themselves, to the same limit.
 func (c *Config) sizeToMemory(limit int64, log *slog.Logger) {
 	conns, replay := sizedToMemory(limit)
 	if c.Listener.MaxConnections == 0 {
@@ -58,6 +60,9 @@ func (c *Config) sizeToMemory(limit int64, log *slog.Logger) {
 	}
 	if c.Engine.Proxy.ReplayBudget == 0 {
 		log.Info("--replay-budget auto", "bytes", replay, "goMemoryLimitBytes", limit)
+	}
+	if c.Listener.HeaderBudget == 0 {
+		log.Info("--header-budget auto", "bytes", listener.AutoHeaderBudget(limit, c.Listener.MaxHeaderBytes), "goMemoryLimitBytes", limit)
 	}
 }
 

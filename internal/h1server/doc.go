@@ -22,7 +22,8 @@
 // discarded to keep the connection), 100 Continue on the first read of the
 // body and other 1xx answers, request and response trailers, Hijack,
 // deadlines (http.ResponseController), panics (http.ErrAbortHandler)
-// cutting the connection, ReadHeaderTimeout and IdleTimeout, Shutdown and
+// cutting the connection, ReadHeaderTimeout and IdleTimeout, a header
+// budget shared by all connections (headerbudget.go), Shutdown and
 // Close, handing a connection that opens with the HTTP/2 preface to
 // net/http (H2C), and detached streams (Detach): a long-running answer
 // copied to the client by a small goroutine of its own once its handler

@@ -38,6 +38,10 @@ type Config struct {
 	// MaxHeaderBytes bounds a request header; larger ones get 431.
 	// Default DefaultMaxHeaderBytes.
 	MaxHeaderBytes int
+	// HeaderBudget, when set, bounds the request header bytes all
+	// connections hold together (headerbudget.go): a header that finds
+	// it spent gets 431. nil: none.
+	HeaderBudget Budget
 	// ErrorLog takes the lines net/http's server would log (accept
 	// errors, panics, misuse of the ResponseWriter); nil discards them.
 	ErrorLog *log.Logger
@@ -56,6 +60,7 @@ type Server struct {
 	readHeaderTimeout time.Duration
 	idleTimeout       time.Duration
 	maxHeaderBytes    int
+	headerBudget      Budget
 
 	// baseCtx is every request's context's parent. It carries
 	// http.ServerContextKey, as net/http's does: httputil.ReverseProxy
@@ -93,6 +98,7 @@ func New(cfg Config) *Server {
 		readHeaderTimeout: cfg.ReadHeaderTimeout,
 		idleTimeout:       cfg.IdleTimeout,
 		maxHeaderBytes:    cfg.MaxHeaderBytes,
+		headerBudget:      cfg.HeaderBudget,
 		conns:             make(map[*conn]struct{}),
 		streams:           make(map[*stream]struct{}),
 	}
@@ -265,9 +271,10 @@ const h2cPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 type conn struct {
 	srv *Server
 	rwc net.Conn
-	// lr limits what a request header may read (MaxHeaderBytes, plus
-	// net/http's 4 KiB of slack); it is unlimited for bodies.
-	lr     io.LimitedReader
+	// hr limits what a request header may read (MaxHeaderBytes, plus
+	// net/http's 4 KiB of slack) and takes the header budget for it; it
+	// is unlimited for bodies.
+	hr     headerReader
 	bufs   *buffers
 	br     *bufio.Reader // bufs.br
 	bw     *bufio.Writer // bufs.bw
@@ -315,28 +322,34 @@ func (c *conn) setReadDeadline(t time.Time) {
 func (c *conn) serve() {
 	defer c.srv.untrack(c)
 	c.remote = c.rwc.RemoteAddr().String()
-	c.lr = io.LimitedReader{R: c.rwc, N: math.MaxInt64}
+	c.hr = headerReader{r: c.rwc, n: math.MaxInt64, budget: c.srv.headerBudget}
+	// Whatever way the connection ends, the header it held is given back.
+	defer c.hr.release()
 	c.bufs = bufferPool.Get().(*buffers)
 	c.br, c.bw = c.bufs.br, c.bufs.bw
-	c.br.Reset(&c.lr)
+	c.br.Reset(&c.hr)
 	c.bw.Reset(connWriter{c})
 	if d := c.srv.readHeaderTimeout; d > 0 {
 		c.setReadDeadline(time.Now().Add(d))
 	}
 	// The header limit counts from the first byte, as net/http's does:
 	// what the preface check reads is the first request's.
-	c.lr.N = c.srv.headerReadLimit()
+	c.hr.start(c.srv.headerReadLimit())
 	preface := c.h2cPreface()
 	c.mu.Lock()
 	c.fresh = false
 	c.mu.Unlock()
 	if preface {
-		c.lr.N = math.MaxInt64
+		c.hr.end()
+		c.hr.release()
 		if c.deadline.Load() {
 			c.setReadDeadline(time.Time{})
 		}
-		if !c.srv.h2c.handoff(&prefaceConn{Conn: c.rwc, br: c.br}) {
+		h2, ok := c.srv.takeH2C(&prefaceConn{Conn: c.rwc, br: c.br})
+		if !ok {
 			_ = c.rwc.Close()
+		} else if !c.srv.h2c.handoff(h2) {
+			_ = h2.Close()
 		}
 		return
 	}
@@ -383,14 +396,19 @@ func (c *conn) serve() {
 			}
 			// As in net/http, the header limit counts from here: the
 			// bytes read while waiting do not.
-			c.lr.N = c.srv.headerReadLimit()
+			c.hr.start(c.srv.headerReadLimit())
 		}
 		req, err := c.readRequest()
 		if err != nil {
+			// What was read of the header is garbage now.
+			c.hr.release()
 			c.refuse(err)
 			return
 		}
-		if !c.serveRequest(req) {
+		ok := c.serveRequest(req)
+		// The request ended (its handler returned): its header is free.
+		c.hr.release()
+		if !ok {
 			return
 		}
 	}
@@ -515,9 +533,11 @@ func (c *conn) readRequest() (*http.Request, error) {
 		}
 	}
 	req, err := readRequest(c.br)
-	hit := c.lr.N <= 0
-	c.lr.N = math.MaxInt64
+	hit, spent := c.hr.end()
 	if err != nil {
+		if spent {
+			return nil, errHeaderBudget
+		}
 		// The parser's own "too large" (a folded first header line over
 		// 80 bytes) is 431 too, as in net/http; its error is unexported.
 		if hit || err.Error() == errTooLarge.Error() {
@@ -577,7 +597,7 @@ func (c *conn) refuse(err error) {
 	const errorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 	var se statusError
 	switch {
-	case errors.Is(err, errTooLarge), errors.Is(err, errTooManyHeaders):
+	case errors.Is(err, errTooLarge), errors.Is(err, errTooManyHeaders), errors.Is(err, errHeaderBudget):
 		const publicErr = "431 Request Header Fields Too Large"
 		_, _ = io.WriteString(c.rwc, "HTTP/1.1 "+publicErr+errorHeaders+publicErr)
 		c.closeWriteAndWait()

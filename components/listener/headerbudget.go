@@ -1,0 +1,69 @@
+package listener
+
+import (
+	"net/http"
+
+	"github.com/fanout-dev/fanout/internal/budget"
+	"github.com/fanout-dev/fanout/internal/kstatus"
+)
+
+// The header budget (Config.HeaderBudget, --header-budget) bounds the
+// request header bytes fanout holds, all connections and requests
+// together; --max-header-bytes bounds one header only, and with 1 MiB on
+// each of --max-connections connections (1843 under 256Mi) the sum would
+// be 1.8 GiB. net/http's server and kube-apiserver have the per-header
+// bound only (http.Server.MaxHeaderBytes, 1 MiB in kube-apiserver).
+//
+// Who takes what:
+//   - plaintext HTTP/1.1 (internal/h1server): each header past its first
+//     4 KiB, as it is read, until its handler returns; a header that finds
+//     the budget spent gets 431 and its connection is closed;
+//   - h2c: each connection --max-header-bytes for its life (net/http
+//     reads one header block at a time on it; a connection the budget
+//     cannot spare is closed at once), and each request its header's
+//     HTTP/2 size (withHeaderBudget) until its handler returns, 431 when
+//     spent;
+//   - with --listen-tls, every request its header's size (withHeaderBudget);
+//     the header being read is bounded per connection only, and only a
+//     client holding the listener's client certificate gets to send one.
+
+// rejectHeaderBudget is the 431's message.
+const rejectHeaderBudget = "fanout: request headers held by all clients together are at --header-budget; retry later or send smaller headers"
+
+// withHeaderBudget takes each request's header size from b for as long as
+// next serves it, and answers 431 when b cannot spare it. Requests that
+// h1server read took their share as they were read (h1), and pass.
+func withHeaderBudget(next http.Handler, b *budget.Bytes, h1 bool) http.Handler {
+	if b == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h1 && r.ProtoMajor == 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		n := headerSize(r)
+		if !b.Take(n) {
+			kstatus.Write(w, http.StatusRequestHeaderFieldsTooLarge, kstatus.ReasonUnknown, rejectHeaderBudget)
+			return
+		}
+		defer b.Give(n)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// headerSize is r's header as HTTP/2 counts it against
+// SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2: each field's name and
+// value and 32 bytes), the pseudo-header fields included: what net/http
+// checked against --max-header-bytes.
+func headerSize(r *http.Request) int64 {
+	const perField = 32
+	n := int64(len(":method")+len(r.Method)+len(":path")+len(r.RequestURI)+
+		len(":scheme")+len("https")+len(":authority")+len(r.Host)) + 4*perField
+	for k, vv := range r.Header {
+		for _, v := range vv {
+			n += int64(len(k)+len(v)) + perField
+		}
+	}
+	return n
+}

@@ -1,0 +1,106 @@
+package listener
+
+import (
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
+)
+
+// TestHeaderBudgetOverH2C: over h2c, the connection holds
+// --max-header-bytes of the header budget for its life and each request
+// its header's HTTP/2 size while it runs; a request whose header does not
+// fit gets 431 and never reaches the apiserver, and everything comes back
+// when the requests end and the connection closes. Waits are on the
+// budget's gauge, never on time.
+func TestHeaderBudgetOverH2C(t *testing.T) {
+	const (
+		maxBytes = 64 << 10
+		limit    = maxBytes + 40<<10
+		filler   = 30 << 10
+	)
+	g, p, u := newGateBackend(t)
+	m := newMetrics()
+	_, _, base := startProxy(t, Config{MaxHeaderBytes: maxBytes, HeaderBudget: limit}, p, u, m)
+	if got := testutil.ToFloat64(m.headerLimit); got != limit {
+		t.Errorf("fanout_header_budget_limit_bytes = %v, want %d", got, limit)
+	}
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	get := func(query string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/namespaces/default/configmaps?"+query, nil)
+		req.Header.Set("X-Filler", strings.Repeat("f", filler))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	used := func() int64 { return int64(testutil.ToFloat64(m.headerUsed)) }
+
+	held := get("block=1")
+	g.waitStarted(t)
+	if got := used(); got < maxBytes+filler || got > maxBytes+filler+1024 {
+		t.Errorf("an h2c connection with one request of a %d KiB header holds %d bytes of budget, want --max-header-bytes (%d) and the header's size", filler>>10, got, maxBytes)
+	}
+
+	refused := get("block=2")
+	if refused.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		refused.Body.Close()
+		g.open()
+		t.Fatalf("a header past the budget: %d, want 431", refused.StatusCode)
+	}
+	if st := readStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
+		t.Errorf("the 431 says %q, want it to name --header-budget", st.Message)
+	}
+	if got := testutil.ToFloat64(m.headerExhausted); got != 1 {
+		t.Errorf("fanout_header_budget_exhausted_total = %v, want 1", got)
+	}
+	select {
+	case u := <-g.started:
+		t.Errorf("the refused request reached the apiserver (%s)", u)
+	default: // it was answered before: the refusal is synchronous
+	}
+
+	g.open()
+	io.Copy(io.Discard, held.Body)
+	held.Body.Close()
+	testkit.WaitFor(t, "the request's header budget to come back", func() bool { return used() == maxBytes })
+	tr.CloseIdleConnections()
+	testkit.WaitFor(t, "the connection's header budget to come back", func() bool { return used() == 0 })
+}
+
+// TestAutoHeaderBudget: auto is a sixteenth of the Go memory limit within
+// its bounds, never less than one header of the largest size, and an
+// explicit budget smaller than that is refused.
+func TestAutoHeaderBudget(t *testing.T) {
+	for _, tc := range []struct {
+		limit    int64
+		maxBytes int
+		want     int64
+	}{
+		{241591910, DefaultMaxHeaderBytes, 241591910 / 16}, // under the injected 256Mi
+		{math.MaxInt64, DefaultMaxHeaderBytes, DefaultHeaderBudget},
+		{16 << 20, DefaultMaxHeaderBytes, MinAutoHeaderBudget},
+		{64 << 30, DefaultMaxHeaderBytes, DefaultHeaderBudget},
+		{241591910, 32 << 20, 32 << 20},
+	} {
+		if got := AutoHeaderBudget(tc.limit, tc.maxBytes); got != tc.want {
+			t.Errorf("AutoHeaderBudget(%d, %d) = %d, want %d", tc.limit, tc.maxBytes, got, tc.want)
+		}
+	}
+	if err := (Config{HeaderBudget: 512 << 10}).Validate(); err == nil || !strings.Contains(err.Error(), "--header-budget") {
+		t.Errorf("a header budget under --max-header-bytes: %v, want an error naming --header-budget", err)
+	}
+	if err := (Config{HeaderBudget: 512 << 10, MaxHeaderBytes: 64 << 10}).Validate(); err != nil {
+		t.Errorf("a header budget over --max-header-bytes: %v", err)
+	}
+}
