@@ -47,11 +47,11 @@ func (e *Engine) sinks() ([]endpointSink, []poolRetainer) {
 		sinks = append(sinks, e.discoverer)
 	}
 	sinks = append(sinks, e.resolved)
-	pools := []poolRetainer{e.proxyMetrics, e.transports}
+	pools := []poolRetainer{e.transports}
 	if e.probes != nil {
 		pools = append(pools, e.probes)
 	}
-	return sinks, pools
+	return sinks, append(pools, e.proxyMetrics)
 }
 
 // runResolver runs the resolver until ctx ends and feeds its snapshots to
