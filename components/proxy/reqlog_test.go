@@ -308,3 +308,38 @@ func reqinfoOriginFor(proxied bool) reqinfo.Origin {
 	}
 	return reqinfo.OriginAPIServer
 }
+
+// TestRoundTripperEndpointDebugging: the library's RoundTripper shares
+// the line per request and the endpoint header, on the apiserver's
+// answer and on fanout's own error.
+func TestRoundTripperEndpointDebugging(t *testing.T) {
+	p, u, _, second := shutdownThenOK(t)
+	b := &logBuffer{}
+	h := New(Config{Log: logging.New("json", logging.RequestVerbosity, b), EndpointHeader: true}, p, u, nil)
+	req, _ := http.NewRequest("GET", "https://ignored/api/v1/namespaces/default/configmaps/x", nil)
+	resp, err := h.RoundTripper().RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got, n := resp.Header.Get(EndpointHeader), resp.Header.Get(AttemptsHeader); got != second || n != "2" {
+		t.Errorf("%s %q, %s %q; want %s after 2 attempts", EndpointHeader, got, AttemptsHeader, n, second)
+	}
+	// The body is closed: the line is written.
+	lines := requestLines(t, b)
+	if len(lines) != 1 {
+		t.Fatalf("%d request lines after the body was closed, want 1", len(lines))
+	}
+	checkFields(t, lines[0], map[string]any{"endpoint": second, "attempts": 2, "status": 200})
+
+	dead := New(Config{EndpointHeader: true}, newFakePicker("10.0.0.9:6443"), newFakeUpstream(), nil)
+	resp, err = dead.RoundTripper().RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Get(EndpointHeader); resp.StatusCode != http.StatusBadGateway || got != "10.0.0.9:6443" {
+		t.Errorf("fanout's error: status %d, %s %q; want 502 naming the endpoint tried", resp.StatusCode, EndpointHeader, got)
+	}
+}
