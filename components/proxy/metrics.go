@@ -13,6 +13,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/endpointset"
 )
 
 // Metrics are the proxy's Prometheus collectors. All methods are safe for
@@ -40,9 +41,8 @@ type Metrics struct {
 	shortDuration prometheus.Observer
 
 	// endpoints are the endpoints whose fanout_upstream_errors_total
-	// series exist at zero (Retain); guarded by endpointsMu.
-	endpointsMu sync.Mutex
-	endpoints   map[string]struct{}
+	// series exist (Retain).
+	endpoints endpointset.Set
 }
 
 // answeredKey names one fanout_requests_total series.
@@ -174,24 +174,13 @@ var upstreamErrorReasons = []string{reasonUnprocessed, reasonTimeout, reasonCanc
 // Prometheus reads as a reset. It is called on every endpoint snapshot,
 // never on the request path.
 func (m *Metrics) Retain(addresses []string) {
-	m.endpointsMu.Lock()
-	defer m.endpointsMu.Unlock()
-	next := make(map[string]struct{}, len(addresses))
-	for _, a := range addresses {
-		next[a] = struct{}{}
-		if _, ok := m.endpoints[a]; ok {
-			continue
-		}
+	m.endpoints.Retain(addresses, func(a string) {
 		for _, reason := range upstreamErrorReasons {
 			m.upstreamErrors.WithLabelValues(a, reason)
 		}
-	}
-	for a := range m.endpoints {
-		if _, ok := next[a]; !ok {
-			m.upstreamErrors.DeletePartialMatch(prometheus.Labels{"endpoint": a})
-		}
-	}
-	m.endpoints = next
+	}, func(a string) {
+		m.upstreamErrors.DeletePartialMatch(prometheus.Labels{"endpoint": a})
+	})
 }
 
 // retryReasons are every reason fanout_retries_total and

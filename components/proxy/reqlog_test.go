@@ -79,7 +79,7 @@ func TestRequestLogLine(t *testing.T) {
 		"level": "DEBUG-4", "method": "GET", "path": "/api/v1/namespaces/default/pods",
 		"query": "labelSelector=app%3Dweb&limit=5", "verb": "list",
 		"user_agent": "kube-scheduler/v1.37.2 (linux/amd64) kubernetes/abcdef",
-		"endpoint": addr, "status": 200, "attempts": 1,
+		"endpoint":   addr, "status": 200, "attempts": 1,
 	})
 	if d, ok := rec["duration"].(float64); !ok || d <= 0 {
 		t.Errorf("duration = %v, want a positive number of nanoseconds", rec["duration"])
@@ -232,36 +232,35 @@ func TestWatchEndReason(t *testing.T) {
 		checkFields(t, waitRequestLines(t, b, 1)[0], map[string]any{"verb": "watch", "status": 200, "end": "apiserver", "query": "watch=true"})
 	})
 	t.Run("client", func(t *testing.T) {
-		b := &logBuffer{}
-		cp := startCancelWatchProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b)})
-		resp, err := http.Get(cp.base + watchPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 64)
-		if _, err := resp.Body.Read(buf); err != nil {
-			t.Fatal(err)
-		}
+		b, cp, resp := openWatch(t, watchPath)
 		resp.Body.Close()
 		wait(t, cp.canceled, "the apiserver's request to be cancelled after the client left")
 		checkFields(t, waitRequestLines(t, b, 1)[0], map[string]any{"verb": "watch", "status": 200, "end": "client"})
 	})
 	t.Run("shutdown", func(t *testing.T) {
-		b := &logBuffer{}
-		cp := startCancelWatchProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b)})
-		resp, err := http.Get(cp.base + watchPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 64)
-		if _, err := resp.Body.Read(buf); err != nil {
-			t.Fatal(err)
-		}
+		b, cp, resp := openWatch(t, watchPath)
 		cp.h.StopLongRunning()
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		checkFields(t, waitRequestLines(t, b, 1)[0], map[string]any{"verb": "watch", "status": 200, "end": "shutdown"})
 	})
+}
+
+// openWatch opens a watch through a proxy logging at -v 4, whose backend
+// sends one event and holds the watch until it is cancelled, and reads
+// the event.
+func openWatch(t *testing.T, path string) (*logBuffer, cancelWatchProxy, *http.Response) {
+	t.Helper()
+	b := &logBuffer{}
+	cp := startCancelWatchProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b)})
+	resp, err := http.Get(cp.base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resp.Body.Read(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	return b, cp, resp
 }
 
 // TestRebalancedBodyEndReason: a body the rebalancer says it ends

@@ -1,9 +1,9 @@
 package transport
 
 import (
-	"sync"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fanout-dev/fanout/internal/endpointset"
 )
 
 type metrics struct {
@@ -13,10 +13,9 @@ type metrics struct {
 	conns     *connCollector
 
 	// endpoints is the endpoint set of the last Retain, whose dial
-	// series exist at zero and whose connections are reported at zero
-	// when there are none; guarded by endpointsMu.
-	endpointsMu sync.Mutex
-	endpoints   map[string]struct{}
+	// series exist and whose connections are reported at zero when there
+	// are none.
+	endpoints endpointset.Set
 }
 
 // modes are every AuthMode, the known values of the mode label.
@@ -70,25 +69,14 @@ func (m *metrics) dialed(k poolKey, ok bool) {
 // a new endpoint start at zero, for each mode and result, and those of an
 // endpoint that left are dropped.
 func (m *metrics) retain(addresses []string) {
-	m.endpointsMu.Lock()
-	defer m.endpointsMu.Unlock()
-	next := make(map[string]struct{}, len(addresses))
-	for _, a := range addresses {
-		next[a] = struct{}{}
-		if _, ok := m.endpoints[a]; ok {
-			continue
-		}
+	m.endpoints.Retain(addresses, func(a string) {
 		for _, mode := range modes {
 			m.dials.WithLabelValues(a, mode.String(), "ok")
 			m.dials.WithLabelValues(a, mode.String(), "error")
 		}
-	}
-	for a := range m.endpoints {
-		if _, ok := next[a]; !ok {
-			m.dials.DeletePartialMatch(prometheus.Labels{"endpoint": a})
-		}
-	}
-	m.endpoints = next
+	}, func(a string) {
+		m.dials.DeletePartialMatch(prometheus.Labels{"endpoint": a})
+	})
 }
 
 // forget drops the dial series of an endpoint that left the endpoint set,
@@ -119,16 +107,13 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		counts[conn.key]++
 	}
 	c.t.mu.Unlock()
-	m := c.t.metrics
-	m.endpointsMu.Lock()
-	for a := range m.endpoints {
+	c.t.metrics.endpoints.Range(func(a string) {
 		for _, mode := range modes {
 			if k := (poolKey{address: a, mode: mode}); counts[k] == 0 {
 				counts[k] = 0
 			}
 		}
-	}
-	m.endpointsMu.Unlock()
+	})
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.address, k.mode.String())
 	}
