@@ -110,6 +110,7 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	c.SkewRouting = o.skewRouting
 	c.Balancer.Zone, c.Balancer.ZonePolicy, c.Balancer.ZoneMinEndpoints = o.zone.zone, o.zone.policy, o.zone.min
 	c.EndpointZones = o.zone.endpoints
+	c.Proxy.EndpointHeader = o.endpointHeader
 	c.Log = o.log
 	c.Registerer = o.registerer
 	if o.tune != nil {

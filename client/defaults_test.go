@@ -128,6 +128,7 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 		{"no probes", []string{"--probe-interval=0"}, []Option{WithProbeInterval(0)}},
 		{"probe interval", []string{"--probe-interval=5s"}, []Option{WithProbeInterval(5 * time.Second)}},
 		{"no watch rebalancing", []string{"--watch-rebalance=false"}, []Option{WithWatchRebalancing(false)}},
+		{"endpoint header", []string{"--debug-endpoint-header"}, []Option{WithEndpointHeader(true)}},
 		{"zones", []string{"--zone=a", "--zone-policy=spill-over", "--zone-min-endpoints=1", "--endpoint-zones=127.0.0.0/8=a"},
 			[]Option{WithZone("a", balancer.ZonePolicySpillOver), WithZoneMinEndpoints(1), WithEndpointZones("127.0.0.0/8=a")}},
 	} {

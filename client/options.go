@@ -24,6 +24,7 @@ type options struct {
 	discovery      *rest.Config
 	startWait      time.Duration
 	zone           zoneOptions
+	endpointHeader bool
 	// tune edits the engine's Config last; tests shorten timings with it.
 	tune func(*engine.Config)
 }
@@ -71,7 +72,9 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 }
 
 // WithLogger sets the logger of endpoint changes, readiness changes and
-// credential reloads; slog.Default() by default.
+// credential reloads; slog.Default() by default. A logger enabled at
+// slog.LevelDebug-4 (the sidecar's -v 4) also gets one line per request as it ends: which apiserver answered, the status,
+// the attempts, the duration (docs/troubleshooting.md).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
@@ -79,6 +82,14 @@ func WithLogger(l *slog.Logger) Option {
 		}
 	}
 }
+
+// WithEndpointHeader adds, like the sidecar's --debug-endpoint-header,
+// X-Fanout-Endpoint (the apiserver host:port that answered, or on
+// fanout's own error the last one tried) and X-Fanout-Attempts (times
+// the request was sent) to every response's header; off by default. A
+// program reads them through a rest.Config WrapTransport, or from a raw
+// response.
+func WithEndpointHeader(on bool) Option { return func(o *options) { o.endpointHeader = on } }
 
 // WithBalancerPolicy chooses balancer.PolicyLeastRequest (the default) or
 // balancer.PolicyRoundRobin, like the sidecar's --balancer.

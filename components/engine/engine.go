@@ -200,6 +200,8 @@ type Engine struct {
 	balancer   *balancer.Balancer
 	transports *transport.Transports
 	handler    *proxy.Handler
+	// proxyMetrics are the handler's, which follow the endpoint set.
+	proxyMetrics *proxy.Metrics
 	// probes is the prober's own pool set: probes must not share fate with
 	// client traffic (a connection full of watches at its stream limit, a
 	// pool whose connection is being torn down by a GOAWAY), and a probe
@@ -322,6 +324,7 @@ func (e *Engine) build() error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
+	e.proxyMetrics = proxyMetrics
 	// The transports dial upgrades (exec, attach, port-forward) too, unless
 	// the Config names a dialer of its own.
 	proxyCfg := cfg.Proxy

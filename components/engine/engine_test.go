@@ -182,8 +182,8 @@ func TestProbesHaveTheirOwnPools(t *testing.T) {
 	if !reflect.DeepEqual(sinks, wantSinks) {
 		t.Errorf("snapshots go to %T, want the balancer, then the prober, then the discoverer, then the resolver metrics", sinks)
 	}
-	if len(pools) != 2 || pools[0] != e.transports || pools[1] != e.probes {
-		t.Errorf("snapshots prune pools %v, want the requests' and the probes'", pools)
+	if len(pools) != 3 || pools[0] != e.transports || pools[1] != e.probes || pools[2] != e.proxyMetrics {
+		t.Errorf("snapshots prune pools %v, want the requests', the probes' and the proxy's per-endpoint series", pools)
 	}
 
 	cfg.Probe.Interval, cfg.WatchRebalance = 0, false

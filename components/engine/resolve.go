@@ -6,6 +6,7 @@ import (
 	"github.com/fanout-dev/fanout/components/apis"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/health"
+	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -14,7 +15,8 @@ type endpointSink interface {
 	Update([]resolver.Endpoint)
 }
 
-// poolRetainer drops connection pools of endpoints that went away.
+// poolRetainer drops what it keeps per endpoint (connection pools, the
+// series of per-endpoint metrics) for endpoints that went away.
 type poolRetainer interface {
 	Retain(addresses []string)
 }
@@ -28,6 +30,7 @@ var (
 	_ endpointSink        = (*resolver.Metrics)(nil)
 	_ health.Sink         = (*balancer.Balancer)(nil)
 	_ health.ResolveNower = (*resolver.DNS)(nil)
+	_ poolRetainer        = (*proxy.Metrics)(nil)
 )
 
 // sinks returns who gets each snapshot, in order, and whose pools follow
@@ -48,7 +51,7 @@ func (e *Engine) sinks() ([]endpointSink, []poolRetainer) {
 	if e.probes != nil {
 		pools = append(pools, e.probes)
 	}
-	return sinks, pools
+	return sinks, append(pools, e.proxyMetrics)
 }
 
 // runResolver runs the resolver until ctx ends and feeds its snapshots to

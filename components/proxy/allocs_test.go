@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"github.com/fanout-dev/fanout/components/listener"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/internal/logging"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -49,6 +52,17 @@ type recycledBody struct{ strings.Reader }
 func (*recycledBody) Close() error { return nil }
 
 func TestShortRequestAllocations(t *testing.T) { testShortRequestAllocations(t, Config{}) }
+
+// TestShortRequestAllocationsLogged: the process logger of -v 0 and -v 1
+// (a real handler, not a discarding one) and the line per request, off
+// below -v 4, cost a short request no allocation: the same budgets.
+func TestShortRequestAllocationsLogged(t *testing.T) {
+	for _, v := range []int{0, 1} {
+		t.Run(fmt.Sprintf("-v %d", v), func(t *testing.T) {
+			testShortRequestAllocations(t, Config{Log: logging.New("text", v, io.Discard)})
+		})
+	}
+}
 
 func testShortRequestAllocations(t *testing.T, cfg Config) {
 	if raceEnabled || testing.CoverMode() != "" {

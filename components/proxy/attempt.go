@@ -161,6 +161,7 @@ func (a *attempts) run() (answer, error) {
 			a.retrying = ""
 		}
 		a.n++
+		st.attempts++
 		addr := pick.Endpoint.Address()
 		st.endpoint = addr
 

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/internal/logging"
 )
 
 // BenchmarkServeShort measures the proxy's own cost per short request:
@@ -24,6 +26,18 @@ func BenchmarkServeShortCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchServeShort(b, Config{Cost: tab})
+}
+
+// BenchmarkServeShortLogged is BenchmarkServeShort with the process
+// logger of -v 0 (the line per request off) and of -v 4 (on, written as
+// JSON to io.Discard): what the line per request costs
+// (docs/troubleshooting.md).
+func BenchmarkServeShortLogged(b *testing.B) {
+	for _, v := range []int{0, logging.RequestVerbosity} {
+		b.Run(fmt.Sprintf("v=%d", v), func(b *testing.B) {
+			benchServeShort(b, Config{Log: logging.New("json", v, io.Discard)})
+		})
+	}
 }
 
 func benchServeShort(b *testing.B, cfg Config) {

@@ -57,9 +57,18 @@ type Config struct {
 	Discovery Discovery
 
 	// Log takes the lines the reverse proxy writes itself (a broken
-	// stream mid-body); nil discards them. The engine sets it to its
-	// Config.Log.
+	// stream mid-body), and one line per request as it ends at
+	// logging.LevelRequest (-v 4); nil discards them. The engine sets it
+	// to its Config.Log.
 	Log *slog.Logger
+
+	// EndpointHeader adds EndpointHeader and AttemptsHeader to every
+	// answer: the apiserver that answered (or, on fanout's own error
+	// answer, the last one tried) and how many times the request was sent
+	// (--debug-endpoint-header). Off by default: it tells the client the
+	// apiservers' addresses. Upgrades (exec, attach, port-forward) pass
+	// their answer through as it came and carry neither.
+	EndpointHeader bool
 
 	// Now is the clock; nil means time.Now. Tests inject a fake clock.
 	Now func() time.Time

@@ -18,10 +18,11 @@ import (
 // st: the apiserver's, or fanout's own code when failed (it got no
 // answer). A long-running request is reported now.
 func (h *Handler) costAnswered(header http.Header, st *reqState, code int, failed bool) {
+	// The code is the log line's too (reqlog.go).
+	st.outcome.Code, st.outcome.Failed = code, failed
 	if h.cost == nil {
 		return
 	}
-	st.outcome.Code, st.outcome.Failed = code, failed
 	if st.Kind == balancer.Long && !st.Upgrade && st.costRow == nil {
 		st.costRow = h.cost.Open(&st.Info, userAgent(header), &st.outcome)
 		st.openRetries = st.outcome.Retries

@@ -45,6 +45,8 @@ var (
 	_ http.Handler = (*Handler)(nil)
 	_ Picker       = (*balancer.Balancer)(nil)
 	_ Upstream     = (*transport.Transports)(nil)
+
+	_ watch.RebalanceEnder = (*doneBody)(nil)
 )
 
 // Handler proxies loopback requests to kube-apiserver. Create it with New.
@@ -88,6 +90,11 @@ type Handler struct {
 	// discovery answers discovery requests while the endpoints differ
 	// (discovery.go); nil sends them all on.
 	discovery Discovery
+	// log takes the line per request at logging.LevelRequest (reqlog.go).
+	log *slog.Logger
+	// endpointHeader names the answering endpoint on each answer
+	// (Config.EndpointHeader).
+	endpointHeader bool
 
 	now func() time.Time
 }
@@ -99,15 +106,17 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		m, _ = NewMetrics(nil) // cannot fail without a registry
 	}
 	h := &Handler{
-		picker:   p,
-		upstream: u,
-		metrics:  m,
-		maxBody:  cfg.MaxReplayBody,
-		now:      cfg.Now,
-		upgrader: cfg.Upgrades,
-		watch:    watch.NewHook(cfg.Rebalancer),
-		cost:     cfg.Cost,
-		budget:   newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
+		picker:         p,
+		upstream:       u,
+		metrics:        m,
+		endpointHeader: cfg.EndpointHeader,
+		maxBody:        cfg.MaxReplayBody,
+		now:            cfg.Now,
+		upgrader:       cfg.Upgrades,
+		watch:          watch.NewHook(cfg.Rebalancer),
+		cost:           cfg.Cost,
+		log:            cfg.Log,
+		budget:         newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
 	}
 	h.discovery = cfg.Discovery
 	h.replay = budget.New(cfg.ReplayBudget, m.replayUsed, m.replayExhausted)
@@ -173,10 +182,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
 		writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
-		if h.cost != nil {
-			st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
-			h.costEnded(userAgent(r.Header), st)
-		}
+		st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
+		h.ended(r, userAgent(r.Header), st)
 		return
 	}
 	if st.H2COffer {
@@ -192,6 +199,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
 		// its own HTTP/1.1 connection (upgrade.go).
 		h.serveUpgrade(w, r, st)
+		// An upgrade is not the cost table's (cost.go): only its line.
+		h.logEnded(r.Method, r.URL, userAgent(r.Header), st)
 		return
 	}
 	if st.Kind == balancer.Long {
@@ -199,20 +208,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.proxy.ServeHTTP(w, r)
-	h.costEnded(userAgent(r.Header), st)
+	h.ended(r, userAgent(r.Header), st)
+}
+
+// ended reports the end of the request r, whose state is st and
+// User-Agent ua, to the cost table and the log.
+func (h *Handler) ended(r *http.Request, ua string, st *reqState) {
+	h.costEnded(ua, st)
+	h.logEnded(r.Method, r.URL, ua, st)
 }
 
 func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState) {
 	h.metrics.openLong.Inc()
 	end := h.metrics.openLong.Dec
-	if h.cost != nil {
+	if h.cost != nil || h.logsRequests() {
 		// The closure outlives the handler when the server streams the
-		// answer itself: it keeps the User-Agent, not the request and its
-		// headers (a KiB per HTTP/1.1 watch, TestFootprintPerWatch).
-		ua := userAgent(r.Header)
+		// answer itself: it keeps the User-Agent, the method and the URL,
+		// not the request and its headers (a KiB per HTTP/1.1 watch,
+		// TestFootprintPerWatch).
+		ua, method, u := userAgent(r.Header), r.Method, r.URL
 		end = func() {
 			h.metrics.openLong.Dec()
 			h.costEnded(ua, st)
+			h.logEnded(method, u, ua, st)
 		}
 	}
 	defer func(server http.ResponseWriter) {
@@ -257,6 +275,10 @@ type reqState struct {
 	classified
 	start    time.Time
 	endpoint string // last endpoint tried, "" before the first pick
+	attempts int    // attempts made: sends to an endpoint, retries included
+	// end is how a long-running answer's body ended (an endReason), set
+	// by its doneBody, perhaps on another goroutine (the rebalancer's).
+	end atomic.Uint32
 
 	// body is the response body wrapper (watchBody) of the request's
 	// first answer, kept here to save it an allocation: a short
@@ -372,6 +394,12 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 	resp := ans.resp
 	h.metrics.answered(st.Kind, resp.StatusCode, ans.addr, ans.headers.Sub(st.start))
 	h.costAnswered(out.Header, st, resp.StatusCode, false)
+	if h.endpointHeader {
+		if resp.Header == nil {
+			resp.Header = http.Header{}
+		}
+		setEndpointHeaders(resp.Header, st)
+	}
 	if ans.pick.Endpoint == nil {
 		return resp, nil // a held rejection: the balancer heard of it
 	}
@@ -562,7 +590,7 @@ func (h *Handler) watchBody(into *doneBody, rc io.ReadCloser, st *reqState, pick
 	if b == nil {
 		b = new(doneBody)
 	}
-	b.rc, b.pick, b.info, b.received = rc, pick, info, &st.received
+	b.rc, b.pick, b.info, b.st = rc, pick, info, st
 	if st.Kind == balancer.Long {
 		// Added after StopLongRunning ran (shutdown began while the
 		// request waited for headers), it is stopped at once and the
@@ -576,12 +604,15 @@ func (h *Handler) watchBody(into *doneBody, rc io.ReadCloser, st *reqState, pick
 // comes first. Read and Close come from the reverse proxy's goroutine;
 // stopNow from a goroutine of StopLongRunning's.
 type doneBody struct {
-	rc       io.ReadCloser
-	pick     balancer.Pick
-	info     balancer.DoneInfo
-	received *atomic.Int64 // the request's answer bytes (reqState.received)
-	reported atomic.Bool
-	stopped  atomic.Bool
+	rc   io.ReadCloser
+	pick balancer.Pick
+	info balancer.DoneInfo
+	// st is the request's: its answer bytes (received) and how the body
+	// ended (end).
+	st         *reqState
+	reported   atomic.Bool
+	stopped    atomic.Bool
+	rebalanced atomic.Bool
 	// set is the bodySet of a long-running response (nil for others),
 	// set once before the body is handed on. links, guarded by set.mu,
 	// keep it there while it is open; Close may come from two goroutines
@@ -595,18 +626,26 @@ func (b *doneBody) linksOf() *links[doneBody] { return &b.links }
 
 func (b *doneBody) Read(p []byte) (int, error) {
 	if b.stopped.Load() {
-		b.finish()
+		b.finish(endShutdown)
 		return 0, io.EOF
 	}
 	n, err := b.rc.Read(p)
-	b.received.Add(int64(n))
+	b.st.received.Add(int64(n))
 	if err != nil {
-		if b.stopped.Load() {
+		reason := endError
+		switch {
+		case b.stopped.Load():
 			// The error is our own Close from stopNow: end the stream as if
 			// the apiserver had ended it.
-			err = io.EOF
+			err, reason = io.EOF, endShutdown
+		case b.rebalanced.Load():
+			reason = endRebalanced
+		case err == io.EOF:
+			reason = endAPIServer
+		case errors.Is(err, context.Canceled):
+			reason = endClient
 		}
-		b.finish()
+		b.finish(reason)
 	}
 	return n, err
 }
@@ -615,9 +654,23 @@ func (b *doneBody) Close() error {
 	if s := b.set; s != nil {
 		s.remove(b)
 	}
-	b.finish()
+	// Closed before it ended: by the watch rebalancer (which says so
+	// first, EndedByRebalancer), by stopNow, or for the client, who went
+	// away or stopped reading.
+	reason := endClient
+	switch {
+	case b.stopped.Load():
+		reason = endShutdown
+	case b.rebalanced.Load():
+		reason = endRebalanced
+	}
+	b.finish(reason)
 	return b.rc.Close()
 }
+
+// EndedByRebalancer implements watch.RebalanceEnder: the body is about to
+// be closed by the watch rebalancer.
+func (b *doneBody) EndedByRebalancer() { b.rebalanced.Store(true) }
 
 // stopNow sets the flag before closing, so the Read that the Close unblocks
 // already sees it and turns its error into io.EOF.
@@ -626,8 +679,10 @@ func (b *doneBody) stopNow() {
 	_ = b.rc.Close()
 }
 
-func (b *doneBody) finish() {
+// finish reports the end, why it came first.
+func (b *doneBody) finish(why endReason) {
 	if b.reported.CompareAndSwap(false, true) {
+		b.st.end.Store(uint32(why))
 		b.pick.Done(b.info)
 	}
 }
@@ -691,6 +746,9 @@ func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error)
 	h.costAnswered(r.Header, st, code, fanoutFailed(code))
 	if code == statusClientClosedRequest {
 		return // nobody is listening
+	}
+	if h.endpointHeader {
+		setEndpointHeaders(w.Header(), st)
 	}
 	writeStatus(w, code, reason, msg)
 }

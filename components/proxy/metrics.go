@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/endpointset"
 )
 
 // Metrics are the proxy's Prometheus collectors. All methods are safe for
@@ -36,8 +37,12 @@ type Metrics struct {
 	seriesMu sync.RWMutex
 	series   map[answeredKey]prometheus.Counter
 	// shortDuration is fanout_request_duration_seconds{kind="short"},
-	// resolved on the first short answer.
-	shortDuration atomic.Pointer[prometheus.Observer]
+	// resolved once, when the metrics are made.
+	shortDuration prometheus.Observer
+
+	// endpoints are the endpoints whose fanout_upstream_errors_total
+	// series exist (Retain).
+	endpoints endpointset.Set
 }
 
 // answeredKey names one fanout_requests_total series.
@@ -106,6 +111,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.retries.WithLabelValues(reason)
 		m.budgetOut.WithLabelValues(reason)
 	}
+	// The duration's one kind, and the requests fanout answers itself
+	// without an endpoint: 503 while no endpoint can be picked or while
+	// shutting down. Every other fanout_requests_total series carries an
+	// apiserver's code and endpoint, known only once it answers.
+	m.shortDuration = m.duration.WithLabelValues(balancer.Short.String())
+	for _, kind := range []balancer.Kind{balancer.Short, balancer.Long} {
+		m.requestsFor(kind, http.StatusServiceUnavailable, "")
+	}
 	if reg != nil {
 		for _, c := range append([]prometheus.Collector{m.requests, m.duration, m.retries, m.budgetOut, m.upstreamErrors, m.openLong, m.replayUsed, m.replayLimit, m.replayExhausted}, m.upgrades.collectors()...) {
 			if err := reg.Register(c); err != nil {
@@ -121,13 +134,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) answered(kind balancer.Kind, code int, endpoint string, elapsed time.Duration) {
 	m.requestsFor(kind, code, endpoint).Inc()
 	if kind == balancer.Short {
-		o := m.shortDuration.Load()
-		if o == nil {
-			d := m.duration.WithLabelValues(kind.String())
-			o = &d
-			m.shortDuration.Store(o)
-		}
-		(*o).Observe(elapsed.Seconds())
+		m.shortDuration.Observe(elapsed.Seconds())
 	}
 }
 
@@ -153,6 +160,27 @@ func (m *Metrics) requestsFor(kind balancer.Kind, code int, endpoint string) pro
 
 func (m *Metrics) upstreamError(endpoint string, err error) {
 	m.upstreamErrors.WithLabelValues(endpoint, errorReason(err)).Inc()
+}
+
+// upstreamErrorReasons are every reason fanout_upstream_errors_total is
+// counted by (errorReason).
+var upstreamErrorReasons = []string{reasonUnprocessed, reasonTimeout, reasonCanceled, reasonOther}
+
+// Retain follows the endpoint set, as the transports' pools do: the
+// fanout_upstream_errors_total series of a new endpoint start at zero,
+// one per reason, and those of an endpoint that left are dropped, so that
+// endpoints that come and go (EndpointSlices, DNS) do not grow the series
+// count forever. A counter that reappears starts again at zero, which
+// Prometheus reads as a reset. It is called on every endpoint snapshot,
+// never on the request path.
+func (m *Metrics) Retain(addresses []string) {
+	m.endpoints.Retain(addresses, func(a string) {
+		for _, reason := range upstreamErrorReasons {
+			m.upstreamErrors.WithLabelValues(a, reason)
+		}
+	}, func(a string) {
+		m.upstreamErrors.DeletePartialMatch(prometheus.Labels{"endpoint": a})
+	})
 }
 
 // retryReasons are every reason fanout_retries_total and

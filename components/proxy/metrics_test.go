@@ -73,12 +73,14 @@ func TestMetrics(t *testing.T) {
 
 	// First request: unprocessed on dead, retried, 200 from good. Second:
 	// a broken connection on dead, retried as a read, 200 from good.
-	// Third: 404 from good.
+	// Third: 404 from good. fanout's own 503s exist from the start, at 0.
 	want := `
 # HELP fanout_requests_total Requests answered by the proxy, by kind (short, long), HTTP status code and kube-apiserver endpoint (empty when none was picked).
 # TYPE fanout_requests_total counter
 fanout_requests_total{code="200",endpoint="` + good + `",kind="short"} 2
 fanout_requests_total{code="404",endpoint="` + good + `",kind="short"} 1
+fanout_requests_total{code="503",endpoint="",kind="long"} 0
+fanout_requests_total{code="503",endpoint="",kind="short"} 0
 # HELP fanout_retries_total Requests sent again, by reason: unprocessed (the apiserver never received it), read (a GET whose connection broke or timed out before the response), shutdown (it answered that it is shutting down), overload (priority and fairness rejected it and another endpoint was not overloaded), throttled (any other 429), gone (a watch whose first event was a 410, moved to another endpoint), unauthorized (a 401 to the client certificate, sent again to the same endpoint on fresh connections after re-reading the credentials), skew (a 404 saying the apiserver serves no such path, sent to one that serves it).
 # TYPE fanout_retries_total counter
 fanout_retries_total{reason="gone"} 0

@@ -73,6 +73,9 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 
 	ctx, st := withState(r.Context(), c, start)
 	release = append(release, func() { h.releaseReplay(st) })
+	if h.logsRequests() {
+		release = append(release, func() { h.logEnded(r.Method, r.URL, userAgent(r.Header), st) })
+	}
 	out := r.WithContext(ctx) // a shallow copy; r stays untouched
 	u := *r.URL
 	// The reverse proxy's Rewrite does the same: the forwarder sets the
@@ -92,13 +95,18 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 
 	resp, err := (*forwarder)(h).RoundTrip(out)
 	if err != nil {
-		finish()
 		code, reason, msg := describeError(ctx, err)
+		st.outcome.Code = code
+		finish()
 		h.metrics.answered(kind, code, st.endpoint, h.now().Sub(start))
 		if code == statusClientClosedRequest {
 			return nil, fmt.Errorf("%s: %w", msg, context.Cause(r.Context()))
 		}
-		return statusResponse(r, code, reason, msg), nil
+		resp := statusResponse(r, code, reason, msg)
+		if h.endpointHeader {
+			setEndpointHeaders(resp.Header, st)
+		}
+		return resp, nil
 	}
 	resp.Body = &finishBody{ReadCloser: resp.Body, finish: finish}
 	resp.Request = r

@@ -83,6 +83,7 @@ func upgradeProtocol(r *http.Request) string {
 func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqState) {
 	proto := upgradeProtocol(r)
 	if h.upgrader == nil {
+		st.outcome.Code = http.StatusNotImplemented
 		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(st.start))
 		h.metrics.upgraded(proto, resultError)
 		writeStatus(w, http.StatusNotImplemented, statusReasonUnknown,
@@ -101,9 +102,10 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqSt
 	a.pick.Kind = balancer.Long
 	ans, err := a.run()
 	if err != nil {
-		h.upgradeFailed(w, r, proto, st.endpoint, st.start, err)
+		st.outcome.Code = h.upgradeFailed(w, r, proto, st.endpoint, st.start, err)
 		return
 	}
+	st.outcome.Code = ans.resp.StatusCode
 	// Answered, and counted as such when the answer went out. The status
 	// of exec, attach, port-forward and proxy upgrades may be the
 	// kubelet's or the backend's (origin).
@@ -151,15 +153,17 @@ func (s *upgradeSession) release() {
 	}
 }
 
-// upgradeFailed answers an upgrade that got no response from any apiserver.
-func (h *Handler) upgradeFailed(w http.ResponseWriter, r *http.Request, proto, endpoint string, start time.Time, err error) {
+// upgradeFailed answers an upgrade that got no response from any
+// apiserver, and returns the status it answered with.
+func (h *Handler) upgradeFailed(w http.ResponseWriter, r *http.Request, proto, endpoint string, start time.Time, err error) int {
 	code, reason, msg := describeError(r.Context(), err)
 	h.metrics.answered(balancer.Long, code, endpoint, h.now().Sub(start))
 	h.metrics.upgraded(proto, resultError)
 	if code == statusClientClosedRequest {
-		return
+		return code
 	}
 	writeStatus(w, code, reason, msg)
+	return code
 }
 
 // upgradeAttempt is one try of an upgrade request against one endpoint:

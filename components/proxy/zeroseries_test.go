@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,5 +73,48 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 				t.Errorf("%s{%s} = %v before any event, want 0", name, l, v)
 			}
 		}
+	}
+}
+
+// TestUpstreamErrorSeriesFollowEndpoints: fanout_upstream_errors_total
+// has a series per reason for each endpoint of the set from the moment
+// it is known, and none for one that left it.
+func TestUpstreamErrorSeriesFollowEndpoints(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() map[string]int {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		for _, mf := range mfs {
+			if mf.GetName() != "fanout_upstream_errors_total" {
+				continue
+			}
+			for _, s := range mf.GetMetric() {
+				for _, l := range s.GetLabel() {
+					if l.GetName() == "endpoint" {
+						per[l.GetValue()]++
+					}
+				}
+			}
+		}
+		return per
+	}
+	m.Retain([]string{"10.0.0.1:6443", "10.0.0.2:6443"})
+	if got := count(); got["10.0.0.1:6443"] != 4 || got["10.0.0.2:6443"] != 4 || len(got) != 2 {
+		t.Errorf("after the first snapshot: series per endpoint %v, want 4 (unprocessed, timeout, canceled, other) for each of the two", got)
+	}
+	m.upstreamError("10.0.0.2:6443", context.DeadlineExceeded)
+	m.Retain([]string{"10.0.0.2:6443", "10.0.0.3:6443"})
+	if got := count(); got["10.0.0.2:6443"] != 4 || got["10.0.0.3:6443"] != 4 || len(got) != 2 {
+		t.Errorf("after 10.0.0.1 left and 10.0.0.3 came: series per endpoint %v, want 4 for each of 10.0.0.2 and 10.0.0.3", got)
+	}
+	if v := testutil.ToFloat64(m.upstreamErrors.WithLabelValues("10.0.0.2:6443", "timeout")); v != 1 {
+		t.Errorf("the staying endpoint's timeout count is %v after another snapshot, want 1 (kept)", v)
 	}
 }

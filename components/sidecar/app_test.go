@@ -93,6 +93,12 @@ func startSidecar(t *testing.T, token string, policy string, extra ...fx.Option)
 // startSidecarWith is startSidecar with flags changed by mutate.
 func startSidecarWith(t *testing.T, token string, policy string, mutate func(*Config), extra ...fx.Option) *fixture {
 	t.Helper()
+	return startSidecarLogged(t, slog.New(slog.DiscardHandler), token, policy, mutate, extra...)
+}
+
+// startSidecarLogged is startSidecarWith logging to log.
+func startSidecarLogged(t *testing.T, log *slog.Logger, token string, policy string, mutate func(*Config), extra ...fx.Option) *fixture {
+	t.Helper()
 	ca := testkit.NewCA(t)
 	client := ca.Client("system:kube-scheduler")
 	f := &fixture{clientKey: client.KeyPEM}
@@ -139,7 +145,7 @@ current-context: ctx
 		t.Fatal(err)
 	}
 	f.kubeconfig = o.WriteKubeconfig
-	f.app = fxtest.New(t, App(*o, slog.New(slog.DiscardHandler)), fx.Populate(&f.proxy), fx.Options(extra...))
+	f.app = fxtest.New(t, App(*o, log), fx.Populate(&f.proxy), fx.Options(extra...))
 	f.app.RequireStart()
 	t.Cleanup(f.app.RequireStop)
 	return f

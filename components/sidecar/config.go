@@ -126,7 +126,11 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.Engine.APIs.Interval, "discovery-interval", c.Engine.APIs.Interval,
 		"With --skew-routing, how often each endpoint's discovery is read again; an unchanged document costs a 304.")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "Log format: text or json.")
-	fs.IntVarP(&c.Verbosity, "v", "v", c.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events.")
+	fs.IntVarP(&c.Verbosity, "v", "v", c.Verbosity, "Log verbosity: 0 info, 1 debug, 2 also dependency-injection events, 4 also one line per request as it ends "+
+		"(method, path, list and watch query parameters, User-Agent, the apiserver that answered, status, attempts, duration, and how a watch ended; never credentials).")
+	fs.BoolVar(&c.Engine.Proxy.EndpointHeader, "debug-endpoint-header", c.Engine.Proxy.EndpointHeader,
+		"Add X-Fanout-Endpoint (the kube-apiserver host:port that answered, or on fanout's own error the last one tried) and X-Fanout-Attempts (times the request was sent) to every answer but upgrades. "+
+			"It tells the client the apiservers' addresses: see docs/security.md.")
 	fs.BoolVar(&c.ListenTLS, "listen-tls", c.ListenTLS,
 		"Serve TLS on --listen-address (HTTP/2 and HTTP/1.1) with a CA generated in memory at start, and require a client certificate from that CA. "+
 			"The CA and the client certificate and key are written into --write-kubeconfig (mode 0600, so the client must run as the same user), which is then the only way in: for pods that share loopback with other processes (hostNetwork). Requires --write-kubeconfig.")

@@ -4,19 +4,26 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/fx"
+	"sigs.k8s.io/yaml"
 
 	"github.com/fanout-dev/fanout/cmd/fanout-injector/webhook"
+	"github.com/fanout-dev/fanout/components/admin"
+	"github.com/fanout-dev/fanout/components/engine"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // describedNames records the name of every metric a collector registered
@@ -234,4 +241,194 @@ func TestDashboardCostRow(t *testing.T) {
 	if panels < 4 {
 		t.Errorf("the row has %d panels, want at least 4", panels)
 	}
+}
+
+// TestMonitoringMetricsExistAtStart starts the sidecar, waits for its
+// first endpoint set, and scrapes /metrics before any request: every
+// metric that a shipped alerting rule or dashboard query names must be
+// there already, with a series for every label value an expression
+// selects by equality, or its panel shows "No data" and its alert cannot
+// tell "nothing happened" from "not exported". It reads the rules and
+// the dashboard as they are, so rules added later are covered too. The
+// fanout_injector_* series are fanout-injector's: they are looked up in
+// the scrape of a fresh registry of its webhook metrics instead.
+func TestMonitoringMetricsExistAtStart(t *testing.T) {
+	var (
+		adm *admin.Server
+		eng *engine.Engine
+	)
+	startSidecar(t, "", "least-request", fx.Populate(&adm, &eng))
+	testkit.Wait(t, eng.Resolved(), "the engine's first endpoint set")
+	resp, err := http.Get("http://" + adm.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d, %v", resp.StatusCode, err)
+	}
+	sidecar := parseSamples(string(body))
+	injectorReg := prometheus.NewRegistry()
+	if _, err := webhook.NewMetrics(injectorReg); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(injectorReg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	injector := parseSamples(rec.Body.String())
+	samplesOf := func(name string) []map[string]string {
+		if strings.HasPrefix(name, "fanout_injector_") {
+			return injector[name]
+		}
+		return sidecar[name]
+	}
+
+	exprs := monitoringExprs(t)
+	checked := map[string]bool{}
+	for _, e := range exprs {
+		for _, name := range metricRef.FindAllString(e.expr, -1) {
+			if !checked[name] && len(samplesOf(name)) == 0 {
+				t.Errorf("%s: %s is not in /metrics at start (no series before the first event); "+
+					"initialise its known label values when the collector is made or the endpoint appears", e.where, name)
+			}
+			checked[name] = true
+		}
+		for _, m := range selectorRef.FindAllStringSubmatch(e.expr, -1) {
+			name := m[1]
+			for _, lm := range equalityMatcher.FindAllStringSubmatch(m[2], -1) {
+				if !hasLabel(samplesOf(name), lm[1], lm[2]) {
+					t.Errorf("%s: %s{%s=%q} has no series at start", e.where, name, lm[1], lm[2])
+				}
+			}
+		}
+	}
+	var names []string
+	for n := range checked {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	t.Logf("%d expressions, %d metrics checked: %s", len(exprs), len(names), strings.Join(names, " "))
+	if len(exprs) < 20 || len(names) < 10 {
+		t.Errorf("only %d expressions naming %d metrics found; did the manifests move?", len(exprs), len(names))
+	}
+}
+
+var (
+	// selectorRef is a metric name with its label matchers.
+	selectorRef = regexp.MustCompile(`\b((?:fanout|process)_[a-z0-9_]+)\s*\{([^}]*)\}`)
+	// equalityMatcher is one label="value" matcher (not =~, != or !~).
+	equalityMatcher = regexp.MustCompile(`\b([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"]*)"`)
+	// sampleLabel is one label of a sample line in the text format.
+	sampleLabel = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"`)
+)
+
+// parseSamples reads the text exposition format: the label sets of each
+// sample name (histograms' _bucket, _sum and _count apart, as PromQL
+// names them).
+func parseSamples(text string) map[string][]map[string]string {
+	out := map[string][]map[string]string{}
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		end := strings.IndexAny(line, "{ ")
+		if end < 0 {
+			continue
+		}
+		labels := map[string]string{}
+		if line[end] == '{' {
+			if close := strings.LastIndexByte(line, '}'); close > end {
+				for _, m := range sampleLabel.FindAllStringSubmatch(line[end+1:close], -1) {
+					labels[m[1]] = m[2]
+				}
+			}
+		}
+		out[line[:end]] = append(out[line[:end]], labels)
+	}
+	return out
+}
+
+func hasLabel(series []map[string]string, name, value string) bool {
+	for _, s := range series {
+		if s[name] == value {
+			return true
+		}
+	}
+	return false
+}
+
+type monitoringExpr struct{ where, expr string }
+
+// monitoringExprs returns every PromQL expression shipped in
+// manifests/monitoring: the PrometheusRule's rules, the dashboard panels'
+// queries (rows' nested panels included) and its variables' queries.
+func monitoringExprs(t *testing.T) []monitoringExpr {
+	t.Helper()
+	var out []monitoringExpr
+	b, err := os.ReadFile("../../manifests/monitoring/prometheusrule.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Name  string
+				Rules []struct{ Alert, Record, Expr string }
+			}
+		}
+	}
+	if err := yaml.Unmarshal(b, &rule); err != nil {
+		t.Fatalf("prometheusrule.yaml: %v", err)
+	}
+	for _, g := range rule.Spec.Groups {
+		for _, r := range g.Rules {
+			out = append(out, monitoringExpr{"rule " + r.Alert + r.Record, r.Expr})
+		}
+	}
+	b, err = os.ReadFile("../../manifests/monitoring/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type panel struct {
+		Title   string
+		Targets []struct{ Expr string }
+		Panels  json.RawMessage
+	}
+	var dash struct {
+		Panels     json.RawMessage
+		Templating struct {
+			List []struct {
+				Name  string
+				Query json.RawMessage
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	var walk func(raw json.RawMessage)
+	walk = func(raw json.RawMessage) {
+		if len(raw) == 0 {
+			return
+		}
+		var panels []panel
+		if err := json.Unmarshal(raw, &panels); err != nil {
+			t.Fatalf("grafana-dashboard.json panels: %v", err)
+		}
+		for _, p := range panels {
+			for _, target := range p.Targets {
+				out = append(out, monitoringExpr{"panel " + strconv.Quote(p.Title), target.Expr})
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(dash.Panels)
+	for _, v := range dash.Templating.List {
+		var q string
+		if json.Unmarshal(v.Query, &q) == nil {
+			out = append(out, monitoringExpr{"variable " + v.Name, q})
+		}
+	}
+	return out
 }

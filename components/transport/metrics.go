@@ -2,6 +2,8 @@ package transport
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fanout-dev/fanout/internal/endpointset"
 )
 
 type metrics struct {
@@ -9,7 +11,15 @@ type metrics struct {
 	rotations *prometheus.CounterVec
 	handshake prometheus.Histogram
 	conns     *connCollector
+
+	// endpoints is the endpoint set of the last Retain, whose dial
+	// series exist and whose connections are reported at zero when there
+	// are none.
+	endpoints endpointset.Set
 }
+
+// modes are every AuthMode, the known values of the mode label.
+var modes = []AuthMode{AuthSidecar, AuthPassthrough}
 
 func newMetrics(t *Transports) *metrics {
 	return &metrics{
@@ -55,6 +65,20 @@ func (m *metrics) dialed(k poolKey, ok bool) {
 	m.dials.WithLabelValues(k.address, k.mode.String(), result).Inc()
 }
 
+// retain follows the endpoint set (Transports.Retain): the dial series of
+// a new endpoint start at zero, for each mode and result, and those of an
+// endpoint that left are dropped.
+func (m *metrics) retain(addresses []string) {
+	m.endpoints.Retain(addresses, func(a string) {
+		for _, mode := range modes {
+			m.dials.WithLabelValues(a, mode.String(), "ok")
+			m.dials.WithLabelValues(a, mode.String(), "error")
+		}
+	}, func(a string) {
+		m.dials.DeletePartialMatch(prometheus.Labels{"endpoint": a})
+	})
+}
+
 // forget drops the dial series of an endpoint that left the endpoint set,
 // so endpoints that come and go (EndpointSlices, DNS) do not grow the
 // series count forever. A counter that reappears starts again at zero,
@@ -66,8 +90,9 @@ func (m *metrics) forget(k poolKey) {
 // connCollector counts the tracked connections at scrape time instead of
 // keeping a gauge up to date: a pool dropped by Retain while its
 // connections drain and a new pool for the same endpoint then share one
-// series without either having to know of the other, and the series
-// disappears once the endpoint has no connection left.
+// series without either having to know of the other. An endpoint of the
+// set without connections reports 0 for each mode; one that left it
+// disappears once it has no connection left.
 type connCollector struct {
 	t    *Transports
 	desc *prometheus.Desc
@@ -82,6 +107,13 @@ func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
 		counts[conn.key]++
 	}
 	c.t.mu.Unlock()
+	c.t.metrics.endpoints.Range(func(a string) {
+		for _, mode := range modes {
+			if k := (poolKey{address: a, mode: mode}); counts[k] == 0 {
+				counts[k] = 0
+			}
+		}
+	})
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), k.address, k.mode.String())
 	}

@@ -114,11 +114,13 @@ func (t *Transports) addPool(k poolKey) *pool {
 }
 
 // Retain drops the pools of endpoints whose address is not in addresses
-// and closes their idle connections. Connections still carrying streams
+// and closes their idle connections; the metrics of the endpoints in
+// addresses exist from then on, at zero. Connections still carrying streams
 // (a watch, say) are left to finish: they close when they have been idle
 // for IdleConnTimeout, or on Close. A later For for a dropped endpoint
 // builds a new pool.
 func (t *Transports) Retain(addresses []string) {
+	t.metrics.retain(addresses)
 	keep := make(map[string]bool, len(addresses))
 	for _, a := range addresses {
 		keep[a] = true

@@ -513,3 +513,34 @@ func BenchmarkFor(b *testing.B) {
 		}
 	})
 }
+
+// TestEndpointSeriesFromRetain: the dial counters and the connection
+// gauge of every endpoint in the set exist, at zero, before its first
+// dial, for each mode, and go when it leaves the set.
+func TestEndpointSeriesFromRetain(t *testing.T) {
+	p := newPKI(t)
+	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	const x, y = "10.9.9.1:6443", "10.9.9.2:6443"
+	tr.Retain([]string{x, y})
+	for _, addr := range []string{x, y} {
+		for _, mode := range []AuthMode{AuthSidecar, AuthPassthrough} {
+			for _, result := range []string{"ok", "error"} {
+				if v, ok := metricValue(t, tr, "fanout_upstream_dials_total", map[string]string{"endpoint": addr, "mode": mode.String(), "result": result}); !ok || v != 0 {
+					t.Errorf("fanout_upstream_dials_total{endpoint=%q,mode=%q,result=%q} = %v (exported: %v) before any dial, want 0", addr, mode, result, v, ok)
+				}
+			}
+			if v, ok := metricValue(t, tr, "fanout_upstream_connections", map[string]string{"endpoint": addr, "mode": mode.String()}); !ok || v != 0 {
+				t.Errorf("fanout_upstream_connections{endpoint=%q,mode=%q} = %v (exported: %v) before any dial, want 0", addr, mode, v, ok)
+			}
+		}
+	}
+	tr.Retain([]string{y})
+	for _, name := range []string{"fanout_upstream_dials_total", "fanout_upstream_connections"} {
+		if _, ok := metricValue(t, tr, name, map[string]string{"endpoint": x}); ok {
+			t.Errorf("%s of %s is still exported after it left the endpoint set", name, x)
+		}
+		if _, ok := metricValue(t, tr, name, map[string]string{"endpoint": y}); !ok {
+			t.Errorf("%s of %s, still in the set, is gone", name, y)
+		}
+	}
+}

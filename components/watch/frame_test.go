@@ -374,3 +374,41 @@ func TestScanApiserverWatchList(t *testing.T) {
 		t.Errorf("scanned %v, want %v", got, want)
 	}
 }
+
+// enderBody is an upstream body that records when it is told the
+// rebalancer ends it, and whether it was closed by then.
+type enderBody struct {
+	io.Reader
+	told, closed     atomic.Bool
+	closedBeforeTold bool
+}
+
+func (b *enderBody) EndedByRebalancer() {
+	b.closedBeforeTold = b.closed.Load()
+	b.told.Store(true)
+}
+
+func (b *enderBody) Close() error { b.closed.Store(true); return nil }
+
+// TestRequestEndTellsTheBody: a body that is a RebalanceEnder hears that
+// the rebalancer ends it before it is closed, at a boundary and mid-event.
+func TestRequestEndTellsTheBody(t *testing.T) {
+	stream, _ := encodeStream(t, framingJSON, testEvents())
+	for _, first := range []int{0, 3} {
+		body := &enderBody{Reader: bytes.NewReader(stream)}
+		w := newTestStream(body, framingJSON, time.Now)
+		if first > 0 {
+			// Mid-event: part of the first event passed on.
+			if _, err := w.Read(make([]byte, first)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.requestEnd()
+		if _, err := io.ReadAll(w); err != nil {
+			t.Fatal(err)
+		}
+		if !body.told.Load() || body.closedBeforeTold || !body.closed.Load() {
+			t.Errorf("after %d bytes: told %v (closed before: %v), closed %v; want told, then closed", first, body.told.Load(), body.closedBeforeTold, body.closed.Load())
+		}
+	}
+}

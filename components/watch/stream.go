@@ -181,16 +181,32 @@ func (w *watchStream) requestEnd() bool {
 		switch s := w.state.Load(); s {
 		case stAtBoundary:
 			if w.state.CompareAndSwap(s, stEnding) {
+				w.tellEnder()
 				_ = w.rc.Close()
 				return true
 			}
 		case stMidFrame:
 			if w.state.CompareAndSwap(s, stEndAtBoundary) {
+				w.tellEnder()
 				return true
 			}
 		default:
 			return false
 		}
+	}
+}
+
+// RebalanceEnder is a watch body (the one Hook.Track was given) that
+// wants to know when the rebalancer ends it: EndedByRebalancer is called
+// once, before the body is closed, from the rebalancer's goroutine. The
+// proxy's body implements it to log why a watch ended.
+type RebalanceEnder interface {
+	EndedByRebalancer()
+}
+
+func (w *watchStream) tellEnder() {
+	if e, ok := w.rc.(RebalanceEnder); ok {
+		e.EndedByRebalancer()
 	}
 }
 

@@ -2,6 +2,7 @@ package logging
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -19,5 +20,23 @@ func TestNew(t *testing.T) {
 	New("text", 1, &b).Debug("debug")
 	if !strings.Contains(b.String(), "level=DEBUG msg=debug") {
 		t.Fatalf("text at -v 1 wrote %q; want a debug text record", b.String())
+	}
+}
+
+// TestRequestLevel: the line per request shows from -v 4 only.
+func TestRequestLevel(t *testing.T) {
+	for v, want := range map[int]bool{0: false, 1: false, 2: false, 3: false, 4: true, 5: true} {
+		var b bytes.Buffer
+		l := New("text", v, &b)
+		if got := l.Enabled(context.Background(), LevelRequest); got != want {
+			t.Errorf("-v %d: request lines enabled %v, want %v", v, got, want)
+		}
+		l.Log(context.Background(), LevelRequest, "request")
+		if got := strings.Contains(b.String(), "level=DEBUG-4 msg=request"); got != want {
+			t.Errorf("-v %d wrote %q; want a request line: %v", v, b.String(), want)
+		}
+		if v >= 1 && !l.Enabled(context.Background(), -4) {
+			t.Errorf("-v %d: debug lines are off", v)
+		}
 	}
 }
