@@ -45,6 +45,12 @@ const (
 	// AnnotationInjected marks a mutated pod; its value lists the client
 	// containers that were pointed at fanout.
 	AnnotationInjected = "fanout.dev/injected"
+	// LabelSidecar marks a pod that runs the injected sidecar, whatever
+	// opted it in (its own label or its namespace's), so that a
+	// PodMonitor can select every sidecar
+	// (manifests/monitoring/podmonitor.yaml).
+	LabelSidecar      = "fanout.dev/sidecar"
+	LabelSidecarValue = "injected"
 	// NamespaceEnabled and NamespaceHosted are the values of LabelInject
 	// on a Namespace that switch injection on for the control-plane
 	// clients in it (see Scope); LabelOptOut, on a pod there, keeps that

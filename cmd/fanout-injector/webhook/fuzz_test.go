@@ -328,6 +328,9 @@ func checkMutation(t *testing.T, cfg Config, in *corev1.Pod, scope Scope) *corev
 		if slices.ContainsFunc(out.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == SidecarName }) {
 			t.Fatal("the sidecar is still there after its removal")
 		}
+		if _, ok := out.Labels[LabelSidecar]; ok {
+			t.Fatalf("label %s is still there after the sidecar's removal", LabelSidecar)
+		}
 		return nil
 	}
 	sc := out.Spec.InitContainers[len(out.Spec.InitContainers)-1]

@@ -72,6 +72,9 @@ func TestMutateHoldListener(t *testing.T) {
 		slices.ContainsFunc(removed.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == HoldVolumeName }) {
 		t.Errorf("after removal: %+v, want no %s container or volume", removed, HolderName)
 	}
+	if _, ok := removed.Labels[LabelSidecar]; ok {
+		t.Errorf("after removal the pod still has label %s: the PodMonitor would scrape a sidecar that is gone", LabelSidecar)
+	}
 
 	for _, v := range []string{"", "false"} {
 		pod := kcmPod()

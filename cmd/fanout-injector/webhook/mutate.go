@@ -227,6 +227,7 @@ func (c Config) plan(pod *corev1.Pod, scope Scope) (*corev1.Pod, []PatchOp, Deci
 		}
 	}
 	p.setAnnotation(AnnotationInjected, strings.Join(names, ","))
+	p.setLabel(LabelSidecar, LabelSidecarValue)
 	return p.pod, p.ops, Decision{Mutated: true, Clients: names, InCluster: t.path == ""}
 }
 
@@ -322,6 +323,7 @@ func removeSidecar(pod *corev1.Pod) (*corev1.Pod, []PatchOp, Decision) {
 		}
 	}
 	p.deleteAnnotation(AnnotationInjected)
+	p.deleteLabel(LabelSidecar)
 	return p.pod, p.ops, Decision{
 		Removed: true,
 		Reason:  ReasonHostNetwork,

@@ -202,6 +202,9 @@ func TestMutateKubeconfigDiscovery(t *testing.T) {
 			if out.Annotations[AnnotationInjected] != strings.Join(tt.wantClients, ",") {
 				t.Errorf("annotation %s=%q", AnnotationInjected, out.Annotations[AnnotationInjected])
 			}
+			if got := out.Labels[LabelSidecar]; got != LabelSidecarValue {
+				t.Errorf("label %s=%q, want %q: the sidecars' PodMonitor selects it", LabelSidecar, got, LabelSidecarValue)
+			}
 		})
 	}
 }

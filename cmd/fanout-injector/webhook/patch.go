@@ -70,11 +70,18 @@ func (p *patcher) setIn(m *map[string]string, base, k, v string) {
 }
 
 func (p *patcher) deleteAnnotation(k string) {
-	if _, ok := p.pod.Annotations[k]; !ok {
+	p.deleteIn(p.pod.Annotations, "/metadata/annotations", k)
+}
+
+func (p *patcher) deleteLabel(k string) { p.deleteIn(p.pod.Labels, "/metadata/labels", k) }
+
+// deleteIn removes key k of the map m (at JSON pointer base), if set.
+func (p *patcher) deleteIn(m map[string]string, base, k string) {
+	if _, ok := m[k]; !ok {
 		return
 	}
-	p.remove("/metadata/annotations/" + escape(k))
-	delete(p.pod.Annotations, k)
+	p.remove(base + "/" + escape(k))
+	delete(m, k)
 }
 
 // escape makes s one JSON pointer reference token (RFC 6901).

@@ -141,7 +141,7 @@ func TestHostedScope(t *testing.T) {
 	}
 
 	// The same pod with a namespace labelled enabled: fanout's defaults,
-	// no token, no label.
+	// no token, no label but the sidecar's own.
 	out = checkMutation(t, cfg, gardenerKCMPod(), ScopeNamespace)
 	if out == nil {
 		t.Fatal("not injected in ScopeNamespace")
@@ -150,7 +150,7 @@ func TestHostedScope(t *testing.T) {
 	if !slices.Contains(sc.Args, "--endpoints="+cfg.Endpoints) || slices.ContainsFunc(sc.Args, func(a string) bool { return strings.HasPrefix(a, "--discovery-kubeconfig") }) {
 		t.Errorf("ScopeNamespace sidecar args %q", sc.Args)
 	}
-	if slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == DiscoveryVolumeName }) || len(out.Labels) != len(gardenerKCMPod().Labels) {
+	if slices.ContainsFunc(out.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == DiscoveryVolumeName }) || len(out.Labels) != len(gardenerKCMPod().Labels)+1 {
 		t.Errorf("ScopeNamespace added the hosted token or labels: %v", out.Labels)
 	}
 
