@@ -3,7 +3,8 @@
 # (docs/releasing.md). Run from the repository root.
 #   - VERSION is a semantic version with a leading v (v1.2.3, v1.2.3-rc.1);
 #   - CHANGELOG.md's newest section, below [Unreleased], is that version;
-#   - every image of fanout that manifests/ and the docs name has that tag;
+#   - every image of fanout that manifests/ and the docs name has that tag,
+#     and so do charts/fanout/Chart.yaml's appVersion and version (no v);
 #   - unless RELEASE_CHECK_TAG=0 (a trial build): the git tag VERSION
 #     exists, is the commit checked out, and the tree is clean.
 set -eu
@@ -19,9 +20,12 @@ newest=$(sed -n 's/^## \[\([^]]*\)\].*/\1/p' CHANGELOG.md | grep -vx Unreleased 
 images=$(grep -rhoE 'ghcr\.io/fanout-dev/fanout:[A-Za-z0-9._-]+' manifests docs/injector.md docs/static-pods.md | sort -u)
 [ "$images" = "ghcr.io/fanout-dev/fanout:$v" ] || fail "manifests and docs name $(echo $images), want ghcr.io/fanout-dev/fanout:$v only (docs/releasing.md says how to bump it)"
 
+chart=charts/fanout/Chart.yaml
+grep -qx "appVersion: \"$v\"" $chart && grep -qx "version: ${v#v}" $chart || fail "$chart has $(grep -E '^(app)?[vV]ersion:' $chart | tr '\n' ' ')want appVersion: \"$v\" and version: ${v#v} (docs/releasing.md says how to bump them)"
+
 if [ "${RELEASE_CHECK_TAG:-1}" != 0 ]; then
   tag=$(git rev-parse -q --verify "refs/tags/$v^{commit}") || fail "no git tag $v: tag the commit to release (git tag -a $v -m 'fanout $v'), or pass RELEASE_CHECK_TAG=0 for a trial build"
   [ "$tag" = "$(git rev-parse HEAD)" ] || fail "tag $v is commit $tag, but $(git rev-parse HEAD) is checked out: git checkout $v"
   [ -z "$(git status --porcelain)" ] || fail "the tree has uncommitted changes; a release builds the tagged commit only"
 fi
-echo "release-check: $v: semantic version, CHANGELOG.md section, manifests' image tag$( [ "${RELEASE_CHECK_TAG:-1}" = 0 ] && echo ' (tag not checked)' || echo ', git tag at HEAD')"
+echo "release-check: $v: semantic version, CHANGELOG.md section, manifests' image tag, chart version$( [ "${RELEASE_CHECK_TAG:-1}" = 0 ] && echo ' (tag not checked)' || echo ', git tag at HEAD')"

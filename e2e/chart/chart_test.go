@@ -230,7 +230,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 // manifests/monitoring (helm reads only files inside the chart) are the
 // same bytes.
 func TestMonitoringFilesMatchManifests(t *testing.T) {
-	for _, f := range []string{"podmonitor.yaml", "prometheusrule.yaml", "grafana-dashboard.json"} {
+	for _, f := range []string{"podmonitor.yaml", "injector-podmonitor.yaml", "prometheusrule.yaml", "grafana-dashboard.json"} {
 		want, err := os.ReadFile(repo(t, "manifests", "monitoring", f))
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 package chart_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,7 +24,8 @@ func TestChartValues(t *testing.T) {
 		if c.Image != "registry.example/fanout:v1.2.3" || c.ImagePullPolicy != corev1.PullAlways {
 			t.Errorf("injector image %s, pull policy %s", c.Image, c.ImagePullPolicy)
 		}
-		wantArgs(t, c, "--sidecar-image=registry.example/fanout:v1.2.3", "--sidecar-image-pull-policy=Always")
+		wantArgs(t, c, "--sidecar-image-pull-policy=Always")
+		ownImage(t, c)
 	})
 
 	t.Run("tag defaults to appVersion", func(t *testing.T) {
@@ -52,7 +54,7 @@ func TestChartValues(t *testing.T) {
 		if c.Image != "ghcr.io/fanout-dev/fanout:v9.8.7" {
 			t.Errorf("image %s, want the appVersion's tag v9.8.7", c.Image)
 		}
-		wantArgs(t, c, "--sidecar-image=ghcr.io/fanout-dev/fanout:v9.8.7")
+		ownImage(t, c)
 	})
 
 	t.Run("replicas", func(t *testing.T) {
@@ -121,13 +123,17 @@ pki:
 		if v := d.Spec.Template.Spec.Volumes; len(v) != 1 || v[0].Secret == nil || v[0].Secret.SecretName != "my-tls" {
 			t.Errorf("volumes %+v, want Secret my-tls", v)
 		}
-		if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || *a {
-			t.Errorf("automountServiceAccountToken %v, want false", a)
+		// The token reads its own pod, for its image.
+		if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
+			t.Errorf("automountServiceAccountToken %v, want true", a)
 		}
 		for k := range objs {
 			if strings.Contains(k, "-pki") {
 				t.Errorf("files mode renders %s", k)
 			}
+		}
+		if _, ok := objs["RoleBinding fanout-system/fanout-injector-own-pod"]; !ok {
+			t.Error("files mode renders no RoleBinding fanout-injector-own-pod")
 		}
 		mwc := get[admissionv1.MutatingWebhookConfiguration](t, objs, "MutatingWebhookConfiguration /fanout-injector")
 		if len(mwc.Annotations) != 0 {
@@ -170,12 +176,37 @@ optIn:
 		}
 		want := metav1.LabelSelectorRequirement{Key: "team", Operator: metav1.LabelSelectorOpIn, Values: []string{"a"}}
 		exprs := mwc.Webhooks[0].NamespaceSelector.MatchExpressions
-		if len(exprs) != 3 || exprs[2].Key != want.Key || exprs[2].Operator != want.Operator || !slices.Equal(exprs[2].Values, want.Values) {
-			t.Errorf("namespaceSelector %+v, want the opt-in's and its own namespace's expressions, then %+v", exprs, want)
+		if len(exprs) != 4 || exprs[3].Key != want.Key || exprs[3].Operator != want.Operator || !slices.Equal(exprs[3].Values, want.Values) {
+			t.Errorf("namespaceSelector %+v, want its own namespace's, fanout.dev/rev's and the opt-in's expressions, then %+v", exprs, want)
 		}
 		out, err := template(t, repo(t, "charts", "fanout"), "fanout", "fanout-system", "--set", "optIn.pods=false,optIn.namespaces=false,optIn.hosted=false")
 		if err == nil || !strings.Contains(out, "the webhook would have no entry") {
 			t.Errorf("no opt-in at all: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("revision", func(t *testing.T) {
+		// A canary release serves the namespaces of its revision only; the
+		// stable one (no revision) leaves them out.
+		for _, tc := range []struct {
+			args []string
+			want metav1.LabelSelectorRequirement
+		}{
+			{nil, metav1.LabelSelectorRequirement{Key: "fanout.dev/rev", Operator: metav1.LabelSelectorOpDoesNotExist}},
+			{[]string{"--set", "revision=canary"}, metav1.LabelSelectorRequirement{Key: "fanout.dev/rev", Operator: metav1.LabelSelectorOpIn, Values: []string{"canary"}}},
+		} {
+			mwc := get[admissionv1.MutatingWebhookConfiguration](t, render(t, "fanout", "fanout-system", tc.args...), "MutatingWebhookConfiguration /fanout-injector")
+			for _, w := range mwc.Webhooks {
+				var rev []metav1.LabelSelectorRequirement
+				for _, e := range w.NamespaceSelector.MatchExpressions {
+					if e.Key == "fanout.dev/rev" {
+						rev = append(rev, e)
+					}
+				}
+				if len(rev) != 1 || rev[0].Operator != tc.want.Operator || !slices.Equal(rev[0].Values, tc.want.Values) {
+					t.Errorf("%q: %s: fanout.dev/rev expressions %+v, want only %+v", tc.args, w.Name, rev, tc.want)
+				}
+			}
 		}
 	})
 
@@ -213,8 +244,9 @@ resources:
 namespace: {create: false}
 podDisruptionBudget: {enabled: false}
 sidecarDiscovery: {enabled: false}
+kubectlPluginRole: {enabled: false}
 `))
-		for _, k := range []string{"Namespace /fanout-system", "PodDisruptionBudget fanout-system/fanout-injector", "ClusterRole /fanout-endpointslice-discovery", "RoleBinding default/fanout-sidecar-endpointslice-discovery"} {
+		for _, k := range []string{"Namespace /fanout-system", "PodDisruptionBudget fanout-system/fanout-injector", "ClusterRole /fanout-endpointslice-discovery", "RoleBinding default/fanout-sidecar-endpointslice-discovery", "ClusterRole /fanout-kubectl-plugin"} {
 			if _, ok := objs[k]; ok {
 				t.Errorf("%s rendered though turned off", k)
 			}
@@ -242,10 +274,34 @@ podDisruptionBudget: {minAvailable: 2}
 
 	t.Run("monitoring names", func(t *testing.T) {
 		objs := render(t, "canary", "monitoring", "--set", "monitoring.podMonitor=true,monitoring.prometheusRule=true,monitoring.dashboard=true")
-		for _, k := range []string{"PodMonitor monitoring/canary-fanout-sidecars", "PrometheusRule monitoring/canary-fanout", "ConfigMap monitoring/canary-fanout-grafana-dashboard"} {
+		for _, k := range []string{"PodMonitor monitoring/canary-fanout-sidecars", "PodMonitor monitoring/canary-fanout-injector", "PrometheusRule monitoring/canary-fanout", "ConfigMap monitoring/canary-fanout-grafana-dashboard"} {
 			if _, ok := objs[k]; !ok {
 				t.Errorf("no %s", k)
 			}
 		}
 	})
+}
+
+// ownImage: the injector gets no --sidecar-image but the downward API's
+// names of its pod, and gives the sidecars its own image.
+func ownImage(t *testing.T, c *corev1.Container) {
+	t.Helper()
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--sidecar-image=") {
+			t.Errorf("injector passes %s: the sidecars get its own image", a)
+		}
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		default:
+			env[e.Name] = e.Value
+		}
+	}
+	want := map[string]string{"POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name", "CONTAINER_NAME": c.Name}
+	if !maps.Equal(env, want) {
+		t.Errorf("injector env %v, want %v", env, want)
+	}
 }

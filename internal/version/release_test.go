@@ -83,7 +83,8 @@ func TestReleaseBuild(t *testing.T) {
 // TestManifestsShipTheRelease: every image of fanout the manifests and the
 // install docs name is CHANGELOG.md's newest release, never a moving tag
 // such as latest, which IfNotPresent would pin to whatever a node pulled
-// first.
+// first; so are the Helm chart's appVersion (its default image tag) and
+// version.
 func TestManifestsShipTheRelease(t *testing.T) {
 	v := newestRelease(t)
 	ref := regexp.MustCompile(`ghcr\.io/fanout-dev/fanout:[A-Za-z0-9._-]+`)
@@ -111,5 +112,18 @@ func TestManifestsShipTheRelease(t *testing.T) {
 	}
 	if found < 3 {
 		t.Errorf("found %d references to fanout's image, want the injector's, the sidecar example's and the static pod's", found)
+	}
+	// The Helm chart's image tag defaults to its appVersion; its own version
+	// is the release's, without the v.
+	chart, err := os.ReadFile("../../charts/fanout/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"appVersion: \"" + v + "\"", "version: " + strings.TrimPrefix(v, "v")} {
+		key, _, _ := strings.Cut(want, ":")
+		got := regexp.MustCompile(`(?m)^` + key + `: .*$`).FindString(string(chart))
+		if got != want {
+			t.Errorf("charts/fanout/Chart.yaml has %q, want %q (docs/releasing.md)", got, want)
+		}
 	}
 }
