@@ -227,6 +227,13 @@ func buildKube(ctx context.Context, dir string, names, env []string, progress io
 	if err != nil {
 		return err
 	}
+	return buildKubeIn(ctx, modDir, dir, names, env, progress)
+}
+
+// buildKubeIn builds the k8s.io/kubernetes commands names from the module
+// in modDir into dir, through a temporary directory so an interrupted
+// build never leaves half a binary.
+func buildKubeIn(ctx context.Context, modDir, dir string, names, env []string, progress io.Writer) error {
 	tmp, err := os.MkdirTemp(dir, ".build-")
 	if err != nil {
 		return err
