@@ -81,30 +81,7 @@ func TestUpgradeRoll(t *testing.T) {
 	t.Logf("3 apiservers of %s up; rolling them to %s", from, to)
 
 	// The old release's controllers, each behind its sidecar.
-	kcmKubeconfig, err := cp.ControllerManagerKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedKubeconfig, err := cp.SchedulerKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcmSidecar, err := cp.StartFanout(ctx, t, "upgrade-kcm", kcmKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedSidecar, err := cp.StartFanout(ctx, t, "upgrade-scheduler", schedKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcm, err := cp.StartControllerManager(t, kcmSidecar.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := cp.StartScheduler(t, schedSidecar.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl := startControllers(ctx, t, cp, "upgrade-")
 
 	// The three client sets.
 	const ns = "e2e-upgrade"
@@ -148,12 +125,7 @@ func TestUpgradeRoll(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, l := range []struct{ name, path string }{
-				{"client sidecar", sidecar.LogPath}, {"kube-controller-manager", kcm.LogPath}, {"kube-scheduler", sched.LogPath},
-				{"kcm sidecar", kcmSidecar.LogPath}, {"scheduler sidecar", schedSidecar.LogPath},
-			} {
-				t.Logf("last lines of the %s log %s:\n%s", l.name, l.path, harness.Tail(l.path, 30))
-			}
+			t.Logf("last lines of the client sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 30))
 		}
 	})
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -162,7 +134,7 @@ func TestUpgradeRoll(t *testing.T) {
 		m.start(loadCtx, t, ns, fmt.Sprintf("u%d-", i))
 	}
 	deploy := startScaler(loadCtx, t, modes[0].config(0, 30*time.Second, 10), ns)
-	sidecars := []*harness.Fanout{sidecar, kcmSidecar, schedSidecar}
+	sidecars := []*harness.Fanout{sidecar, ctrl.kcmSidecar, ctrl.schedSidecar}
 	before := sidecarFailures(ctx, t, sidecars)
 
 	time.Sleep(5 * time.Second) // load before the roll, as the roll tests do
@@ -194,7 +166,7 @@ func TestUpgradeRoll(t *testing.T) {
 	t.Logf("roll %s → %s done in %s", from, to, rolled.Sub(rollStart).Round(time.Second))
 	waitMetricExact(ctx, t, sidecar, "fanout_apis_differ", nil, 0)
 	// The old controllers still do their work on the new apiservers.
-	waitDeployment(ctx, t, cp, ns, deploy, []*harness.Component{kcm, sched})
+	waitDeployment(ctx, t, cp, ns, deploy, []*harness.Component{ctrl.kcm, ctrl.sched})
 	stopLoad()
 	for _, m := range modes {
 		m.wait()

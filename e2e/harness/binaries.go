@@ -127,10 +127,19 @@ func Binaries(ctx context.Context, progress io.Writer) (*Bins, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	b := binsIn(version, dir)
+	err = cachedBuild(ctx, dir, kubeCommands, progress, func(todo []string) error {
+		return buildKube(ctx, dir, todo, []string{"CGO_ENABLED=0"}, progress)
+	})
+	if err != nil {
 		return nil, err
 	}
-	b := &Bins{
+	return b, nil
+}
+
+// binsIn names the binaries of version in the cache directory dir.
+func binsIn(version, dir string) *Bins {
+	return &Bins{
 		Version:               version,
 		Dir:                   dir,
 		KubeAPIServer:         filepath.Join(dir, "kube-apiserver"),
@@ -140,24 +149,28 @@ func Binaries(ctx context.Context, progress io.Writer) (*Bins, error) {
 		Kubelet:               filepath.Join(dir, "kubelet"),
 		KubeProxy:             filepath.Join(dir, "kube-proxy"),
 	}
-	if len(missing(dir, kubeCommands)) == 0 {
-		return b, nil
-	}
+}
 
+// cachedBuild makes sure the executables names exist in dir, calling build
+// with the missing ones under dir's build lock (rechecked once the lock is
+// held: whoever held it may have built them meanwhile).
+func cachedBuild(ctx context.Context, dir string, names []string, progress io.Writer, build func(todo []string) error) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if len(missing(dir, names)) == 0 {
+		return nil
+	}
 	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, "another process is building the Kubernetes binaries; waiting for it")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unlock()
-	// Whoever held the lock may have built them meanwhile.
-	todo := missing(dir, kubeCommands)
+	todo := missing(dir, names)
 	if len(todo) == 0 {
-		return b, nil
+		return nil
 	}
-	if err := buildKube(ctx, dir, todo, []string{"CGO_ENABLED=0"}, progress); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return build(todo)
 }
 
 func missing(dir string, names []string) []string {

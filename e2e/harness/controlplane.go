@@ -66,15 +66,15 @@ type Options struct {
 // hosts, and registered nodes. Start it with Start.
 type ControlPlane struct {
 	// Dir holds everything the run writes: PKI, kubeconfigs, logs, etcd.
-	Dir        string
-	Bins       *Bins
+	Dir  string
+	Bins *Bins
 	// ComponentBins holds the kube-controller-manager and kube-scheduler
 	// the control plane runs: Options.ComponentBins, else Bins.
 	ComponentBins *Bins
-	PKI        *PKI
-	Net        *Network
-	Etcd       *Etcd
-	APIServers []*APIServer
+	PKI           *PKI
+	Net           *Network
+	Etcd          *Etcd
+	APIServers    []*APIServer
 	// AdminKubeconfig and Admin talk to the first apiserver directly as
 	// kubernetes-admin (O=system:masters).
 	AdminKubeconfig string

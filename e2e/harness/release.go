@@ -40,37 +40,20 @@ func ReleaseBinaries(ctx context.Context, version string, progress io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	b := &Bins{
-		Version:               version,
-		Dir:                   dir,
-		KubeAPIServer:         filepath.Join(dir, "kube-apiserver"),
-		KubeControllerManager: filepath.Join(dir, "kube-controller-manager"),
-		KubeScheduler:         filepath.Join(dir, "kube-scheduler"),
-	}
-	if len(missing(dir, serverCommands)) == 0 {
-		return b, nil
-	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, "another process is building the Kubernetes binaries; waiting for it")
+	b := binsIn(version, dir)
+	b.Kubectl, b.Kubelet, b.KubeProxy = "", "", ""
+	err = cachedBuild(ctx, dir, serverCommands, progress, func(todo []string) error {
+		modDir := filepath.Join(dir, "module")
+		if err := writeReleaseModule(ctx, modDir, version, staging, todo); err != nil {
+			return err
+		}
+		fmt.Fprintf(progress, "harness: resolving the modules of k8s.io/kubernetes %s in %s\n", version, modDir)
+		if err := runWithProgress(ctx, modDir, []string{"mod", "tidy"}, progress, "resolving k8s.io/kubernetes "+version); err != nil {
+			return err
+		}
+		return buildKubeIn(ctx, modDir, dir, todo, []string{"CGO_ENABLED=0"}, progress)
+	})
 	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	todo := missing(dir, serverCommands)
-	if len(todo) == 0 {
-		return b, nil
-	}
-	modDir := filepath.Join(dir, "module")
-	if err := writeReleaseModule(ctx, modDir, version, staging, todo); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(progress, "harness: resolving the modules of k8s.io/kubernetes %s in %s\n", version, modDir)
-	if err := runWithProgress(ctx, modDir, []string{"mod", "tidy"}, progress, "resolving k8s.io/kubernetes "+version); err != nil {
-		return nil, err
-	}
-	if err := buildKubeIn(ctx, modDir, dir, todo, []string{"CGO_ENABLED=0"}, progress); err != nil {
 		return nil, err
 	}
 	return b, nil
