@@ -167,9 +167,14 @@ func TestUpgradeRoll(t *testing.T) {
 	waitMetricExact(ctx, t, sidecar, "fanout_apis_differ", nil, 0)
 	// The old controllers still do their work on the new apiservers.
 	waitDeployment(ctx, t, cp, ns, deploy, []*harness.Component{ctrl.kcm, ctrl.sched})
+	// Stop counting first: what a cancelled request reports is no
+	// failure.
+	for _, m := range modes {
+		m.wire.stopped.Store(true)
+	}
 	stopLoad()
 	for _, m := range modes {
-		m.wait()
+		m.workers.Wait()
 	}
 	after := sidecarFailures(ctx, t, sidecars)
 
@@ -451,14 +456,6 @@ func (m *rollMode) informer(ctx context.Context, t *testing.T, obj runtime.Objec
 	m.informers.Add(1)
 	m.workers.Go(func() { inf.RunWithContext(ctx) })
 	return inf.HasSynced
-}
-
-// wait waits for m's workers and informers once the load's context ended,
-// and stops counting the wire (what a cancelled request reports is not a
-// failure).
-func (m *rollMode) wait() {
-	m.wire.stopped.Store(true)
-	m.workers.Wait()
 }
 
 // relists are the lists beyond each informer's first (a first list that
