@@ -22,7 +22,7 @@ COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
 VERSION_PKG := github.com/fanout-dev/fanout/internal/version
 LDFLAGS     := -X $(VERSION_PKG).version=$(VERSION) -X $(VERSION_PKG).commit=$(COMMIT)
 
-.PHONY: all build release release-check release-binaries test unit e2e e2e-binaries conformance soak lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
+.PHONY: all build release release-check release-binaries test unit e2e e2e-binaries conformance upgrade soak lint bench demo clean tools fuzz fuzz-long image image-binaries vulncheck
 
 all: build
 
@@ -100,6 +100,20 @@ conformance: e2e-packages
 	@echo "conformance: building or finding the Kubernetes binaries and e2e.test"
 	cd e2e && $(GO) run ./cmd/kubebins -conformance
 	cd e2e && FANOUT_CONFORMANCE=1 $(GO) test -count=1 -timeout 50m -v -run '^TestConformanceThroughFanout$$' .
+
+## upgrade: a real upgrade (TestUpgradeRoll, docs/resilience.md, Upgrade
+## roll): three apiservers of UPGRADE_FROM under that release's
+## kube-controller-manager and kube-scheduler rolled one by one to the e2e
+## module's release, with clients through fanout, an L4 proxy and direct;
+## 0 failed requests and 0 404s through fanout. Builds UPGRADE_FROM's
+## kube-apiserver, kube-controller-manager and kube-scheduler into the cache
+## first, with progress (about as long as the first e2e-binaries build).
+## A sibling of make test, like conformance.
+UPGRADE_FROM ?= v1.36.3
+upgrade: e2e-packages
+	@echo "upgrade: building or finding the Kubernetes binaries and those of $(UPGRADE_FROM)"
+	cd e2e && $(GO) run ./cmd/kubebins -release $(UPGRADE_FROM)
+	cd e2e && FANOUT_UPGRADE_FROM=$(UPGRADE_FROM) $(GO) test -count=1 -timeout 45m -v -run '^TestUpgradeRoll$$' .
 
 ## soak: the chaos soak of docs/resilience.md (Soak) on the real node,
 ## for SOAK_DURATION (default 30m; make test runs it for 3m as part of the

@@ -25,40 +25,8 @@ func TestControllersBehindSidecars(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	kcmKubeconfig, err := cp.ControllerManagerKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedKubeconfig, err := cp.SchedulerKubeconfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcmSidecar, err := cp.StartFanout(ctx, t, "kube-controller-manager", kcmKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schedSidecar, err := cp.StartFanout(ctx, t, "kube-scheduler", schedKubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kcm, err := cp.StartControllerManager(t, kcmSidecar.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sched, err := cp.StartScheduler(t, schedSidecar.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, c := range []struct{ name, path string }{
-				{"kube-controller-manager", kcm.LogPath}, {"kube-scheduler", sched.LogPath},
-				{"kcm sidecar", kcmSidecar.LogPath}, {"scheduler sidecar", schedSidecar.LogPath},
-			} {
-				t.Logf("last lines of the %s log %s:\n%s", c.name, c.path, harness.Tail(c.path, 30))
-			}
-		}
-	})
+	ctrl := startControllers(ctx, t, cp, "")
+	kcm, sched := ctrl.kcm, ctrl.sched
 
 	const ns, replicas = "e2e-controllers", 30
 	admin := cp.AdminClient
@@ -86,6 +54,7 @@ func TestControllersBehindSidecars(t *testing.T) {
 	}
 
 	var pods *corev1.PodList
+	var err error
 	bound := 0
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
@@ -149,4 +118,50 @@ func formatMap(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
 	}
 	return strings.Join(parts, " ")
+}
+
+// controllers are a kube-controller-manager and a kube-scheduler, each
+// behind its own fanout sidecar.
+type controllers struct {
+	kcm, sched               *harness.Component
+	kcmSidecar, schedSidecar *harness.Fanout
+}
+
+// startControllers starts cp's kube-controller-manager and kube-scheduler
+// (cp.ComponentBins), each behind a sidecar named prefix plus the
+// component's name, and logs the last lines of all four logs if t fails.
+func startControllers(ctx context.Context, t *testing.T, cp *harness.ControlPlane, prefix string) controllers {
+	t.Helper()
+	kcmKubeconfig, err := cp.ControllerManagerKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedKubeconfig, err := cp.SchedulerKubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c controllers
+	if c.kcmSidecar, err = cp.StartFanout(ctx, t, prefix+"kube-controller-manager", kcmKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if c.schedSidecar, err = cp.StartFanout(ctx, t, prefix+"kube-scheduler", schedKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if c.kcm, err = cp.StartControllerManager(t, c.kcmSidecar.Kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if c.sched, err = cp.StartScheduler(t, c.schedSidecar.Kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, l := range []struct{ name, path string }{
+				{"kube-controller-manager", c.kcm.LogPath}, {"kube-scheduler", c.sched.LogPath},
+				{"kcm sidecar", c.kcmSidecar.LogPath}, {"scheduler sidecar", c.schedSidecar.LogPath},
+			} {
+				t.Logf("last lines of the %s log %s:\n%s", l.name, l.path, harness.Tail(l.path, 30))
+			}
+		}
+	})
+	return c
 }

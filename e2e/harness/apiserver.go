@@ -42,6 +42,9 @@ type APIServer struct {
 	admin *rest.Config
 	// baseArgv is the original argv once RestartWith changed it.
 	baseArgv []string
+	// binIndex is where the kube-apiserver binary is in argv (after a
+	// network namespace's ip netns exec).
+	binIndex int
 
 	mu      sync.Mutex
 	proc    *process
@@ -49,7 +52,7 @@ type APIServer struct {
 	readyAt time.Time // when WaitReady last saw /readyz pass
 }
 
-func newAPIServer(cp *ControlPlane, h *Host, extraArgs []string) (*APIServer, error) {
+func newAPIServer(cp *ControlPlane, h *Host, binary string, extraArgs []string) (*APIServer, error) {
 	dir := filepath.Join(cp.Dir, fmt.Sprintf("apiserver-%d", h.Index+1))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -74,7 +77,7 @@ func newAPIServer(cp *ControlPlane, h *Host, extraArgs []string) (*APIServer, er
 		reconciler = "none"
 	}
 	args := []string{
-		cp.Bins.KubeAPIServer,
+		binary,
 		"--advertise-address=" + h.IP.String(),
 		"--bind-address=" + h.IP.String(),
 		fmt.Sprintf("--secure-port=%d", APIServerPort),
@@ -119,6 +122,7 @@ func newAPIServer(cp *ControlPlane, h *Host, extraArgs []string) (*APIServer, er
 	}
 	args = append(args, extraArgs...)
 	a.argv = h.command(args)
+	a.binIndex = len(a.argv) - len(args)
 
 	admin := rest.CopyConfig(cp.Admin)
 	admin.Host = a.URL

@@ -127,10 +127,19 @@ func Binaries(ctx context.Context, progress io.Writer) (*Bins, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	b := binsIn(version, dir)
+	err = cachedBuilds(ctx, dir, kubeCommands, progress, "another process is building the Kubernetes binaries; waiting for it", func(todo []string) error {
+		return buildKube(ctx, dir, todo, []string{"CGO_ENABLED=0"}, progress)
+	})
+	if err != nil {
 		return nil, err
 	}
-	b := &Bins{
+	return b, nil
+}
+
+// binsIn names the binaries of version in the cache directory dir.
+func binsIn(version, dir string) *Bins {
+	return &Bins{
 		Version:               version,
 		Dir:                   dir,
 		KubeAPIServer:         filepath.Join(dir, "kube-apiserver"),
@@ -140,24 +149,29 @@ func Binaries(ctx context.Context, progress io.Writer) (*Bins, error) {
 		Kubelet:               filepath.Join(dir, "kubelet"),
 		KubeProxy:             filepath.Join(dir, "kube-proxy"),
 	}
-	if len(missing(dir, kubeCommands)) == 0 {
-		return b, nil
-	}
+}
 
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, "another process is building the Kubernetes binaries; waiting for it")
+// cachedBuilds makes sure the executables names exist in dir, calling
+// build with the missing ones under dir's build lock (rechecked once the
+// lock is held: whoever held it may have built them meanwhile); waitMsg
+// is printed while another process holds the lock.
+func cachedBuilds(ctx context.Context, dir string, names []string, progress io.Writer, waitMsg string, build func(todo []string) error) error {
+	if len(missing(dir, names)) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, waitMsg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unlock()
-	// Whoever held the lock may have built them meanwhile.
-	todo := missing(dir, kubeCommands)
+	todo := missing(dir, names)
 	if len(todo) == 0 {
-		return b, nil
+		return nil
 	}
-	if err := buildKube(ctx, dir, todo, []string{"CGO_ENABLED=0"}, progress); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return build(todo)
 }
 
 func missing(dir string, names []string) []string {
@@ -227,6 +241,13 @@ func buildKube(ctx context.Context, dir string, names, env []string, progress io
 	if err != nil {
 		return err
 	}
+	return buildKubeIn(ctx, modDir, dir, names, env, progress)
+}
+
+// buildKubeIn builds the k8s.io/kubernetes commands names from the module
+// in modDir into dir, through a temporary directory so an interrupted
+// build never leaves half a binary.
+func buildKubeIn(ctx context.Context, modDir, dir string, names, env []string, progress io.Writer) error {
 	tmp, err := os.MkdirTemp(dir, ".build-")
 	if err != nil {
 		return err
@@ -340,38 +361,29 @@ func lockFile(ctx context.Context, path string, progress io.Writer, waitMsg stri
 	}
 }
 
-// cachedBuild returns dir/name, building it first when it is missing:
-// under the lock file dir/.build.lock (looking again once it holds it, as
-// whoever held it may have built it), build writes the file to out, in a
-// temporary directory of dir, and it is renamed into place, so an
-// interrupted build never leaves half a file.
+// cachedBuild returns dir/name, building it first when it is missing
+// (cachedBuilds): build writes the file to out, in a temporary directory
+// of dir, and it is renamed into place, so an interrupted build never
+// leaves half a file.
 func cachedBuild(ctx context.Context, dir, name string, progress io.Writer, waitMsg string, build func(out string) error) (string, error) {
 	path := filepath.Join(dir, name)
-	if len(missing(dir, []string{name})) == 0 {
-		return path, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	unlock, err := lockFile(ctx, filepath.Join(dir, ".build.lock"), progress, waitMsg)
+	err := cachedBuilds(ctx, dir, []string{name}, progress, waitMsg, func([]string) error {
+		tmp, err := os.MkdirTemp(dir, ".build-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		out := filepath.Join(tmp, name)
+		if err := build(out); err != nil {
+			return err
+		}
+		if err := os.Rename(out, path); err != nil {
+			return fmt.Errorf("moving the freshly built %s into the cache: %w", name, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return "", err
-	}
-	defer unlock()
-	if len(missing(dir, []string{name})) == 0 {
-		return path, nil
-	}
-	tmp, err := os.MkdirTemp(dir, ".build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	out := filepath.Join(tmp, name)
-	if err := build(out); err != nil {
-		return "", err
-	}
-	if err := os.Rename(out, path); err != nil {
-		return "", fmt.Errorf("moving the freshly built %s into the cache: %w", name, err)
 	}
 	return path, nil
 }

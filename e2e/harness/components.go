@@ -49,7 +49,7 @@ func (cp *ControlPlane) StartControllerManager(tb testing.TB, kubeconfig string,
 	}
 	p := cp.PKI
 	args := []string{
-		cp.Bins.KubeControllerManager,
+		cp.ComponentBins.KubeControllerManager,
 		"--kubeconfig=" + kubeconfig,
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + p.ServiceAccountKey,
@@ -78,7 +78,7 @@ func (cp *ControlPlane) StartScheduler(tb testing.TB, kubeconfig string, extraAr
 		return nil, err
 	}
 	args := []string{
-		cp.Bins.KubeScheduler,
+		cp.ComponentBins.KubeScheduler,
 		"--kubeconfig=" + kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",

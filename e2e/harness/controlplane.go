@@ -49,6 +49,15 @@ type Options struct {
 	// APIServerArgs: apiservers that serve different APIs, as during an
 	// upgrade (--runtime-config on some of them).
 	PerAPIServerArgs [][]string
+	// PerAPIServerBinary[i], when set, is the kube-apiserver binary
+	// apiserver i runs instead of Bins.KubeAPIServer: another release's
+	// (ReleaseBinaries), for an upgrade (APIServer.RestartFrom).
+	PerAPIServerBinary []string
+	// ComponentBins, when set, supplies the kube-controller-manager and
+	// kube-scheduler that StartControllerManager and StartScheduler run
+	// instead of Bins': an upgrade keeps the old release's until the
+	// apiservers are done.
+	ComponentBins *Bins
 	// Logf receives progress; default writes to stderr.
 	Logf func(format string, args ...any)
 }
@@ -57,12 +66,15 @@ type Options struct {
 // hosts, and registered nodes. Start it with Start.
 type ControlPlane struct {
 	// Dir holds everything the run writes: PKI, kubeconfigs, logs, etcd.
-	Dir        string
-	Bins       *Bins
-	PKI        *PKI
-	Net        *Network
-	Etcd       *Etcd
-	APIServers []*APIServer
+	Dir  string
+	Bins *Bins
+	// ComponentBins holds the kube-controller-manager and kube-scheduler
+	// the control plane runs: Options.ComponentBins, else Bins.
+	ComponentBins *Bins
+	PKI           *PKI
+	Net           *Network
+	Etcd          *Etcd
+	APIServers    []*APIServer
 	// AdminKubeconfig and Admin talk to the first apiserver directly as
 	// kubernetes-admin (O=system:masters).
 	AdminKubeconfig string
@@ -100,7 +112,10 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (_ *ControlPlane, e
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{Dir: dir, Bins: bins, logf: logf}
+	cp := &ControlPlane{Dir: dir, Bins: bins, ComponentBins: bins, logf: logf}
+	if opts.ComponentBins != nil {
+		cp.ComponentBins = opts.ComponentBins
+	}
 	onCleanup(tb, cp.Close)
 	defer func() {
 		if err != nil {
@@ -137,7 +152,11 @@ func Start(ctx context.Context, tb testing.TB, opts Options) (_ *ControlPlane, e
 		if i < len(opts.PerAPIServerArgs) {
 			args = append(args, opts.PerAPIServerArgs[i]...)
 		}
-		a, err := newAPIServer(cp, h, args)
+		bin := cp.Bins.KubeAPIServer
+		if i < len(opts.PerAPIServerBinary) && opts.PerAPIServerBinary[i] != "" {
+			bin = opts.PerAPIServerBinary[i]
+		}
+		a, err := newAPIServer(cp, h, bin, args)
 		if err != nil {
 			return nil, err
 		}

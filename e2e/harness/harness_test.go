@@ -383,3 +383,60 @@ func TestCachedBuild(t *testing.T) {
 		t.Errorf("cache holds %v after a failed build, want only the lock file and tool", names)
 	}
 }
+
+// TestReleaseGoMod checks the build module ReleaseBinaries derives from
+// k8s.io/kubernetes's go.mod: its go and godebug lines, a requirement of
+// the release, and every staging replacement pointed at the published
+// module of the matching v0 version; anything else is left out.
+func TestReleaseGoMod(t *testing.T) {
+	upstream := `// generated
+module k8s.io/kubernetes
+
+go 1.26.0
+
+godebug default=go1.26
+
+require (
+	github.com/blang/semver/v4 v4.0.0
+	k8s.io/api v0.0.0
+)
+
+replace (
+	k8s.io/api => ./staging/src/k8s.io/api
+	k8s.io/client-go => ./staging/src/k8s.io/client-go
+	example.com/other => example.com/other v1.2.3
+)
+`
+	staging, err := stagingVersion("v1.36.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := releaseGoMod([]byte(upstream), "v1.36.3", staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `// Written by the fanout e2e harness (ReleaseBinaries).
+module fanout-e2e/kubebuild
+
+go 1.26.0
+godebug default=go1.26
+
+require k8s.io/kubernetes v1.36.3
+
+replace (
+	k8s.io/api => k8s.io/api v0.36.3
+	k8s.io/client-go => k8s.io/client-go v0.36.3
+)
+`
+	if string(got) != want {
+		t.Errorf("releaseGoMod:\n%s\nwant:\n%s", got, want)
+	}
+	if _, err := releaseGoMod([]byte("module k8s.io/kubernetes\n\ngo 1.26.0\n"), "v1.36.3", staging); err == nil {
+		t.Error("releaseGoMod of a go.mod without staging replacements: no error")
+	}
+	for _, bad := range []string{"1.36.3", "v2.0.0", "v1."} {
+		if _, err := stagingVersion(bad); err == nil {
+			t.Errorf("stagingVersion(%q): no error", bad)
+		}
+	}
+}
