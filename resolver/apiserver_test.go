@@ -240,8 +240,11 @@ func (f *fakeAPIServer) bookmark() {
 	b, _ := json.Marshal(map[string]any{"type": "BOOKMARK", "object": map[string]any{
 		"kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
 		"metadata": map[string]any{"resourceVersion": strconv.Itoa(f.rv)}}})
+	// One line for every watch: an append per watch would write into the
+	// same spare capacity while another watch's handler reads it.
+	b = append(b, '\n')
 	for fw := range f.watchers {
-		fw.events <- append(b, '\n')
+		fw.events <- b
 	}
 }
 
