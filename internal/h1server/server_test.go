@@ -108,7 +108,10 @@ var cutUpstream = &httputil.ReverseProxy{
 	ErrorLog: log.New(io.Discard, "", 0),
 	Transport: cutTransport(func(r *http.Request) (*http.Response, error) {
 		body := io.MultiReader(strings.NewReader(strings.Repeat("z", 3000)), iotest.ErrReader(errors.New("stream reset")))
-		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, ContentLength: -1,
+		// A Content-Type of its own: ReverseProxy flushes the header on a
+		// timer of its own as well as on the first write, and which comes
+		// first decides whether a server sniffs one, in either server.
+		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"text/plain"}}, ContentLength: -1,
 			Body: io.NopCloser(body), Request: r}, nil
 	}),
 }
