@@ -52,7 +52,13 @@ import (
 type Options struct {
 	Quick         bool
 	Sections      map[string]bool
-	Targets       []string // direct, fanout, haproxy, library, fanout-tls
+	Targets       []string // direct, fanout, haproxy, library, fanout-tls, fanout+NAME
+	// VariantArgs are the extra flags of each -fanout-variants path, by
+	// its target name (fanout+NAME).
+	VariantArgs map[string][]string
+	// NoSaturation leaves out the overhead section's saturation phase
+	// (and the perf profiles, taken at saturation).
+	NoSaturation bool
 	Runs          int
 	Phases        []Phase
 	PhaseDuration time.Duration
@@ -147,6 +153,8 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	costPhase := fs.Duration("cost-phase", 60*time.Second, "costbalance: length of the measured phase of each target")
 	profiles := fs.String("profiles", "", "directory for the footprint section's heap and goroutine profiles (default: docs/profiles/bench in the repository when -out is the default, none otherwise)")
 	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); fanout-nocost (fanout --cost-table-size=0: not by default; beside fanout it measures the cost table); the Targets table needs the first three, library's CPU figure needs direct")
+	variants := fs.String("fanout-variants", "", "more fanout paths, each with extra flags, measured in the same rotation as the others and compared with fanout in a table of their own: name=flags,... (flags separated by spaces), e.g. 'steady=--sysmon=steady,adaptive=--max-procs=adaptive'; each is the path fanout+name")
+	saturation := fs.Bool("saturation", true, "run the overhead section's saturation phase after the fixed rates (and profile the proxies there when perf is installed)")
 	fs.StringVar(&out, "out", "", "report path (default docs/benchmarks.md in the repository)")
 	fs.StringVar(&fanoutBin, "fanout", "", "fanout binary (default: built from the repository)")
 	fs.BoolVar(&keep, "keep", false, "keep the work directory (logs, configs, profiles)")
@@ -199,8 +207,20 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 		}
 		o.Targets = append(o.Targets, t)
 	}
+	var vt []string
+	if vt, o.VariantArgs, err = parseVariants(*variants); err != nil {
+		return
+	}
+	o.Targets = append(o.Targets, vt...)
 	if o.Phases, err = parsePhases(*rates); err != nil {
 		return
+	}
+	if o.NoSaturation = !*saturation; o.NoSaturation {
+		o.Phases = o.Phases[:len(o.Phases)-1]
+		if len(o.Phases) == 0 {
+			err = errors.New("-saturation=false needs at least one of -rates")
+			return
+		}
 	}
 	if o.Runs < 1 || o.Workers < 1 || o.Watches < 0 || o.FootprintWatches < 1 {
 		err = errors.New("-runs, -workers and -footprint-watches must be at least 1, -watches at least 0")
@@ -382,7 +402,7 @@ func Estimate(o Options) time.Duration {
 		d += time.Duration(o.Runs*len(o.Targets)) * perTarget
 		procs := 0 // the perf phases of the proxy processes
 		for _, t := range o.Targets {
-			if !inProcess(t) {
+			if !inProcess(t) && !o.NoSaturation {
 				procs++
 			}
 		}

@@ -102,6 +102,10 @@ type OverheadResult struct {
 	// phase of the last run; ProfileNote says why there are none.
 	Profiles    []ProxyProfile
 	ProfileNote string
+	// Measures are every run's figures, for the variants' table, and
+	// VariantArgs the flags of each -fanout-variants path.
+	Measures    []PhaseMeasure
+	VariantArgs map[string][]string
 }
 
 // Row finds a row.
@@ -211,7 +215,7 @@ const shortPath = "/api/v1/namespaces/bench/configmaps/cm"
 // backends, in rotating order, opts.Runs times.
 func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error) {
 	o := env.opts
-	res := &OverheadResult{Runs: o.Runs, IdleRSSMiB: map[string]float64{}}
+	res := &OverheadResult{Runs: o.Runs, IdleRSSMiB: map[string]float64{}, VariantArgs: o.VariantArgs}
 	var all []PhaseMeasure
 	idle := map[string][]float64{}
 	for run := range o.Runs {
@@ -236,6 +240,7 @@ func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error)
 		res.ProfileNote = "perf is not installed (Debian: apt-get install linux-perf), so there are no profiles of the proxy processes."
 	}
 	res.Rows = AggregateOverhead(all, o.Phases, o.Targets)
+	res.Measures = all
 	for t, v := range idle {
 		res.IdleRSSMiB[t] = Median(v)
 	}
@@ -248,6 +253,9 @@ func (env *overheadEnv) startProxy(ctx context.Context, target, name string) (*P
 	var eps []string
 	for _, b := range env.backends {
 		eps = append(eps, "https://"+b)
+	}
+	if args, ok := env.opts.VariantArgs[target]; ok {
+		return startFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps, "http", args...)
 	}
 	switch target {
 	case targetFanout:
@@ -365,7 +373,7 @@ func (env *overheadEnv) runTarget(ctx context.Context, target string, run int, p
 		out = append(out, m)
 	}
 	var prof *ProxyProfile
-	if profile && proxy != nil && perfAvailable() {
+	if profile && proxy != nil && perfAvailable() && !o.NoSaturation {
 		p := profileProc(ctx, target, proxy.PID(), filepath.Join(env.dir, target+".perf.data"), o.Profiles, o.PhaseDuration, func() {
 			ClosedLoop(ctx, do, o.Workers, o.PhaseDuration)
 		})

@@ -219,6 +219,7 @@ func Render(r *Report) string {
 	}
 
 	renderOverhead(&b, r.Overhead)
+	renderVariants(&b, r.Overhead)
 	renderRealAPI(&b, r.RealAPI)
 	renderScale(&b, r.Scale, r.ScaleTLS, r.ScaleHAProxy)
 	renderFootprintSection(&b, r.Footprint)
