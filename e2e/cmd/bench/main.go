@@ -50,15 +50,15 @@ import (
 
 // Options are the benchmark's knobs; see the flags in main.
 type Options struct {
-	Quick         bool
-	Sections      map[string]bool
-	Targets       []string // direct, fanout, haproxy, library, fanout-tls, fanout+NAME
+	Quick    bool
+	Sections map[string]bool
+	Targets  []string // direct, fanout, haproxy, library, fanout-tls, fanout+NAME
 	// VariantArgs are the extra flags of each -fanout-variants path, by
 	// its target name (fanout+NAME).
 	VariantArgs map[string][]string
 	// NoSaturation leaves out the overhead section's saturation phase
 	// (and the perf profiles, taken at saturation).
-	NoSaturation bool
+	NoSaturation  bool
 	Runs          int
 	Phases        []Phase
 	PhaseDuration time.Duration
