@@ -60,7 +60,7 @@ func TestFlags(t *testing.T) {
 		{"hold takes no arguments", []string{"hold", "--socket-dir", "/tmp", "extra"}, 2, "unexpected arguments"},
 		{"top is a subcommand", []string{"top", "--help"}, 0, "Keys: r sort by requests/s"},
 		{"top reports an unreachable admin address", []string{"top", "--admin-address", "127.0.0.1:1"}, 1, "fanout top: reading http://127.0.0.1:1/debug/cost"},
-		{"sysmon must be steady or go", []string{"--kubeconfig", "x", "--sysmon", "off"}, 2, `--sysmon "off": want steady or go`},
+		{"sysmon must be go or steady", []string{"--kubeconfig", "x", "--sysmon", "off"}, 2, `--sysmon "off": want go or steady`},
 		{"memory limit must be a size", []string{"--kubeconfig", "x", "--memory-limit", "lots"}, 2, `--memory-limit "lots": want auto, off, or a positive size`},
 		{"memory limit is logged", []string{"--kubeconfig", "/nonexistent/kubeconfig", "--allow-shared-loopback", "--memory-limit", "96Mi"}, 1, `msg="Go memory limit set" bytes=100663296 source=flag`},
 	}

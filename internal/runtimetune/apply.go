@@ -8,22 +8,18 @@ import (
 
 	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fanout-dev/fanout/internal/gctune"
-	"github.com/fanout-dev/fanout/internal/proctune"
 )
 
 // Apply puts o into effect, logs to log what is in effect, and returns
-// the collectors to register: fanout_sysmon_steady and
-// fanout_gomaxprocs_changes_total (always, at 0 unless --max-procs
-// adaptive runs the tuner). It returns o.Validate's error, having changed
-// nothing, for options that fail it.
+// the collectors to register: fanout_sysmon_steady. It returns
+// o.Validate's error, having changed nothing, for options that fail it.
 //
 // Call it once, early in main, before anything has been logged or
 // started: with --sysmon steady the process executes itself again here
 // (same arguments, same process ID), and it is best that the garbage
-// collector works to the memory limit from the start. The GOMAXPROCS and
-// GC headroom tuners it may start run for the life of the process.
+// collector works to the memory limit from the start. GOMAXPROCS is left
+// to Go, which follows the container's CPU limit while the process runs
+// unless something sets it.
 func Apply(o Options, log *slog.Logger) ([]prometheus.Collector, error) {
 	p, err := o.plan()
 	if err != nil {
@@ -34,7 +30,6 @@ func Apply(o Options, log *slog.Logger) ([]prometheus.Collector, error) {
 		reexecErr = reexecForSysmon(env) // returns only on failure
 	}
 	lim, limErr := applyMemoryLimit(p.memoryLimit, os.Getenv("GOMEMLIMIT"), memlimit.FromCgroup, debug.SetMemoryLimit)
-	procs := applyMaxProcs(p.maxProcs, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0), runtime.GOMAXPROCS)
 
 	if limErr != nil {
 		// Not fatal: the sidecar runs as it would without a cgroup.
@@ -47,15 +42,8 @@ func Apply(o Options, log *slog.Logger) ([]prometheus.Collector, error) {
 	}
 	steady := sysmonSteady()
 	log.Info("Go monitor thread", "steady", steady, "godebug", os.Getenv("GODEBUG"))
-	log.Info("GOMAXPROCS in effect", "threads", procs.N, "source", procs.Source, "adaptive", procs.Adaptive, "cpus", runtime.NumCPU())
-	var procTuner *proctune.Tuner
-	if procs.Adaptive {
-		procTuner = proctune.Start(procs.N)
-	}
-	if t := gctune.Start(p.headroom); t != nil {
-		log.Info("garbage collector headroom set", "bytes", p.headroom, "gogc", t.Percent())
-	}
-	return []prometheus.Collector{procTuner.Collector(), sysmonGauge(steady)}, nil
+	log.Info("GOMAXPROCS in effect", "threads", runtime.GOMAXPROCS(0), "fromEnvironment", os.Getenv("GOMAXPROCS") != "", "cpus", runtime.NumCPU())
+	return []prometheus.Collector{sysmonGauge(steady)}, nil
 }
 
 // logMemoryLimit says which Go memory limit is in effect and why.

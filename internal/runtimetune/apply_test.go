@@ -3,7 +3,6 @@ package runtimetune
 import (
 	"bytes"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -15,21 +14,20 @@ import (
 // that it does not execute itself again) and checks the log lines and
 // the collectors; options that fail Validate change nothing.
 func TestApply(t *testing.T) {
-	defer runtime.SetDefaultGOMAXPROCS()
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
-	bad := Options{MemoryLimit: "96Mi", GCHeadroom: "0", MaxProcs: "0", Sysmon: "go"}
+	bad := Options{MemoryLimit: "96Mi", Sysmon: "never"}
 	before := debug.SetMemoryLimit(-1)
-	if _, err := Apply(bad, log); err == nil || !strings.Contains(err.Error(), "--max-procs") {
-		t.Fatalf("Apply(--max-procs 0) = %v, want the flag's error", err)
+	if _, err := Apply(bad, log); err == nil || !strings.Contains(err.Error(), "--sysmon") {
+		t.Fatalf("Apply(--sysmon never) = %v, want the flag's error", err)
 	}
 	if got := debug.SetMemoryLimit(-1); got != before || logged.Len() > 0 {
 		t.Fatalf("Apply with a bad flag set the memory limit to %d (was %d) or logged %q", got, before, logged.String())
 	}
 
-	o := Options{MemoryLimit: "96Mi", GCHeadroom: "0", MaxProcs: "auto", Sysmon: "go"}
+	o := Options{MemoryLimit: "96Mi", Sysmon: "go"}
 	collectors, err := Apply(o, log)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +54,7 @@ func TestApply(t *testing.T) {
 	for _, f := range families {
 		names = append(names, f.GetName())
 	}
-	if got := strings.Join(names, " "); got != "fanout_gomaxprocs_changes_total fanout_sysmon_steady" {
-		t.Errorf("collected %q, want fanout_gomaxprocs_changes_total fanout_sysmon_steady", got)
+	if got := strings.Join(names, " "); got != "fanout_sysmon_steady" {
+		t.Errorf("collected %q, want fanout_sysmon_steady", got)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestAutoLeavesGOMAXPROCSToGo checks that Apply with --max-procs auto
-// leaves Go's updates of GOMAXPROCS on: after it, the process's threads
+// TestAutoLeavesGOMAXPROCSToGo checks that Apply leaves Go's updates of
+// GOMAXPROCS on: after it, the process's threads
 // are moved to one CPU, as a changed CPU limit or cpuset would, and the
 // runtime must follow within a few seconds (it looks once a second).
 // Any runtime.GOMAXPROCS(n) in Apply, even with the value in effect,
@@ -36,7 +36,7 @@ func TestAutoLeavesGOMAXPROCSToGo(t *testing.T) {
 	defer runtime.SetDefaultGOMAXPROCS()
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 
-	o := Options{MemoryLimit: "off", GCHeadroom: "0", MaxProcs: "auto", Sysmon: "go"}
+	o := Options{MemoryLimit: "off", Sysmon: "go"}
 	if _, err := Apply(o, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}

@@ -160,7 +160,7 @@ func TestCgroupLayoutChild(t *testing.T) {
 		}
 	}
 	var logged bytes.Buffer
-	if _, err := Apply(Options{MemoryLimit: "auto", GCHeadroom: "0", MaxProcs: "auto", Sysmon: "go"}, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+	if _, err := Apply(Options{MemoryLimit: "auto", Sysmon: "go"}, slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Printf("\nlimit=%d\n%s", debug.SetMemoryLimit(-1), logged.String())

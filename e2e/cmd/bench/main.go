@@ -153,7 +153,7 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	costPhase := fs.Duration("cost-phase", 60*time.Second, "costbalance: length of the measured phase of each target")
 	profiles := fs.String("profiles", "", "directory for the footprint section's heap and goroutine profiles (default: docs/profiles/bench in the repository when -out is the default, none otherwise)")
 	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); fanout-nocost (fanout --cost-table-size=0: not by default; beside fanout it measures the cost table); the Targets table needs the first three, library's CPU figure needs direct")
-	variants := fs.String("fanout-variants", "", "more fanout paths, each with extra flags, measured in the same rotation as the others and compared with fanout in a table of their own: name=flags,... (flags separated by spaces), e.g. 'steady=--sysmon=steady,adaptive=--max-procs=adaptive'; each is the path fanout+name")
+	variants := fs.String("fanout-variants", "", "more fanout paths, each with extra flags, measured in the same rotation as the others and compared with fanout in a table of their own: name=flags,... (flags separated by spaces), e.g. 'steady=--sysmon=steady,nocost=--cost-table-size=0'; each is the path fanout+name")
 	saturation := fs.Bool("saturation", true, "run the overhead section's saturation phase after the fixed rates (and profile the proxies there when perf is installed)")
 	fs.StringVar(&out, "out", "", "report path (default docs/benchmarks.md in the repository)")
 	fs.StringVar(&fanoutBin, "fanout", "", "fanout binary (default: built from the repository)")
