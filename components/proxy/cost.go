@@ -36,7 +36,7 @@ func (h *Handler) costEnded(ua string, st *reqState) {
 		return
 	}
 	o := &st.outcome
-	o.Elapsed = h.now().Sub(st.start)
+	o.Elapsed = h.now().Sub(st.Start)
 	o.Received = st.received.Load()
 	switch {
 	case st.costRow != nil:

@@ -93,7 +93,7 @@ func (h *Handler) logEnded(method string, u *url.URL, ua string, st *reqState) {
 		slog.String("endpoint", st.endpoint),
 		slog.Int("status", st.outcome.Code),
 		slog.Int("attempts", st.attempts),
-		slog.Duration("duration", h.now().Sub(st.start)),
+		slog.Duration("duration", h.now().Sub(st.Start)),
 	)
 	if st.Kind == balancer.Long && !st.Upgrade {
 		if r := endReason(st.end.Load()); r != endUnknown {
