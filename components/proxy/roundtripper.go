@@ -56,11 +56,13 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 			"upgrade requests (exec/attach/port-forward) are not supported by fanout's balancing transport; use a rest.Config that talks to the apiserver directly for them"), nil
 	}
 	// The request ends (its one End, end.go) on error now, else when the
-	// response body ends. ServeHTTP's requests end the same way.
+	// response body ends, and gives back what it held as a request
+	// ServeHTTP served does: the cost table hears of its end too (a
+	// watch's row was opened when it was answered, and stayed open).
 	ctx, req := reqinfo.WithRequest(r.Context(), info, start)
 	st := h.newState(req)
 	st.caller = r
-	work := endCallerBody | endLog
+	work := endCallerBody | endCost | endLog
 	if kind == balancer.Long {
 		h.metrics.openLong.Inc()
 		work |= endOpenLong
