@@ -21,10 +21,9 @@ import (
 type endWork uint8
 
 const (
-	endOpenLong   endWork = 1 << iota // fanout_open_long_running_requests counted it
-	endCost                           // report to the cost table (cost.go)
-	endLog                            // write the line per request (reqlog.go)
-	endCallerBody                     // close the library caller's request body
+	endOpenLong endWork = 1 << iota // fanout_open_long_running_requests counted it
+	endCost                         // report to the cost table (cost.go)
+	endLog                          // write the line per request (reqlog.go)
 )
 
 var _ reqinfo.Ender = (*reqState)(nil)
@@ -52,11 +51,15 @@ func (st *reqState) RequestEnded(*reqinfo.Request) {
 		h.logEnded(st.method, st.url, st.ua, st)
 	}
 	h.releaseReplay(st)
-	if st.atEnd&endCallerBody != 0 {
-		closeRequestBody(st.caller)
-		st.caller = nil
-	}
 }
+
+// callerBody is the library caller's request, whose body the
+// RoundTripper closes when the request ends, as http.RoundTripper
+// requires.
+type callerBody http.Request
+
+// RequestEnded implements reqinfo.Ender.
+func (c *callerBody) RequestEnded(*reqinfo.Request) { closeRequestBody((*http.Request)(c)) }
 
 // endRequest ends req, which ServeHTTP made (a request served without
 // the listener's edge, which does the same), once the handler returned or

@@ -261,22 +261,27 @@ type reqState struct {
 	// Request is the request's classification (Info), start (Start) and
 	// end (End).
 	*reqinfo.Request
+	// The small fields together, so that a short request's state and
+	// its first attempt fit one 768-byte size class (shortState).
 	classified
-	h        *Handler
-	endpoint string // last endpoint tried, "" before the first pick
-	attempts int    // attempts made: sends to an endpoint, retries included
+	atEnd    endWork // what the request's end does (end.go)
+	bodyUsed bool    // body is taken
+	// firstFree says the state is a shortState whose first attempt's
+	// request is still unused (outBody.request).
+	firstFree bool
 	// end is how a long-running answer's body ended (an endReason), set
 	// by its doneBody, perhaps on another goroutine (the rebalancer's).
-	end atomic.Uint32
+	end      atomic.Uint32
+	attempts int32 // attempts made: sends to an endpoint, retries included
+	h        *Handler
+	endpoint string // last endpoint tried, "" before the first pick
 
 	// body is the response body wrapper (watchBody) of the request's
 	// first answer, kept here to save it an allocation: a short
 	// request's body lives no longer than the request, and a
 	// long-running one's no longer than this state, which the upstream
-	// stream keeps through the request's context. bodyUsed says it is
-	// taken.
-	body     doneBody
-	bodyUsed bool
+	// stream keeps through the request's context.
+	body doneBody
 
 	// stream, when not nil, may have the server stream the answer by
 	// itself once the response headers are in: an HTTP/1.1 long-running
@@ -291,7 +296,7 @@ type reqState struct {
 	// costRow is a long-running request's row from its answer on;
 	// openRetries the retries counted then.
 	costRow     *cost.Row
-	openRetries int
+	openRetries int32
 
 	// replayHeld is what the request's body buffer took from the replay
 	// budget, given back once when the request ends (releaseReplay).
@@ -299,26 +304,19 @@ type reqState struct {
 	// goroutine that reads its answer.
 	replayHeld atomic.Int64
 
-	// What the request's end does besides giving back the replay budget
-	// (end.go): the parts of it set, and what they need of the client's
+	// What the request's end (atEnd, end.go) needs of the client's
 	// request, kept rather than the request and its headers (a KiB per
 	// HTTP/1.1 watch, TestFootprintPerWatch).
-	atEnd  endWork
 	ua     string
 	method string
 	url    *url.URL
-	// caller is the library caller's request, whose body the
-	// RoundTripper closes at the end (endCallerBody).
-	caller *http.Request
-
-	// firstAttempt, when not nil, is where a short request's first
-	// attempt is built (attemptRequest), allocated with the state
-	// (shortState).
-	firstAttempt *attemptRequest
 }
 
 // shortState is a short request's state with room for its first
-// attempt's request: one allocation where two would be.
+// attempt's request: one allocation where two would be, in the 768-byte
+// size class with the allocator's header (reqState grown by 8 bytes or
+// attemptRequest by any would take it to 896). st comes first: a
+// *reqState with firstFree set is a *shortState.
 type shortState struct {
 	st    reqState
 	first attemptRequest
@@ -334,9 +332,8 @@ func (h *Handler) newState(req *reqinfo.Request) *reqState {
 		// watch, the attempt's request need not.
 		st = new(reqState)
 	} else {
-		s := new(shortState)
-		st = &s.st
-		st.firstAttempt = &s.first
+		st = &new(shortState).st
+		st.firstFree = true
 	}
 	st.Request, st.classified, st.h = req, cl, h
 	req.SetHandlerState(st)
@@ -554,9 +551,10 @@ func (b *outBody) request(out *http.Request, addr string, st *reqState) *http.Re
 	if st.Kind == balancer.Long {
 		req, u = new(http.Request), new(url.URL)
 	} else {
-		ar := st.firstAttempt
-		if ar != nil {
-			st.firstAttempt = nil
+		var ar *attemptRequest
+		if st.firstFree {
+			st.firstFree = false
+			ar = &(*shortState)(unsafe.Pointer(st)).first
 		} else {
 			ar = new(attemptRequest)
 		}

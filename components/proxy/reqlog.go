@@ -92,7 +92,7 @@ func (h *Handler) logEnded(method string, u *url.URL, ua string, st *reqState) {
 		slog.String("user_agent", ua),
 		slog.String("endpoint", st.endpoint),
 		slog.Int("status", st.outcome.Code),
-		slog.Int("attempts", st.attempts),
+		slog.Int("attempts", int(st.attempts)),
 		slog.Duration("duration", h.now().Sub(st.Start)),
 	)
 	if st.Kind == balancer.Long && !st.Upgrade {
@@ -148,5 +148,5 @@ func setEndpointHeaders(header http.Header, st *reqState) {
 		return // no endpoint was tried
 	}
 	header[EndpointHeader] = []string{st.endpoint}
-	header[AttemptsHeader] = []string{strconv.Itoa(st.attempts)}
+	header[AttemptsHeader] = []string{strconv.Itoa(int(st.attempts))}
 }

@@ -60,9 +60,9 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	// ServeHTTP served does: the cost table hears of its end too (a
 	// watch's row was opened when it was answered, and stayed open).
 	ctx, req := reqinfo.WithRequest(r.Context(), info, start)
+	req.OnEnd((*callerBody)(r))
 	st := h.newState(req)
-	st.caller = r
-	work := endCallerBody | endCost | endLog
+	work := endCost | endLog
 	if kind == balancer.Long {
 		h.metrics.openLong.Inc()
 		work |= endOpenLong

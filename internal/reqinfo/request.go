@@ -37,8 +37,9 @@ type Request struct {
 }
 
 // maxEnders is how many parts may register an Ender: the listener's
-// limits and the proxy's state, with room for one more.
-const maxEnders = 3
+// limits and the proxy's state (the library: the proxy's state and the
+// caller's body). Two keep a request's context in the 192-byte size class.
+const maxEnders = 2
 
 // Ender is what a part of the request path registers with a Request to
 // release what it holds for it (OnEnd).
