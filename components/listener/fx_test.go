@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/fx"
@@ -17,24 +16,19 @@ import (
 // recordingHandler is a Handler that answers 204 and counts what the
 // server calls.
 type recordingHandler struct {
-	classified, stopped, upgradesClosed atomic.Int32
-	lastInfo                            atomic.Pointer[reqinfo.Info]
+	served, stopped, upgradesClosed atomic.Int32
+	lastRequest                     atomic.Pointer[reqinfo.Request]
 }
 
-type infoKey struct{}
-
 func (h *recordingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, ok := r.Context().Value(infoKey{}).(reqinfo.Info); !ok {
+	req := reqinfo.RequestFrom(r.Context())
+	if req == nil {
 		http.Error(w, "no classification in the context", http.StatusInternalServerError)
 		return
 	}
+	h.served.Add(1)
+	h.lastRequest.Store(req)
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *recordingHandler) WithRequestInfo(ctx context.Context, info reqinfo.Info, _ time.Time) context.Context {
-	h.classified.Add(1)
-	h.lastInfo.Store(&info)
-	return context.WithValue(ctx, infoKey{}, info)
 }
 
 func (h *recordingHandler) StopLongRunning() { h.stopped.Add(1) }

@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/internal/h1server"
 	"github.com/fanout-dev/fanout/internal/kstatus"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
@@ -44,28 +43,41 @@ const (
 // exempt: exec and port-forward stream their input over the hijacked
 // connection for as long as they run.
 func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Duration, now func() time.Time, m *Metrics) *limits {
-	return &limits{
-		next: next, maxShort: int64(maxShort), maxLong: int64(maxLong), bodyTimeout: bodyTimeout, now: now, m: m,
-		shortGauge: m.inflight.WithLabelValues(balancer.Short.String()),
-		longGauge:  m.inflight.WithLabelValues(balancer.Long.String()),
-	}
+	l := &limits{next: next, maxShort: int64(maxShort), maxLong: int64(maxLong), bodyTimeout: bodyTimeout, now: now, m: m}
+	l.short.gauge = m.inflight.WithLabelValues(balancer.Short.String())
+	l.long.gauge = m.inflight.WithLabelValues(balancer.Long.String())
+	return l
 }
 
 // limits is the handler withLimits returns. The edge (withRequestInfo)
-// calls serve with the request's classification.
+// calls serve with the request it made.
 type limits struct {
-	next                  http.Handler
-	short, long           atomic.Int64
-	maxShort, maxLong     int64
-	bodyTimeout           time.Duration
-	now                   func() time.Time
-	m                     *Metrics
-	shortGauge, longGauge prometheus.Gauge
+	next              http.Handler
+	short, long       slots
+	maxShort, maxLong int64
+	bodyTimeout       time.Duration
+	now               func() time.Time
+	m                 *Metrics
+}
+
+// slots is one budget's count and gauge. A request that took a slot
+// registers its budget's slots with its reqinfo.Request, which gives the
+// slot back when the request ends (RequestEnded): when its handler
+// returned, or the stream of a detached HTTP/1.1 answer ended.
+type slots struct {
+	n     atomic.Int64
+	gauge prometheus.Gauge
+}
+
+// RequestEnded implements reqinfo.Ender.
+func (s *slots) RequestEnded(*reqinfo.Request) {
+	s.n.Add(-1)
+	s.gauge.Dec()
 }
 
 // limitedHandler is what the edge hands a classified request to.
 type limitedHandler interface {
-	serve(w http.ResponseWriter, r *http.Request, kind balancer.Kind, upgrade bool)
+	serve(w http.ResponseWriter, r *http.Request, req *reqinfo.Request)
 }
 
 // limitKind is the budget a request counts against: every real upgrade
@@ -79,14 +91,15 @@ func limitKind(info *reqinfo.Info) balancer.Kind {
 	return balancer.Short
 }
 
-func (l *limits) serve(w http.ResponseWriter, r *http.Request, kind balancer.Kind, upgrade bool) {
+func (l *limits) serve(w http.ResponseWriter, r *http.Request, req *reqinfo.Request) {
 	m := l.m
-	counter, limit, gauge, reason := &l.short, l.maxShort, l.shortGauge, rejectShort
+	kind := limitKind(&req.Info)
+	s, limit, reason := &l.short, l.maxShort, rejectShort
 	if kind == balancer.Long {
-		counter, limit, gauge, reason = &l.long, l.maxLong, l.longGauge, rejectLong
+		s, limit, reason = &l.long, l.maxLong, rejectLong
 	}
-	if counter.Add(1) > limit {
-		counter.Add(-1)
+	if s.n.Add(1) > limit {
+		s.n.Add(-1)
 		m.rejected.WithLabelValues(reason).Inc()
 		w.Header().Set("Retry-After", limitsRetryAfterS)
 		kstatus.Write(w, http.StatusTooManyRequests, kstatus.ReasonTooManyRequests,
@@ -94,22 +107,12 @@ func (l *limits) serve(w http.ResponseWriter, r *http.Request, kind balancer.Kin
 				"; see --max-inflight and --max-long-running); retry after "+limitsRetryAfterS+"s")
 		return
 	}
-	gauge.Inc()
-	defer func() {
-		// A detached HTTP/1.1 watch outlives its handler
-		// (components/proxy/h1stream.go): it holds the slot until it ends.
-		if h1server.Detached(w) {
-			h1server.OnStreamEnd(w, func() {
-				counter.Add(-1)
-				gauge.Dec()
-			})
-			return
-		}
-		counter.Add(-1)
-		gauge.Dec()
-	}()
+	s.gauge.Inc()
+	// The slot goes back when the request ends (endRequest), the edge's
+	// one end for everything the request holds.
+	req.OnEnd(s)
 	next := l.next
-	if !upgrade && l.bodyTimeout > 0 && hasBody(r) {
+	if !req.Upgrade && l.bodyTimeout > 0 && hasBody(r) {
 		rc := http.NewResponseController(w)
 		if err := rc.SetReadDeadline(l.now().Add(l.bodyTimeout)); err == nil {
 			b := &deadlineBody{ReadCloser: r.Body, rc: rc, rejected: m.rejected.WithLabelValues(rejectBodyTimeout), left: r.ContentLength}

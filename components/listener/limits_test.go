@@ -464,9 +464,9 @@ func TestLimitKind(t *testing.T) {
 	}
 }
 
-// TestEdgeClassifiesOnce: the server classifies each request once, hands
-// that classification to the handler (WithRequestInfo), and its limits
-// count the request by the same one.
+// TestEdgeClassifiesOnce: the server classifies each request once, puts
+// that classification in the request's context (reqinfo.WithRequest) for
+// the handler, and its limits count the request by the same one.
 func TestEdgeClassifiesOnce(t *testing.T) {
 	h := &recordingHandler{}
 	m, _ := NewMetrics(nil)
@@ -475,18 +475,18 @@ func TestEdgeClassifiesOnce(t *testing.T) {
 		longWhileServed = testutil.ToFloat64(m.inflight.WithLabelValues("long"))
 		h.ServeHTTP(w, r)
 	})
-	edge := withRequestInfo(h, withLimits(served, 1, 1, 0, time.Now, m), time.Now)
+	edge := withRequestInfo(withLimits(served, 1, 1, 0, time.Now, m), time.Now)
 	req := httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true", nil)
 	rec := httptest.NewRecorder()
 	edge.ServeHTTP(rec, req)
 	if rec.Code != http.StatusNoContent {
 		t.Fatalf("status %d, want the handler's 204", rec.Code)
 	}
-	if n := h.classified.Load(); n != 1 {
-		t.Errorf("WithRequestInfo called %d times, want once", n)
+	if n := h.served.Load(); n != 1 {
+		t.Errorf("handler served %d requests with a reqinfo.Request, want 1", n)
 	}
-	if info := h.lastInfo.Load(); info == nil || !info.LongRunning {
-		t.Errorf("classification handed to the handler = %+v, want the watch's", info)
+	if req := h.lastRequest.Load(); req == nil || !req.LongRunning {
+		t.Errorf("classification handed to the handler = %+v, want the watch's", req)
 	}
 	if longWhileServed != 1 {
 		t.Errorf("long-running requests in flight while served = %v, want 1", longWhileServed)

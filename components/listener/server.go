@@ -24,12 +24,11 @@ import (
 // Handler is what the Server needs of the request path; *proxy.Handler is
 // one (the engine's Handler()).
 type Handler interface {
-	// ServeHTTP serves a request whose context WithRequestInfo made.
+	// ServeHTTP serves a request whose context carries its
+	// reqinfo.Request, made at the Server's edge (withRequestInfo): its
+	// one classification, and the end the handler registers what it
+	// holds with.
 	http.Handler
-	// WithRequestInfo returns ctx carrying info, the request's one
-	// classification, made here at the edge, and the time it arrived, so
-	// that nothing behind classifies it again.
-	WithRequestInfo(ctx context.Context, info reqinfo.Info, start time.Time) context.Context
 	// StopLongRunning ends the open long-running responses cleanly and
 	// refuses new requests; Stop calls it when shutdown begins.
 	StopLongRunning()
@@ -103,7 +102,7 @@ func New(cfg Config, h Handler, m *Metrics) *Server {
 	srv := &http.Server{
 		Addr: cfg.ListenAddress,
 		// Classified once, here at the edge; everything behind reads it.
-		Handler: withHeaderBudget(withRequestInfo(h, withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
+		Handler: withHeaderBudget(withRequestInfo(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
 			cfg.RequestBodyTimeout, cfg.Now, m), cfg.Now), headers, cfg.TLS == nil),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
@@ -156,14 +155,27 @@ func (s *Server) awaitAccept() bool {
 }
 
 // withRequestInfo is the edge, as kube-apiserver's WithRequestInfo is of
-// its own: it classifies each request once (reqinfo.New) and hands the
-// result to h for its context, where the handler, the forwarder, the watch
-// hook and the metrics read it; the limits get it as an argument.
-func withRequestInfo(h Handler, next limitedHandler, now func() time.Time) http.Handler {
+// its own: it classifies each request once (reqinfo.New) and puts the
+// result in the request's context (reqinfo.WithRequest), where the limits,
+// the handler, the forwarder, the watch hook and the metrics read it. It
+// also ends the request (endRequest), once, for everything behind.
+func withRequestInfo(next limitedHandler, now func() time.Time) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info := reqinfo.New(r)
-		next.serve(w, r.WithContext(h.WithRequestInfo(r.Context(), info, now())), limitKind(&info), info.Upgrade)
+		ctx, req := reqinfo.WithRequest(r.Context(), reqinfo.New(r), now())
+		defer endRequest(w, req)
+		next.serve(w, r.WithContext(ctx), req)
 	})
+}
+
+// endRequest ends req, whose handler returned (or panicked) having
+// answered on w: now, or when the stream of an answer the handler detached
+// ends (components/proxy/h1stream.go), which outlives the handler.
+func endRequest(w http.ResponseWriter, req *reqinfo.Request) {
+	if h1server.Detached(w) {
+		h1server.OnStreamEnd(w, req.End)
+		return
+	}
+	req.End()
 }
 
 // route serves ln until it is closed, and is the one place that says which

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -314,5 +316,23 @@ func TestServerStartStop(t *testing.T) {
 	bad := New(Config{ListenAddress: "no-port"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := bad.Start(context.Background()); err == nil {
 		t.Error("Start with an invalid address succeeded")
+	}
+}
+
+// TestHandlerIsServedNotAsked: the edge makes each request's context
+// itself (reqinfo.WithRequest) and never calls back into the handler to
+// build it, as kube-apiserver's filters never call the handler behind
+// them: what the Server needs of its Handler is to serve and to stop.
+// (That the listener does not import the proxy at all is the proxy's
+// TestLayering.)
+func TestHandlerIsServedNotAsked(t *testing.T) {
+	var got []string
+	typ := reflect.TypeFor[Handler]()
+	for i := range typ.NumMethod() {
+		got = append(got, typ.Method(i).Name)
+	}
+	if want := []string{"CloseUpgrades", "ServeHTTP", "StopLongRunning"}; !slices.Equal(got, want) {
+		t.Errorf("listener.Handler's methods are %v, want %v: the edge puts the request's state in its context "+
+			"(internal/reqinfo, WithRequest) and the handler reads it there", got, want)
 	}
 }

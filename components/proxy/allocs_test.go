@@ -22,7 +22,8 @@ import (
 // httputil.ReverseProxy and net/http 11 (the outbound Request.Clone with
 // its header and URL copies 5, ProxyRequest, the ClientTrace, its closure
 // and mutex 4, WithClientTrace's context and request 2), fanout 3 (the
-// request state, the Request carrying it, the attempt's request). The
+// context with the request's reqinfo.Request, the Request carrying it,
+// the proxy's state with its first attempt's request). The
 // request classifier (package reqinfo) allocates nothing; kube-apiserver's
 // RequestInfoFactory, used until it was replaced, cost 3.
 const (

@@ -85,7 +85,7 @@ func (a *attempts) send(addr string) (*http.Response, error) {
 	if a.upgrade != nil {
 		return a.upgrade.send(addr)
 	}
-	return a.h.upstream.For(addr, a.st.Mode).RoundTrip(a.body.request(a.out, addr, a.st.Kind == balancer.Long))
+	return a.h.upstream.For(addr, a.st.Mode).RoundTrip(a.body.request(a.out, addr, a.st))
 }
 
 // mayRetry reports whether the request may be sent once more for reason,

@@ -6,12 +6,11 @@ import (
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
-// classified is a request's one classification: what reqinfo reads of it
-// by kube-apiserver's rules, and what that means for the balancer and the
-// transport. reqinfo knows nothing of either; classify is the one place
-// that translates, once per request, when its state is built.
+// classified is what a request's one classification (reqinfo.Info, read
+// by kube-apiserver's rules) means for the balancer and the transport.
+// reqinfo knows nothing of either; classify is the one place that
+// translates, once per request, when its state is built (newState).
 type classified struct {
-	reqinfo.Info
 	// Kind is the balancer's kind: Long for what kube-apiserver treats as
 	// long-running by its path (an upgrade's Kind is its path's too; the
 	// listener's limits count every upgrade as long-running).
@@ -27,7 +26,7 @@ type classified struct {
 
 // classify maps info to the balancer's and the transport's terms.
 func classify(info reqinfo.Info) classified {
-	c := classified{Info: info}
+	var c classified
 	if info.LongRunning {
 		c.Kind = balancer.Long
 	}

@@ -25,7 +25,7 @@ func (h *Handler) costAnswered(header http.Header, st *reqState, code int, faile
 	}
 	if st.Kind == balancer.Long && !st.Upgrade && st.costRow == nil {
 		st.costRow = h.cost.Open(&st.Info, userAgent(header), &st.outcome)
-		st.openRetries = st.outcome.Retries
+		st.openRetries = int32(st.outcome.Retries)
 	}
 }
 
@@ -36,12 +36,12 @@ func (h *Handler) costEnded(ua string, st *reqState) {
 		return
 	}
 	o := &st.outcome
-	o.Elapsed = h.now().Sub(st.start)
+	o.Elapsed = h.now().Sub(st.Start)
 	o.Received = st.received.Load()
 	switch {
 	case st.costRow != nil:
 		// Retries made after the answer (a 410'd watch moved) count now.
-		o.Retries -= st.openRetries
+		o.Retries -= int(st.openRetries)
 		h.cost.Close(st.costRow, o)
 	case st.Kind == balancer.Long || st.Upgrade:
 		// Never reported as answered (an upgrade, or refused while

@@ -20,7 +20,7 @@ func (h *Handler) answerDiscovery(out *http.Request, st *reqState) *http.Respons
 	}
 	resp := h.discovery.Answer(out)
 	if resp != nil {
-		h.metrics.answered(st.Kind, resp.StatusCode, "", h.now().Sub(st.start))
+		h.metrics.answered(st.Kind, resp.StatusCode, "", h.now().Sub(st.Start))
 		h.costAnswered(out.Header, st, resp.StatusCode, false)
 	}
 	return resp

@@ -4,9 +4,12 @@
 //
 // Every request is classified once, at the edge (package reqinfo: short or
 // long-running, verb, whose answer it is, whether it brings its own
-// credentials); the listener hands that to Handler.WithRequestInfo, and
+// credentials), which the listener puts in the request's context
+// (reqinfo.WithRequest) as kube-apiserver's WithRequestInfo does; the
+// handler reads it there, hangs its own state on it (newState), and
 // classify.go maps it to the balancer's kind and class and the transport's
-// credentials mode; everything behind reads that result. The forwarder then runs
+// credentials mode; everything behind reads that result. What the proxy
+// holds for a request is given back at the request's one end (end.go). The forwarder then runs
 // the one attempt policy (attempt.go): it asks the balancer for an
 // endpoint, sends the request through the transport for that endpoint (or,
 // for an upgrade, over its own HTTP/1.1 connection), looks at the answer,

@@ -20,10 +20,11 @@ import (
 //
 // Everything that counted the request while the handler ran (the
 // --max-long-running slot, fanout_downstream_inflight_requests,
-// fanout_open_long_running_requests) is released at the stream's true end
-// instead (h1server.OnStreamEnd); the balancer's Done and the watch
-// tracking already happen when the body is closed, which the server does
-// at the end.
+// fanout_open_long_running_requests, the cost row) is released at the
+// stream's true end instead: the request's one end (reqinfo.Request.End),
+// which whoever made the request (the listener's edge) runs then (end.go);
+// the balancer's Done and the watch tracking already happen when the body
+// is closed, which the server does at the end.
 type h1Stream struct {
 	// w is the long-running response writer (a flushWriter), used unless
 	// the answer is detached; dropped when the handler returns.

@@ -21,7 +21,6 @@ import (
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/components/watch"
 	"github.com/fanout-dev/fanout/internal/budget"
-	"github.com/fanout-dev/fanout/internal/h1server"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
@@ -164,26 +163,32 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 	return h
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. It serves a request whose context
+// carries its reqinfo.Request (the listener's edge makes it), or makes one
+// itself, as the edge would have, and then ends it too.
+//
+// What the proxy holds for the request (the open long-running gauge, the
+// cost row, the log line, the replay budget) is released by its state's
+// RequestEnded (end.go), which the request's one End runs: when the
+// handler returned, or panicked (the reverse proxy's http.ErrAbortHandler),
+// or when the stream of a detached HTTP/1.1 answer ended.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	st, ok := r.Context().Value(stateKey{}).(*reqState)
-	if !ok {
-		// Served without the listener's edge (WithRequestInfo): classify
-		// here, once, as the edge would have.
+	req := reqinfo.RequestFrom(r.Context())
+	if req == nil {
+		// Served without the listener's edge: classify here, once, as
+		// the edge would have, and end the request here too.
 		var ctx context.Context
-		ctx, st = withState(r.Context(), classify(reqinfo.New(r)), h.now())
+		ctx, req = reqinfo.WithRequest(r.Context(), reqinfo.New(r), h.now())
 		r = r.WithContext(ctx)
+		defer endRequest(w, req)
 	}
-	// The request ends when the handler returns, or panics (the reverse
-	// proxy's http.ErrAbortHandler): then its body is done with. A
-	// detached HTTP/1.1 watch outlives the handler, but it has no body.
-	defer h.releaseReplay(st)
+	st := h.newState(req)
 	if h.stopping.Load() {
-		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.start))
+		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.Start))
 		writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
 		st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
-		h.ended(r, userAgent(r.Header), st)
+		st.reportAtEnd(r, endCost|endLog)
 		return
 	}
 	if st.H2COffer {
@@ -200,7 +205,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// its own HTTP/1.1 connection (upgrade.go).
 		h.serveUpgrade(w, r, st)
 		// An upgrade is not the cost table's (cost.go): only its line.
-		h.logEnded(r.Method, r.URL, userAgent(r.Header), st)
+		st.reportAtEnd(r, endLog)
 		return
 	}
 	if st.Kind == balancer.Long {
@@ -208,38 +213,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.proxy.ServeHTTP(w, r)
-	h.ended(r, userAgent(r.Header), st)
-}
-
-// ended reports the end of the request r, whose state is st and
-// User-Agent ua, to the cost table and the log.
-func (h *Handler) ended(r *http.Request, ua string, st *reqState) {
-	h.costEnded(ua, st)
-	h.logEnded(r.Method, r.URL, ua, st)
+	// Not reported when the reverse proxy panicked, as before the end
+	// was one.
+	st.reportAtEnd(r, endCost|endLog)
 }
 
 func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState) {
 	h.metrics.openLong.Inc()
-	end := h.metrics.openLong.Dec
-	if h.cost != nil || h.logsRequests() {
-		// The closure outlives the handler when the server streams the
-		// answer itself: it keeps the User-Agent, the method and the URL,
-		// not the request and its headers (a KiB per HTTP/1.1 watch,
-		// TestFootprintPerWatch).
-		ua, method, u := userAgent(r.Header), r.Method, r.URL
-		end = func() {
-			h.metrics.openLong.Dec()
-			h.costEnded(ua, st)
-			h.logEnded(method, u, ua, st)
-		}
-	}
-	defer func(server http.ResponseWriter) {
-		if h1server.Detached(server) {
-			h1server.OnStreamEnd(server, end)
-			return
-		}
-		end()
-	}(w)
+	// Counted until the request's end, which a detached answer's stream
+	// tells (h1stream.go).
+	st.reportAtEnd(r, endOpenLong|endCost|endLog)
 	fw := newFlushWriter(w, longCopyBuffer) // copybuf.go
 	defer fw.stop()
 	w = fw
@@ -266,28 +249,39 @@ func (h *Handler) StopLongRunning() {
 	h.longBodies.stopAll()
 }
 
-// reqState travels with one request in its context, from the listener's
-// edge (WithRequestInfo) through its limits, ServeHTTP, the reverse
-// proxy's RoundTrip and handleError. It holds the request's one
-// classification and what the forwarder learns on the way. All of them run
-// on the request's goroutine, so it needs no lock.
+// reqState is the proxy's state of one request, hung on its
+// reqinfo.Request (which the listener's edge put in its context) by
+// ServeHTTP or the RoundTripper, and read from there by the reverse
+// proxy's RoundTrip and handleError. It holds what the request's one
+// classification means to the balancer and the transport, and what the
+// forwarder learns on the way. All of them run on the request's
+// goroutine, so it needs no lock; its end (RequestEnded, end.go) may run
+// on another.
 type reqState struct {
+	// Request is the request's classification (Info), start (Start) and
+	// end (End).
+	*reqinfo.Request
+	// The small fields together, so that a short request's state and
+	// its first attempt fit one 768-byte size class (shortState).
 	classified
-	start    time.Time
-	endpoint string // last endpoint tried, "" before the first pick
-	attempts int    // attempts made: sends to an endpoint, retries included
+	atEnd    endWork // what the request's end does (end.go)
+	bodyUsed bool    // body is taken
+	// firstFree says the state is a shortState whose first attempt's
+	// request is still unused (outBody.request).
+	firstFree bool
 	// end is how a long-running answer's body ended (an endReason), set
 	// by its doneBody, perhaps on another goroutine (the rebalancer's).
-	end atomic.Uint32
+	end      atomic.Uint32
+	attempts int32 // attempts made: sends to an endpoint, retries included
+	h        *Handler
+	endpoint string // last endpoint tried, "" before the first pick
 
 	// body is the response body wrapper (watchBody) of the request's
 	// first answer, kept here to save it an allocation: a short
 	// request's body lives no longer than the request, and a
 	// long-running one's no longer than this state, which the upstream
-	// stream keeps through the request's context. bodyUsed says it is
-	// taken.
-	body     doneBody
-	bodyUsed bool
+	// stream keeps through the request's context.
+	body doneBody
 
 	// stream, when not nil, may have the server stream the answer by
 	// itself once the response headers are in: an HTTP/1.1 long-running
@@ -302,49 +296,49 @@ type reqState struct {
 	// costRow is a long-running request's row from its answer on;
 	// openRetries the retries counted then.
 	costRow     *cost.Row
-	openRetries int
+	openRetries int32
 
 	// replayHeld is what the request's body buffer took from the replay
 	// budget, given back once when the request ends (releaseReplay).
 	// Atomic: the library's RoundTripper may end a request on the
 	// goroutine that reads its answer.
 	replayHeld atomic.Int64
+
+	// What the request's end (atEnd, end.go) needs of the client's
+	// request, kept rather than the request and its headers (a KiB per
+	// HTTP/1.1 watch, TestFootprintPerWatch).
+	ua     string
+	method string
+	url    *url.URL
 }
 
-type stateKey struct{}
-
-// stateCtx is a request's context carrying its reqState: one allocation
-// where context.WithValue and a separate reqState would be two. It answers
-// Value(stateKey{}) as context.WithValue would, and leaves everything else
-// (deadline, cancellation, other values) to the context it wraps.
-type stateCtx struct {
-	context.Context
-	st reqState
+// shortState is a short request's state with room for its first
+// attempt's request: one allocation where two would be, in the 768-byte
+// size class with the allocator's header (reqState grown by 8 bytes or
+// attemptRequest by any would take it to 896). st comes first: a
+// *reqState with firstFree set is a *shortState.
+type shortState struct {
+	st    reqState
+	first attemptRequest
 }
 
-func (c *stateCtx) Value(key any) any {
-	if _, ok := key.(stateKey); ok {
-		return &c.st
+// newState makes the proxy's state of req, hangs it on req, and registers
+// its end with req's.
+func (h *Handler) newState(req *reqinfo.Request) *reqState {
+	cl := classify(req.Info)
+	var st *reqState
+	if cl.Kind == balancer.Long {
+		// Without room for an attempt: the state lives as long as the
+		// watch, the attempt's request need not.
+		st = new(reqState)
+	} else {
+		st = &new(shortState).st
+		st.firstFree = true
 	}
-	return c.Context.Value(key)
-}
-
-// withState returns ctx carrying a new reqState for the request
-// classified as c, started at start, and that state.
-func withState(ctx context.Context, cl classified, start time.Time) (context.Context, *reqState) {
-	c := &stateCtx{Context: ctx}
-	c.st.classified, c.st.start = cl, start
-	return c, &c.st
-}
-
-// WithRequestInfo returns ctx carrying info, the request's one
-// classification (reqinfo.New, made by the listener at its edge as
-// kube-apiserver's WithRequestInfo is at its own), and the time the request
-// arrived. ServeHTTP, the forwarder, the watch hook and the metrics read it
-// from there instead of classifying again.
-func (h *Handler) WithRequestInfo(ctx context.Context, info reqinfo.Info, start time.Time) context.Context {
-	ctx, _ = withState(ctx, classify(info), start)
-	return ctx
+	st.Request, st.classified, st.h = req, cl, h
+	req.SetHandlerState(st)
+	req.OnEnd(st)
+	return st
 }
 
 func stateFrom(ctx context.Context) *reqState {
@@ -356,10 +350,13 @@ func stateFrom(ctx context.Context) *reqState {
 // state it had to make up belongs to no request that ServeHTTP or the
 // RoundTripper will end.
 func stateOf(ctx context.Context) (*reqState, bool) {
-	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
-		return st, true
+	if req := reqinfo.RequestFrom(ctx); req != nil {
+		if st, ok := req.HandlerState().(*reqState); ok {
+			return st, true
+		}
 	}
-	return &reqState{}, false // only when RoundTrip is called outside ServeHTTP
+	// Only when RoundTrip is called outside ServeHTTP.
+	return &reqState{Request: new(reqinfo.Request)}, false
 }
 
 // forwarder is the reverse proxy's Transport: it runs the attempt policy
@@ -392,7 +389,7 @@ func (f *forwarder) RoundTrip(out *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp := ans.resp
-	h.metrics.answered(st.Kind, resp.StatusCode, ans.addr, ans.headers.Sub(st.start))
+	h.metrics.answered(st.Kind, resp.StatusCode, ans.addr, ans.headers.Sub(st.Start))
 	h.costAnswered(out.Header, st, resp.StatusCode, false)
 	if h.endpointHeader {
 		if resp.Header == nil {
@@ -544,16 +541,23 @@ type attemptRequest struct {
 // request builds one attempt: a shallow copy of the outbound request aimed
 // at addr. Headers are shared; RoundTrippers must not modify requests.
 //
-// The request and its URL are one allocation, except for a long-running
-// request (apart): the HTTP/2 transport keeps the URL for as long as the
-// stream is open, and the request (304 bytes) need not stay with it.
-func (b *outBody) request(out *http.Request, addr string, apart bool) *http.Request {
+// The request and its URL are one allocation, the first attempt's made
+// with st (shortState), except for a long-running request: the HTTP/2
+// transport keeps the URL for as long as the stream is open, and the
+// request (304 bytes) need not stay with it.
+func (b *outBody) request(out *http.Request, addr string, st *reqState) *http.Request {
 	var req *http.Request
 	var u *url.URL
-	if apart {
+	if st.Kind == balancer.Long {
 		req, u = new(http.Request), new(url.URL)
 	} else {
-		ar := new(attemptRequest)
+		var ar *attemptRequest
+		if st.firstFree {
+			st.firstFree = false
+			ar = &(*shortState)(unsafe.Pointer(st)).first
+		} else {
+			ar = new(attemptRequest)
+		}
 		req, u = &ar.req, &ar.url
 	}
 	*req = *out
@@ -742,7 +746,7 @@ func (s *bodySet) stopAll() {
 func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateFrom(r.Context())
 	code, reason, msg := describeError(r.Context(), err)
-	h.metrics.answered(st.Kind, code, st.endpoint, h.now().Sub(st.start))
+	h.metrics.answered(st.Kind, code, st.endpoint, h.now().Sub(st.Start))
 	h.costAnswered(r.Header, st, code, fanoutFailed(code))
 	if code == statusClientClosedRequest {
 		return // nobody is listening

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 func TestForwardsRequestAndReportsDone(t *testing.T) {
@@ -609,7 +610,7 @@ func TestStopLongRunning(t *testing.T) {
 func TestLongBodyClosedFromTwoGoroutines(t *testing.T) {
 	h := New(Config{}, newFakePicker("a"), newFakeUpstream(), nil)
 	for range 100 {
-		b := h.watchBody(nil, io.NopCloser(strings.NewReader("")), &reqState{classified: classified{Kind: balancer.Long}}, balancer.Pick{}, balancer.DoneInfo{})
+		b := h.watchBody(nil, io.NopCloser(strings.NewReader("")), &reqState{Request: new(reqinfo.Request), classified: classified{Kind: balancer.Long}}, balancer.Pick{}, balancer.DoneInfo{})
 		var wg sync.WaitGroup
 		for range 2 {
 			wg.Go(func() { _ = b.Close() })

@@ -35,12 +35,12 @@ func TestConnectionUpgradeNeedsUpgradeHeader(t *testing.T) {
 	// the same reqinfo.Info: components/listener TestLimitKind).
 	r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
 	r.Header.Set("Connection", "Upgrade")
-	if info := classify(reqinfo.New(r)); info.Upgrade || info.H2COffer || info.Kind != balancer.Short {
-		t.Errorf("classify(reqinfo.New) = %+v: an upgrade without an Upgrade header", info)
+	if info := reqinfo.New(r); info.Upgrade || info.H2COffer || classify(info).Kind != balancer.Short {
+		t.Errorf("reqinfo.New = %+v: an upgrade without an Upgrade header", info)
 	}
 	r.Header.Set("Upgrade", "SPDY/3.1")
-	if info := classify(reqinfo.New(r)); !info.Upgrade {
-		t.Errorf("classify(reqinfo.New) = %+v: not an upgrade for Connection: Upgrade with Upgrade: SPDY/3.1", info)
+	if info := reqinfo.New(r); !info.Upgrade {
+		t.Errorf("reqinfo.New = %+v: not an upgrade for Connection: Upgrade with Upgrade: SPDY/3.1", info)
 	}
 }
 

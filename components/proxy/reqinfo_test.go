@@ -16,7 +16,7 @@ import (
 )
 
 // TestOneClassification: the handler acts on the classification in the
-// request context (WithRequestInfo, which the listener calls at its edge)
+// request context (reqinfo.WithRequest, made by the listener at its edge)
 // and parses nothing itself. A context that says "long-running list"
 // for the path of a short GET shows which one they used.
 func TestOneClassification(t *testing.T) {
@@ -36,7 +36,9 @@ func TestOneClassification(t *testing.T) {
 	}
 	info.LongRunning, info.Verb = true, "list"
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req.WithContext(h.WithRequestInfo(req.Context(), info, time.Now())))
+	ctx, ri := reqinfo.WithRequest(req.Context(), info, time.Now())
+	h.ServeHTTP(rec, req.WithContext(ctx))
+	ri.End()
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
@@ -49,18 +51,27 @@ func TestOneClassification(t *testing.T) {
 	}
 }
 
-// TestWithRequestInfo: the listener's edge hands the handler its one
-// classification through WithRequestInfo, which puts the handler's view of
-// it (classify) and the start time in the context.
-func TestWithRequestInfo(t *testing.T) {
+// TestStateOnTheEdgesRequest: the handler hangs its view of the edge's
+// classification (classify) on the request the edge made, with the start
+// the edge read, and gives back what it held when the edge ends it.
+func TestStateOnTheEdgesRequest(t *testing.T) {
 	m, _ := NewMetrics(nil)
 	h := New(Config{}, newFakePicker(), newFakeUpstream(), m)
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
 	r.Header.Set("Connection", "Upgrade")
 	r.Header.Set("Upgrade", "SPDY/3.1")
 	start := time.Unix(1e9, 0)
-	got, _ := h.WithRequestInfo(context.Background(), reqinfo.New(r), start).Value(stateKey{}).(*reqState)
-	if want := classify(reqinfo.New(r)); got == nil || got.classified != want || !got.start.Equal(start) {
-		t.Fatalf("state in the context = %+v, want %+v and start %v", got, want, start)
+	ctx, req := reqinfo.WithRequest(context.Background(), reqinfo.New(r), start)
+	h.ServeHTTP(httptest.NewRecorder(), r.WithContext(ctx))
+	got, _ := req.HandlerState().(*reqState)
+	if want := classify(reqinfo.New(r)); got == nil || got.classified != want || got.Request != req || !got.Start.Equal(start) {
+		t.Fatalf("state on the request = %+v, want %+v on the edge's request and start %v", got, want, start)
+	}
+	if st, ok := stateOf(ctx); !ok || st != got {
+		t.Errorf("stateOf(the request's context) = %p, %v; want the state on the request", st, ok)
+	}
+	req.End()
+	if !req.Ended() {
+		t.Error("the request did not end")
 	}
 }

@@ -92,8 +92,8 @@ func (h *Handler) logEnded(method string, u *url.URL, ua string, st *reqState) {
 		slog.String("user_agent", ua),
 		slog.String("endpoint", st.endpoint),
 		slog.Int("status", st.outcome.Code),
-		slog.Int("attempts", st.attempts),
-		slog.Duration("duration", h.now().Sub(st.start)),
+		slog.Int("attempts", int(st.attempts)),
+		slog.Duration("duration", h.now().Sub(st.Start)),
 	)
 	if st.Kind == balancer.Long && !st.Upgrade {
 		if r := endReason(st.end.Load()); r != endUnknown {
@@ -148,5 +148,5 @@ func setEndpointHeaders(header http.Header, st *reqState) {
 		return // no endpoint was tried
 	}
 	header[EndpointHeader] = []string{st.endpoint}
-	header[AttemptsHeader] = []string{strconv.Itoa(st.attempts)}
+	header[AttemptsHeader] = []string{strconv.Itoa(int(st.attempts))}
 }

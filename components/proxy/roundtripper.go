@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"sync"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
@@ -44,38 +43,31 @@ var _ http.RoundTripper = (*roundTripper)(nil)
 func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	h := (*Handler)(rt)
 	start := h.now()
-	c := classify(reqinfo.New(r))
-	kind := c.Kind
+	info := reqinfo.New(r)
+	kind := classify(info).Kind
 	if h.stopping.Load() {
 		closeRequestBody(r)
 		return nil, ErrStopped
 	}
-	if c.Upgrade || c.H2COffer {
+	if info.Upgrade || info.H2COffer {
 		closeRequestBody(r)
 		h.metrics.answered(kind, http.StatusNotImplemented, "", h.now().Sub(start))
 		return statusResponse(r, http.StatusNotImplemented, statusReasonUnknown,
 			"upgrade requests (exec/attach/port-forward) are not supported by fanout's balancing transport; use a rest.Config that talks to the apiserver directly for them"), nil
 	}
-	// finish runs once the request is over: on error now, else when the
-	// response body ends. ServeHTTP's defers do the same work when the
-	// handler returns.
-	var release []func()
+	// The request ends (its one End, end.go) on error now, else when the
+	// response body ends, and gives back what it held as a request
+	// ServeHTTP served does: the cost table hears of its end too (a
+	// watch's row was opened when it was answered, and stayed open).
+	ctx, req := reqinfo.WithRequest(r.Context(), info, start)
+	req.OnEnd((*callerBody)(r))
+	st := h.newState(req)
+	work := endCost | endLog
 	if kind == balancer.Long {
 		h.metrics.openLong.Inc()
-		release = append(release, h.metrics.openLong.Dec)
+		work |= endOpenLong
 	}
-	release = append(release, func() { closeRequestBody(r) })
-	finish := func() {
-		for _, f := range release {
-			f()
-		}
-	}
-
-	ctx, st := withState(r.Context(), c, start)
-	release = append(release, func() { h.releaseReplay(st) })
-	if h.logsRequests() {
-		release = append(release, func() { h.logEnded(r.Method, r.URL, userAgent(r.Header), st) })
-	}
+	st.reportAtEnd(r, work)
 	out := r.WithContext(ctx) // a shallow copy; r stays untouched
 	u := *r.URL
 	// The reverse proxy's Rewrite does the same: the forwarder sets the
@@ -97,7 +89,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		code, reason, msg := describeError(ctx, err)
 		st.outcome.Code = code
-		finish()
+		req.End()
 		h.metrics.answered(kind, code, st.endpoint, h.now().Sub(start))
 		if code == statusClientClosedRequest {
 			return nil, fmt.Errorf("%s: %w", msg, context.Cause(r.Context()))
@@ -108,30 +100,30 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		return resp, nil
 	}
-	resp.Body = &finishBody{ReadCloser: resp.Body, finish: finish}
+	resp.Body = &finishBody{ReadCloser: resp.Body, req: req}
 	resp.Request = r
 	return resp, nil
 }
 
-// finishBody runs finish once, at the first read error (io.EOF included)
-// or at Close. The forwarder's doneBody inside it reports to the balancer.
+// finishBody ends the request (its one End, which runs once) at the first
+// read error (io.EOF included) or at Close. The forwarder's doneBody inside
+// it reports to the balancer.
 type finishBody struct {
 	io.ReadCloser
-	once   sync.Once
-	finish func()
+	req *reqinfo.Request
 }
 
 func (b *finishBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err != nil {
-		b.once.Do(b.finish)
+		b.req.End()
 	}
 	return n, err
 }
 
 func (b *finishBody) Close() error {
 	err := b.ReadCloser.Close()
-	b.once.Do(b.finish)
+	b.req.End()
 	return err
 }
 

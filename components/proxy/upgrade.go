@@ -84,7 +84,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqSt
 	proto := upgradeProtocol(r)
 	if h.upgrader == nil {
 		st.outcome.Code = http.StatusNotImplemented
-		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(st.start))
+		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(st.Start))
 		h.metrics.upgraded(proto, resultError)
 		writeStatus(w, http.StatusNotImplemented, statusReasonUnknown,
 			"fanout: this fanout's upstream cannot dial HTTP/1.1 connections for upgrade requests (exec/attach/port-forward)")
@@ -93,7 +93,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqSt
 	h.metrics.openLong.Inc()
 	defer h.metrics.openLong.Dec()
 
-	s := &upgradeSession{h: h, w: w, r: r, mode: st.Mode, proto: proto, start: st.start}
+	s := &upgradeSession{h: h, w: w, r: r, mode: st.Mode, proto: proto, start: st.Start}
 	defer s.release()
 	a := h.newAttempts(r, st, outBody{replayable: true})
 	a.upgrade = s
@@ -102,7 +102,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqSt
 	a.pick.Kind = balancer.Long
 	ans, err := a.run()
 	if err != nil {
-		st.outcome.Code = h.upgradeFailed(w, r, proto, st.endpoint, st.start, err)
+		st.outcome.Code = h.upgradeFailed(w, r, proto, st.endpoint, st.Start, err)
 		return
 	}
 	st.outcome.Code = ans.resp.StatusCode

@@ -3,10 +3,13 @@
 // proxy needs besides (long-running or not, whose answer it is, whether it
 // brings its own credentials). It is the vocabulary of a request read by
 // kube-apiserver's own rules and knows nothing of the parts of fanout that
-// use it: the proxy calls New once per request, at its edge, maps the Info
-// to its balancer's and transport's terms there, and carries it in the
-// request's context for everything behind; the watch features (package
-// watch) read it without importing the proxy.
+// use it: the listener calls New once per request, at its edge, and puts
+// the Info in the request's context (WithRequest, request.go) for
+// everything behind, as kube-apiserver's request.WithRequestInfo does; the
+// proxy maps it to its balancer's and transport's terms and hangs its own
+// state on it, and the watch features (package watch) read it without
+// importing the proxy. The same Request is the request's one end (End):
+// each part registers there what it must give back.
 package reqinfo
 
 import (
