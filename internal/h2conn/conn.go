@@ -130,6 +130,15 @@ type stream struct {
 	trailer http.Header
 	unacked int  // bytes read, not yet given back to the stream's window
 	window  int  // what the server may still send
+	// size is the stream's window as granted: what the server may send,
+	// what is buffered and what was read but not given back add up to it.
+	// With a WindowBudget, borrowed of it came from the budget and the
+	// rest is MinReceiveBufferPerStream; filled says whether the server
+	// used most of the window since it was last given back (the window,
+	// not the server, limited the stream).
+	size     int
+	borrowed int
+	filled   bool
 	ended   bool // END_STREAM received
 	err     error
 	cond    sync.Cond // a body Read waits on it; L is the connection's mu
@@ -173,7 +182,7 @@ func New(nc net.Conn, cfg Config) (*Conn, error) {
 	cc.bw.WriteString(http2.ClientPreface)
 	cc.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
-		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(cfg.MaxReceiveBufferPerStream)},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(cc.initialWindow())},
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderListSize},
 	)
 	// As x/net: the connection window grows by the whole configured
@@ -248,7 +257,8 @@ func (cc *Conn) Close() { cc.fail(ErrConnClosing) }
 // it is read. The request URL's scheme is sent as "https".
 func (cc *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	s := &stream{cc: cc, req: req, headers: make(chan struct{}), window: cc.cfg.MaxReceiveBufferPerStream}
+	iw := cc.initialWindow()
+	s := &stream{cc: cc, req: req, headers: make(chan struct{}), window: iw, size: iw}
 	s.cond.L = &cc.mu
 	gz := addGzip(req)
 	if err := ctx.Err(); err != nil {
@@ -523,6 +533,7 @@ func (cc *Conn) endStreamLocked(s *stream, err error) {
 		s.stop()
 		s.stop = nil
 	}
+	cc.settleLocked(s)
 	if s.body != nil {
 		// A Read of the body may block: Close ends it (as x/net's
 		// abortRequestBodyWrite).
@@ -867,6 +878,9 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 		return cc.writeWindowUpdates(0, 0, inc)
 	}
 	s.window -= n
+	if s.window < s.size/4 {
+		s.filled = true
+	}
 	// Padding is read by nobody: give it back at once.
 	pad := n - len(data)
 	s.unacked += pad
@@ -886,7 +900,7 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 		if need := len(s.buf) + len(data); need > cap(s.buf) {
 			// Grow by doubling, but never past the stream window: flow
 			// control keeps the data below it, so neither need the buffer.
-			nb := make([]byte, len(s.buf), max(need, min(2*cap(s.buf), cc.cfg.MaxReceiveBufferPerStream)))
+			nb := make([]byte, len(s.buf), max(need, min(2*cap(s.buf), s.size)))
 			copy(nb, s.buf)
 			s.buf = nb
 		}
@@ -903,6 +917,62 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 	}
 	cc.mu.Unlock()
 	return nil
+}
+
+// initialWindow is every stream's window at its start
+// (SETTINGS_INITIAL_WINDOW_SIZE): the floor with a WindowBudget, the
+// whole stream window without.
+func (cc *Conn) initialWindow() int {
+	if cc.cfg.WindowBudget != nil {
+		return cc.cfg.MinReceiveBufferPerStream
+	}
+	return cc.cfg.MaxReceiveBufferPerStream
+}
+
+// resizeLocked is called as inc bytes read go back to s's window: it
+// returns what to give back instead, the window grown with bytes of the
+// WindowBudget or shrunk toward the floor. A stream grows (doubling, up
+// to MaxReceiveBufferPerStream) when the server filled most of its
+// window and the reader has read all that came: the window, not the
+// reader, is what slows it. It shrinks (by half of what it borrowed, at
+// least the floor's worth) when the server did not fill it: a watch
+// between bursts, a reader that is not keeping up. Either way the
+// buffer is empty, so what the stream holds stays within its window.
+func (cc *Conn) resizeLocked(s *stream, inc int) int {
+	b := cc.cfg.WindowBudget
+	filled := s.filled
+	s.filled = false
+	if b == nil || s.off != len(s.buf) {
+		return inc
+	}
+	switch {
+	case filled && s.size < cc.cfg.MaxReceiveBufferPerStream:
+		d := min(s.size, cc.cfg.MaxReceiveBufferPerStream-s.size)
+		if b.Take(int64(d)) {
+			s.size += d
+			s.borrowed += d
+			inc += d
+		}
+	case !filled && s.borrowed > 0:
+		d := min(s.borrowed, inc, max(s.borrowed/2, cc.cfg.MinReceiveBufferPerStream))
+		b.Give(int64(d))
+		s.size -= d
+		s.borrowed -= d
+		inc -= d
+	}
+	return inc
+}
+
+// settleLocked gives back to the WindowBudget what an ended stream
+// borrowed and no longer holds: once it ended nothing more arrives, so
+// only its unread data past the floor stays covered.
+func (cc *Conn) settleLocked(s *stream) {
+	if s.borrowed == 0 || cc.streams[s.id] == s {
+		return
+	}
+	keep := min(s.borrowed, max(0, len(s.buf)-s.off-cc.cfg.MinReceiveBufferPerStream))
+	cc.cfg.WindowBudget.Give(int64(s.borrowed - keep))
+	s.borrowed = keep
 }
 
 // takeConnUpdateLocked returns the connection window to give back, once
