@@ -44,6 +44,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	cc := s.cc
 	cc.mu.Lock()
 	for s.off == len(s.buf) && !s.ended && s.err == nil && !b.closed {
+		s.waited = true
 		s.cond.Wait()
 	}
 	if b.closed {

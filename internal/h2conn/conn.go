@@ -128,8 +128,8 @@ type stream struct {
 	// Read moves them to Response.Trailer (ReverseProxy reads that map
 	// while the body streams).
 	trailer http.Header
-	unacked int  // bytes read, not yet given back to the stream's window
-	window  int  // what the server may still send
+	unacked int // bytes read, not yet given back to the stream's window
+	window  int // what the server may still send
 	// size is the stream's window as granted: what the server may send,
 	// what is buffered and what was read but not given back add up to it.
 	// With a WindowBudget, borrowed of it came from the budget and the
@@ -139,11 +139,17 @@ type stream struct {
 	size     int
 	borrowed int
 	filled   bool
-	ended   bool // END_STREAM received
-	err     error
-	cond    sync.Cond // a body Read waits on it; L is the connection's mu
-	stop    func() bool
-	body    *onceCloser // the request body while writeBody sends it
+	// waited says whether the reader found nothing to read since the
+	// window was last given back: it keeps up with what arrives.
+	waited bool
+	// cycle is when the window was last given back (or the stream
+	// began), with a WindowBudget.
+	cycle time.Time
+	ended    bool // END_STREAM received
+	err      error
+	cond     sync.Cond // a body Read waits on it; L is the connection's mu
+	stop     func() bool
+	body     *onceCloser // the request body while writeBody sends it
 }
 
 // New starts an HTTP/2 client connection over nc, which is dialled and,
@@ -259,6 +265,9 @@ func (cc *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	iw := cc.initialWindow()
 	s := &stream{cc: cc, req: req, headers: make(chan struct{}), window: iw, size: iw}
+	if cc.cfg.WindowBudget != nil {
+		s.cycle = time.Now()
+	}
 	s.cond.L = &cc.mu
 	gz := addGzip(req)
 	if err := ctx.Err(); err != nil {
@@ -933,27 +942,33 @@ func (cc *Conn) initialWindow() int {
 // returns what to give back instead, the window grown with bytes of the
 // WindowBudget or shrunk toward the floor. A stream grows (doubling, up
 // to MaxReceiveBufferPerStream) when the server filled most of its
-// window and the reader has read all that came: the window, not the
-// reader, is what slows it. It shrinks (by half of what it borrowed, at
-// least the floor's worth) when the server did not fill it: a watch
-// between bursts, a reader that is not keeping up. Either way the
-// buffer is empty, so what the stream holds stays within its window.
+// window and the reader keeps up (it read all that came, or waited for
+// data since the last time): the window, not the reader, is what slows
+// it. It shrinks (by half of what it borrowed, at least the floor's
+// worth) when half its window took more than slowCycle to come and be
+// read, a watch between bursts: it needs less than that to keep its
+// pace. It shrinks only with its buffer empty, so that the buffer stays
+// within the window. A stream that streams keeps what it has: shrinking
+// it on a quieter moment would have it grow again at once.
 func (cc *Conn) resizeLocked(s *stream, inc int) int {
 	b := cc.cfg.WindowBudget
-	filled := s.filled
-	s.filled = false
-	if b == nil || s.off != len(s.buf) {
+	if b == nil {
 		return inc
 	}
+	filled, waited, empty := s.filled, s.waited, s.off == len(s.buf)
+	s.filled, s.waited = false, false
+	now := time.Now()
+	slow := now.Sub(s.cycle) > slowCycle
+	s.cycle = now
 	switch {
-	case filled && s.size < cc.cfg.MaxReceiveBufferPerStream:
+	case filled && (empty || waited) && !slow && s.size < cc.cfg.MaxReceiveBufferPerStream:
 		d := min(s.size, cc.cfg.MaxReceiveBufferPerStream-s.size)
 		if b.Take(int64(d)) {
 			s.size += d
 			s.borrowed += d
 			inc += d
 		}
-	case !filled && s.borrowed > 0:
+	case slow && empty && s.borrowed > 0:
 		d := min(s.borrowed, inc, max(s.borrowed/2, cc.cfg.MinReceiveBufferPerStream))
 		b.Give(int64(d))
 		s.size -= d
@@ -962,6 +977,11 @@ func (cc *Conn) resizeLocked(s *stream, inc int) int {
 	}
 	return inc
 }
+
+// slowCycle: a stream whose half window takes longer than this to come
+// and be read gives back half of what it borrowed. It then still receives
+// half its window per slowCycle: at 1 MiB, 512 KiB/s.
+const slowCycle = time.Second
 
 // settleLocked gives back to the WindowBudget what an ended stream
 // borrowed and no longer holds: once it ended nothing more arrives, so
