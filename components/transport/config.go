@@ -58,15 +58,15 @@ type Config struct {
 	// package's earlier default) and 24 unread streams.
 	//
 	// With an AnswerWindowBudget (the default) a stream's window starts
-	// at h2conn.DefaultMinReceiveBufferPerStream (4 KiB) and grows to
+	// at h2conn.DefaultMinReceiveBufferPerStream (2 KiB) and grows to
 	// MaxReceiveBufferPerStream only with bytes of the budget.
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 
 	// AnswerWindowBudget bounds in sum the response stream windows
-	// granted past the 4 KiB every stream gets (--answer-window-budget):
+	// granted past the 2 KiB every stream gets (--answer-window-budget):
 	// what answers nobody reads can make fanout hold, all streams of all
-	// connections together, is then 4 KiB per stream plus this. A stream
+	// connections together, is then 2 KiB per stream plus this. A stream
 	// whose reader keeps up with the apiserver grows its window (doubling,
 	// up to MaxReceiveBufferPerStream) with bytes of it, and gives them
 	// back as it stops needing them and when it ends. 0 is
@@ -107,15 +107,15 @@ const (
 
 // AutoAnswerWindowBudget is the answer window budget for a Go memory
 // limit of limit bytes (debug.SetMemoryLimit; math.MaxInt64 means none):
-// a 64th of it, within [MinAutoAnswerWindowBudget,
+// a 128th of it, within [MinAutoAnswerWindowBudget,
 // DefaultAnswerWindowBudget], and DefaultAnswerWindowBudget without a
 // limit. Under the injected sidecar's 256Mi (a Go limit of 90% of it)
-// that is 3.6 MiB; docs/security.md sums it with the other bounds.
+// that is 1.8 MiB; docs/security.md sums it with the other bounds.
 func AutoAnswerWindowBudget(limit int64) int64 {
 	if limit <= 0 || limit == math.MaxInt64 {
 		return DefaultAnswerWindowBudget
 	}
-	return min(max(limit/64, MinAutoAnswerWindowBudget), DefaultAnswerWindowBudget)
+	return min(max(limit/128, MinAutoAnswerWindowBudget), DefaultAnswerWindowBudget)
 }
 
 // withDefaults returns c with zero (or negative) fields set to defaults,

@@ -43,11 +43,11 @@ func newMetrics(t *Transports) *metrics {
 		}),
 		windowsUsed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fanout_answer_window_budget_used_bytes",
-			Help: "Bytes of HTTP/2 response stream windows granted to kube-apiserver beyond the 4 KiB every stream gets, all streams together: what answers not yet read may hold past that floor; at most fanout_answer_window_budget_limit_bytes.",
+			Help: "Bytes of HTTP/2 response stream windows granted to kube-apiserver beyond the 2 KiB every stream gets, all streams together: what answers not yet read may hold past that floor; at most fanout_answer_window_budget_limit_bytes.",
 		}),
 		windowsLimit: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fanout_answer_window_budget_limit_bytes",
-			Help: "The answer window budget (--answer-window-budget): the most bytes of response stream windows granted beyond 4 KiB per stream at once; 0 without a budget.",
+			Help: "The answer window budget (--answer-window-budget): the most bytes of response stream windows granted beyond 2 KiB per stream at once; 0 without a budget.",
 		}),
 		windowsExhausted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fanout_answer_window_budget_exhausted_total",

@@ -83,12 +83,13 @@ const (
 	DefaultIdleConnTimeout           = 90 * time.Second
 	DefaultPrefaceTimeout            = 5 * time.Second
 	DefaultMaxReceiveBufferPerStream = 1 << 20
-	// DefaultMinReceiveBufferPerStream is the window a stream keeps when
-	// the WindowBudget is spent: a watch's events and most small answers
-	// fit it. It is what an unread stream holds at least, times
-	// every stream in flight (docs/security.md, "The sum of the memory
-	// bounds"), so it is small.
-	DefaultMinReceiveBufferPerStream = 4 << 10
+	// DefaultMinReceiveBufferPerStream is the window every stream starts
+	// with, and keeps when the WindowBudget is spent: most watch events
+	// fit it. Times every stream in flight (5,096 in the sidecar) it is
+	// what unread answers may hold beyond the budget (docs/security.md,
+	// "The sum of the memory bounds"), so it is small; a stream the
+	// window slows grows it from the budget after its first window.
+	DefaultMinReceiveBufferPerStream = 2 << 10
 	// StreamsPerConnectionWindow is how many full stream windows the
 	// default connection window holds: ten times the 100 streams per
 	// connection servers such as kube-apiserver allow by default, so

@@ -18,7 +18,7 @@ func TestConfig(t *testing.T) {
 	want := Config{
 		MaxReceiveBufferPerStream:     1 << 20,
 		MaxReceiveBufferPerConnection: 1000 << 20,
-		MinReceiveBufferPerStream:     4 << 10,
+		MinReceiveBufferPerStream:     2 << 10,
 		ReadIdleTimeout:               5 * time.Second,
 		PingTimeout:                   3 * time.Second,
 		IdleConnTimeout:               90 * time.Second,

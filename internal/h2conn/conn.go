@@ -145,11 +145,11 @@ type stream struct {
 	// cycle is when the window was last given back (or the stream
 	// began), with a WindowBudget.
 	cycle time.Time
-	ended    bool // END_STREAM received
-	err      error
-	cond     sync.Cond // a body Read waits on it; L is the connection's mu
-	stop     func() bool
-	body     *onceCloser // the request body while writeBody sends it
+	ended bool // END_STREAM received
+	err   error
+	cond  sync.Cond // a body Read waits on it; L is the connection's mu
+	stop  func() bool
+	body  *onceCloser // the request body while writeBody sends it
 }
 
 // New starts an HTTP/2 client connection over nc, which is dialled and,

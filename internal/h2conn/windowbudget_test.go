@@ -230,7 +230,7 @@ func TestWindowBudgetGivenBackOnEveryEnd(t *testing.T) {
 // BenchmarkLargeAnswer reads a 100 MiB answer at full speed, as a LIST
 // of a large resource: with every stream granted its 1 MiB window up
 // front (no budget, as before the answer window budget) and with the
-// window grown from the 4 KiB floor with a budget that has room.
+// window grown from the 2 KiB floor with a budget that has room.
 func BenchmarkLargeAnswer(b *testing.B) {
 	const size = 100 << 20
 	p := newPKI(b)
