@@ -13,6 +13,26 @@ import (
 	"golang.org/x/net/http2"
 )
 
+// dialH2C opens an h2c connection to addr by prior knowledge, closed when
+// the test ends, and sends the preface and empty SETTINGS.
+func dialH2C(t *testing.T, addr string) *http2.Framer {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(waitLimit))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	return fr
+}
+
 // TestH2CRequestBodyWindows: an h2c connection is granted the request
 // body windows of the defaults, 64 KiB per stream and 256 KiB per
 // connection (what docs/security.md sums with the other bounds), and a
@@ -32,19 +52,7 @@ func TestH2CRequestBodyWindows(t *testing.T) {
 	u.set(addr, rt)
 	s, _, base := startProxy(t, Config{}, newFakePicker(addr), u, nil)
 
-	c, err := net.Dial("tcp", s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitLimit))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	fr := dialH2C(t, s.Addr().String())
 	var stream, conn uint32
 	for conn == 0 {
 		f, err := fr.ReadFrame()
