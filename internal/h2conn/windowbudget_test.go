@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -268,4 +269,61 @@ func BenchmarkLargeAnswer(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestWindowBudgetUnreadStreamsDoNotStarveTheConnection: with the budget,
+// as without (TestUnreadStreamsDoNotStarveTheConnection), streams nobody
+// reads stall only themselves: a watch on the same connection keeps
+// getting its events once every unread stream's window is used up.
+func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
+	const floods = 24
+	p := newPKI(t)
+	srv := newFloodServer(t, p, 100)
+	rt := newClients(t, p, Config{WindowBudget: budget.New(64<<20, nil, nil)}).For(srv.addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	watch, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got atomic.Int64
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		buf := make([]byte, 4<<10)
+		for {
+			n, err := watch.Body.Read(buf)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { watch.Body.Close(); <-readDone }()
+	waitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
+
+	var ress []*http.Response
+	defer func() {
+		for _, res := range ress {
+			res.Body.Close()
+		}
+	}()
+	for i := range floods {
+		res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/flood"))
+		if err != nil {
+			t.Fatalf("flood %d: %v", i, err)
+		}
+		ress = append(ress, res)
+	}
+	waitFor(t, "every unread stream's window used up", func() bool {
+		for _, res := range ress {
+			if _, _, _, stalled := windowOf(res); !stalled {
+				return false
+			}
+		}
+		return true
+	})
+	before := got.Load()
+	waitFor(t, "the watch's events after the unread streams stalled", func() bool { return got.Load() > before+1024 })
 }
