@@ -29,6 +29,9 @@ const (
 	autoReplay = goLimit / 8
 	// autoHeaders is --header-budget auto under goLimit: goLimit/16.
 	autoHeaders = goLimit / 16
+	// autoAnswerWindows is --answer-window-budget auto under goLimit:
+	// goLimit/128 (components/transport).
+	autoAnswerWindows = goLimit / 128
 )
 
 // The header push of TestSumOfMemoryBounds: bigHeaders connections each
@@ -204,6 +207,13 @@ func TestSumOfMemoryBounds(t *testing.T) {
 
 	if got := metricValue(t, f.admin, "fanout_replay_budget_limit_bytes"); got != autoReplay {
 		t.Fatalf("fanout_replay_budget_limit_bytes = %v, want %d (auto under a %d-byte Go memory limit)", got, autoReplay, goLimit)
+	}
+	// Unread answers are not pushed here (docs/security.md, "Answers not
+	// read"): every in-flight slot is taken by the pushes below, which
+	// read their answers. Their budget is summed by arithmetic, so it
+	// must be the one the arithmetic counts.
+	if got := metricValue(t, f.admin, "fanout_answer_window_budget_limit_bytes"); got != autoAnswerWindows {
+		t.Fatalf("fanout_answer_window_budget_limit_bytes = %v, want %d (auto under a %d-byte Go memory limit)", got, autoAnswerWindows, goLimit)
 	}
 	var terms []string
 	last, _ := procMemory(t, f.pid)

@@ -336,7 +336,10 @@ func (e *Engine) build() error {
 	if cfg.Probe.Interval > 0 || cfg.SkewRouting {
 		// Discovery reads ride the probes' pools: background requests,
 		// apart from client traffic.
-		e.probes, err = transport.New(cfg.Transport, e.creds)
+		// They share the requests' answer window budget.
+		probeCfg := cfg.Transport
+		probeCfg.WindowBudget = e.transports.WindowBudget()
+		e.probes, err = transport.New(probeCfg, e.creds)
 		if err != nil {
 			return err
 		}

@@ -46,9 +46,12 @@ type Config struct {
 	// used up by a controller with many informers.
 	MaxConcurrentStreams int
 	// MaxReceiveBufferPerStream and MaxReceiveBufferPerConnection are the
-	// HTTP/2 flow-control windows for request bodies. Defaults 1 MiB and
-	// 4 MiB: kube-apiserver bodies are small, and the windows bound what a
-	// client can make fanout hold.
+	// HTTP/2 flow-control windows for request bodies, which net/http's
+	// server buffers until the handler reads them. Defaults 64 KiB and
+	// 256 KiB: kube-apiserver bodies are small and the handler reads them
+	// at once, and the windows times the h2c connections the header budget
+	// allows (14 under 256Mi) must fit the memory limit with the other
+	// bounds (docs/security.md, "The sum of the memory bounds").
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 
@@ -105,8 +108,8 @@ const (
 	DefaultIdleTimeout                   = 120 * time.Second
 	DefaultMaxHeaderBytes                = 1 << 20
 	DefaultMaxConcurrentStreams          = 1000
-	DefaultMaxReceiveBufferPerStream     = 1 << 20
-	DefaultMaxReceiveBufferPerConnection = 4 << 20
+	DefaultMaxReceiveBufferPerStream     = 64 << 10
+	DefaultMaxReceiveBufferPerConnection = 256 << 10
 	DefaultMaxConnections                = 8192
 	DefaultMaxInflight                   = 1000
 	DefaultMaxLongRunning                = 4096

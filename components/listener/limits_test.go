@@ -340,19 +340,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 func TestMaxConcurrentStreams(t *testing.T) {
 	g, p, u := newGateBackend(t)
 	s, _, _ := startProxy(t, Config{MaxConcurrentStreams: 2}, p, u, nil)
-	c, err := net.Dial("tcp", s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitLimit))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	fr := dialH2C(t, s.Addr().String())
 	// The server's first frame is its SETTINGS.
 	f, err := fr.ReadFrame()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/listener"
 	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/runtimetune"
 )
 
@@ -20,7 +21,8 @@ import (
 // defaults of the listener and the proxy. A value given on the command
 // line wins. The replay budget's auto is the proxy's own
 // (proxy.AutoReplayBudget), so that the library gets it too; the header
-// budget's is the listener's (listener.AutoHeaderBudget).
+// budget's is the listener's (listener.AutoHeaderBudget), the answer
+// window budget's the transport's (transport.AutoAnswerWindowBudget).
 const (
 	// connectionCost is what an open client connection may hold in fanout
 	// while it sends a request header of ordinary size: the server's
@@ -60,6 +62,9 @@ func (c *Config) sizeToMemory(limit int64, log *slog.Logger) {
 	}
 	if c.Engine.Proxy.ReplayBudget == 0 {
 		log.Info("--replay-budget auto", "bytes", replay, "goMemoryLimitBytes", limit)
+	}
+	if c.Engine.Transport.AnswerWindowBudget == 0 {
+		log.Info("--answer-window-budget auto", "bytes", transport.AutoAnswerWindowBudget(limit), "goMemoryLimitBytes", limit)
 	}
 	if c.Listener.HeaderBudget == 0 {
 		log.Info("--header-budget auto", "bytes", listener.AutoHeaderBudget(limit, c.Listener.MaxHeaderBytes), "goMemoryLimitBytes", limit)

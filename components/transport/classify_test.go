@@ -136,7 +136,9 @@ func TestHTTP2ErrorsClassified(t *testing.T) {
 
 // TestReceiveWindowsAdvertised checks that the flow-control windows of
 // Config reach the wire: the stream window as SETTINGS_INITIAL_WINDOW_SIZE
-// and the connection window as the first WINDOW_UPDATE on stream 0.
+// and the connection window as the first WINDOW_UPDATE on stream 0. With
+// an answer window budget (the default) streams start at the 2 KiB floor
+// instead.
 func TestReceiveWindowsAdvertised(t *testing.T) {
 	p := newPKI(t)
 	for _, tc := range []struct {
@@ -144,10 +146,12 @@ func TestReceiveWindowsAdvertised(t *testing.T) {
 		cfg                  Config
 		wantStream, wantConn uint32
 	}{
-		{"defaults", Config{}, 1 << 20, 1000 << 20},
-		{"connection window follows the stream window", Config{MaxReceiveBufferPerStream: 256 << 10}, 256 << 10, 1000 * 256 << 10},
-		{"connection window capped", Config{MaxReceiveBufferPerStream: 4 << 20}, 4 << 20, 1<<31 - 1 - 65535},
-		{"custom", Config{MaxReceiveBufferPerStream: 256 << 10, MaxReceiveBufferPerConnection: 2 << 20}, 256 << 10, 2 << 20},
+		{"defaults", Config{}, 2 << 10, 1000 << 20},
+		{"no answer window budget", Config{AnswerWindowBudget: -1}, 1 << 20, 1000 << 20},
+		{"connection window follows the stream window", Config{MaxReceiveBufferPerStream: 256 << 10, AnswerWindowBudget: -1}, 256 << 10, 1000 * 256 << 10},
+		{"connection window capped", Config{MaxReceiveBufferPerStream: 4 << 20, AnswerWindowBudget: -1}, 4 << 20, 1<<31 - 1 - 65535},
+		{"custom", Config{MaxReceiveBufferPerStream: 256 << 10, MaxReceiveBufferPerConnection: 2 << 20, AnswerWindowBudget: -1}, 256 << 10, 2 << 20},
+		{"custom with a budget", Config{MaxReceiveBufferPerStream: 256 << 10, AnswerWindowBudget: 8 << 20}, 2 << 10, 1000 * 256 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newRawH2(t, p, true, respond200)

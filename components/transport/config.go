@@ -3,8 +3,11 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"math"
+	"runtime/debug"
 	"time"
 
+	"github.com/fanout-dev/fanout/internal/budget"
 	"github.com/fanout-dev/fanout/internal/h2conn"
 )
 
@@ -53,8 +56,27 @@ type Config struct {
 	// 1,000 stream windows cover that. TestUnreadStreamsDoNotStarveTheConnection
 	// (internal/h2conn) reproduces the starvation with 16 MiB (this
 	// package's earlier default) and 24 unread streams.
+	//
+	// With an AnswerWindowBudget (the default) a stream's window starts
+	// at h2conn.DefaultMinReceiveBufferPerStream (2 KiB) and grows to
+	// MaxReceiveBufferPerStream only with bytes of the budget.
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
+
+	// AnswerWindowBudget bounds in sum the response stream windows
+	// granted past the 2 KiB every stream gets (--answer-window-budget):
+	// what answers nobody reads can make fanout hold, all streams of all
+	// connections together, is then 2 KiB per stream plus this. A stream
+	// whose reader keeps up with the apiserver grows its window (doubling,
+	// up to MaxReceiveBufferPerStream) with bytes of it, and gives them
+	// back as it stops needing them and when it ends. 0 is
+	// AutoAnswerWindowBudget of the process's Go memory limit; negative:
+	// no budget, every stream gets MaxReceiveBufferPerStream up front.
+	AnswerWindowBudget int64
+	// WindowBudget, if set, is the budget itself, shared with other
+	// Transports (the engine's probes share the requests'); New makes one
+	// of AnswerWindowBudget bytes otherwise.
+	WindowBudget *budget.Bytes
 
 	// IdleConnTimeout closes a connection that has carried no stream for
 	// this long. Default 90s.
@@ -75,6 +97,27 @@ const (
 	DefaultIdleConnTimeout               = h2conn.DefaultIdleConnTimeout
 )
 
+// DefaultAnswerWindowBudget is the most AutoAnswerWindowBudget gives, and
+// what it gives without a memory limit; MinAutoAnswerWindowBudget the
+// least (one full stream window).
+const (
+	DefaultAnswerWindowBudget = 64 << 20
+	MinAutoAnswerWindowBudget = 1 << 20
+)
+
+// AutoAnswerWindowBudget is the answer window budget for a Go memory
+// limit of limit bytes (debug.SetMemoryLimit; math.MaxInt64 means none):
+// a 128th of it, within [MinAutoAnswerWindowBudget,
+// DefaultAnswerWindowBudget], and DefaultAnswerWindowBudget without a
+// limit. Under the injected sidecar's 256Mi (a Go limit of 90% of it)
+// that is 1.8 MiB; docs/security.md sums it with the other bounds.
+func AutoAnswerWindowBudget(limit int64) int64 {
+	if limit <= 0 || limit == math.MaxInt64 {
+		return DefaultAnswerWindowBudget
+	}
+	return min(max(limit/128, MinAutoAnswerWindowBudget), DefaultAnswerWindowBudget)
+}
+
 // withDefaults returns c with zero (or negative) fields set to defaults,
 // or an error naming the field that cannot work.
 func (c Config) withDefaults() (Config, error) {
@@ -93,6 +136,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.AnswerWindowBudget == 0 {
+		c.AnswerWindowBudget = AutoAnswerWindowBudget(debug.SetMemoryLimit(-1))
+	}
 	return c, nil
 }
 
@@ -100,7 +146,12 @@ func (c Config) withDefaults() (Config, error) {
 // of connections adds its callbacks. The preface is bounded as the dial
 // was.
 func (c Config) conn() h2conn.Config {
+	var windows h2conn.Budget
+	if c.WindowBudget != nil {
+		windows = c.WindowBudget
+	}
 	return h2conn.Config{
+		WindowBudget:                  windows,
 		MaxReceiveBufferPerStream:     c.MaxReceiveBufferPerStream,
 		MaxReceiveBufferPerConnection: c.MaxReceiveBufferPerConnection,
 		ReadIdleTimeout:               c.ReadIdleTimeout,

@@ -12,6 +12,11 @@ type metrics struct {
 	handshake prometheus.Histogram
 	conns     *connCollector
 
+	// The answer window budget's (Config.AnswerWindowBudget); the
+	// series stay at 0 without one.
+	windowsUsed, windowsLimit prometheus.Gauge
+	windowsExhausted          prometheus.Counter
+
 	// endpoints is the endpoint set of the last Retain, whose dial
 	// series exist and whose connections are reported at zero when there
 	// are none.
@@ -36,6 +41,18 @@ func newMetrics(t *Transports) *metrics {
 			Help:    "Duration of successful TLS handshakes with kube-apiserver endpoints.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2.5, 10),
 		}),
+		windowsUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_answer_window_budget_used_bytes",
+			Help: "Bytes of HTTP/2 response stream windows granted to kube-apiserver beyond the 2 KiB every stream gets, all streams together: what answers not yet read may hold past that floor; at most fanout_answer_window_budget_limit_bytes.",
+		}),
+		windowsLimit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "fanout_answer_window_budget_limit_bytes",
+			Help: "The answer window budget (--answer-window-budget): the most bytes of response stream windows granted beyond 2 KiB per stream at once; 0 without a budget.",
+		}),
+		windowsExhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fanout_answer_window_budget_exhausted_total",
+			Help: "Times a response stream whose window limited it could not grow it because the answer window budget was spent; it went on with the window it had.",
+		}),
 		conns: &connCollector{t: t, desc: prometheus.NewDesc(
 			"fanout_upstream_connections",
 			"Open HTTP/2 connections to kube-apiserver endpoints, including connections of endpoints that left the endpoint set and still carry streams.",
@@ -52,7 +69,8 @@ func (m *metrics) initRotations() {
 
 // Collectors returns the transport's metrics, for the app to register.
 func (t *Transports) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{t.metrics.dials, t.metrics.handshake, t.metrics.conns, t.metrics.rotations}
+	return []prometheus.Collector{t.metrics.dials, t.metrics.handshake, t.metrics.conns, t.metrics.rotations,
+		t.metrics.windowsUsed, t.metrics.windowsLimit, t.metrics.windowsExhausted}
 }
 
 func (m *metrics) rotated(reason string) { m.rotations.WithLabelValues(reason).Inc() }

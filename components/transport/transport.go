@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+
+	"github.com/fanout-dev/fanout/internal/budget"
 )
 
 // ErrClosed is returned (inside an *UnprocessedError) for a request that
@@ -70,6 +72,12 @@ func New(cfg Config, creds Credentials) (*Transports, error) {
 	}
 	t.metrics = newMetrics(t)
 	t.metrics.initRotations()
+	if t.cfg.WindowBudget == nil && t.cfg.AnswerWindowBudget > 0 {
+		t.cfg.WindowBudget = budget.New(t.cfg.AnswerWindowBudget, t.metrics.windowsUsed, t.metrics.windowsExhausted)
+	}
+	if t.cfg.WindowBudget != nil {
+		t.metrics.windowsLimit.Set(float64(t.cfg.WindowBudget.Limit()))
+	}
 	empty := map[poolKey]*pool{}
 	t.pools.Store(&empty)
 	return t, nil
@@ -242,3 +250,7 @@ func (p *pool) send(req *http.Request) (*http.Response, *generation, error) {
 	}
 	return res, g, nil
 }
+
+// WindowBudget is the answer window budget the connections grow their
+// stream windows with (Config.AnswerWindowBudget); nil without one.
+func (t *Transports) WindowBudget() *budget.Bytes { return t.cfg.WindowBudget }

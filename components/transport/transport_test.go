@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -450,6 +451,7 @@ func TestConfigDefaults(t *testing.T) {
 		PingTimeout:                   3 * time.Second,
 		MaxReceiveBufferPerStream:     1 << 20,
 		MaxReceiveBufferPerConnection: 1000 << 20,
+		AnswerWindowBudget:            AutoAnswerWindowBudget(debug.SetMemoryLimit(-1)),
 		IdleConnTimeout:               90 * time.Second,
 	}
 	if got.Now == nil {

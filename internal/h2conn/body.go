@@ -44,6 +44,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	cc := s.cc
 	cc.mu.Lock()
 	for s.off == len(s.buf) && !s.ended && s.err == nil && !b.closed {
+		s.waited = true
 		s.cond.Wait()
 	}
 	if b.closed {
@@ -69,23 +70,25 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	}
 	n := copy(p, s.buf[s.off:])
 	s.off += n
+	var sInc uint32
+	if !s.ended && s.err == nil {
+		s.unacked += n
+		if s.unacked >= s.size/2 {
+			inc := cc.resizeLocked(s, s.unacked)
+			sInc = uint32(inc)
+			s.window += inc
+			s.unacked = 0
+		}
+	}
 	if s.off == len(s.buf) {
 		s.off = 0
-		if cap(s.buf) > 64<<10 {
+		if cap(s.buf) > min(64<<10, s.size) {
 			s.buf = nil // a burst is over; do not keep its buffer
 		} else {
 			s.buf = s.buf[:0]
 		}
 	}
-	var sInc uint32
-	if !s.ended && s.err == nil {
-		s.unacked += n
-		if s.unacked >= cc.cfg.MaxReceiveBufferPerStream/2 {
-			sInc = uint32(s.unacked)
-			s.window += s.unacked
-			s.unacked = 0
-		}
-	}
+	cc.settleLocked(s)
 	cc.connUnacked += n
 	cInc := cc.takeConnUpdateLocked()
 	cc.mu.Unlock()
@@ -107,6 +110,7 @@ func (b *responseBody) Close() error {
 		// Ended: what was not read goes back to the connection window.
 		cc.connUnacked += len(s.buf) - s.off
 		s.buf, s.off = nil, 0
+		cc.settleLocked(s)
 		inc := cc.takeConnUpdateLocked()
 		s.cond.Broadcast()
 		cc.mu.Unlock()
@@ -121,6 +125,7 @@ func (b *responseBody) Close() error {
 	cc.mu.Lock()
 	cc.connUnacked += len(s.buf) - s.off
 	s.buf, s.off = nil, 0
+	cc.settleLocked(s)
 	inc := cc.takeConnUpdateLocked()
 	cc.mu.Unlock()
 	cc.writeWindowUpdates(0, 0, inc)

@@ -22,6 +22,23 @@ type Config struct {
 	MaxReceiveBufferPerStream     int
 	MaxReceiveBufferPerConnection int
 
+	// WindowBudget, if set, bounds in sum the stream windows granted
+	// beyond MinReceiveBufferPerStream, shared by every connection given
+	// it: a stream starts with MinReceiveBufferPerStream (the
+	// SETTINGS_INITIAL_WINDOW_SIZE then) and grows toward
+	// MaxReceiveBufferPerStream only with bytes taken from the budget,
+	// while its reader keeps up with a server that fills its window. It
+	// gives them back as its reader stops needing them, and all of them
+	// once its data is read or dropped (the body read to its end or
+	// closed, the stream reset, the connection lost). What unread answers
+	// hold is then at most MinReceiveBufferPerStream per stream plus the
+	// budget. Nil: each stream gets MaxReceiveBufferPerStream up front.
+	WindowBudget Budget
+	// MinReceiveBufferPerStream is the window every stream gets whatever
+	// the budget (only with WindowBudget). Default
+	// DefaultMinReceiveBufferPerStream.
+	MinReceiveBufferPerStream int
+
 	// ReadIdleTimeout is how long the connection may stay silent before
 	// a PING is sent, and PingTimeout how long the PING may go unanswered
 	// (or a write make no progress) before the connection is closed.
@@ -50,6 +67,15 @@ type Config struct {
 	OnClose  func(*Conn)
 }
 
+// Budget is a byte budget shared by connections (internal/budget.Bytes):
+// Take reserves n bytes and reports whether they fitted, Give returns
+// them. Both are called with a connection's lock held; they must not
+// block.
+type Budget interface {
+	Take(n int64) bool
+	Give(n int64)
+}
+
 // Defaults of Config.
 const (
 	DefaultReadIdleTimeout           = 5 * time.Second
@@ -57,6 +83,13 @@ const (
 	DefaultIdleConnTimeout           = 90 * time.Second
 	DefaultPrefaceTimeout            = 5 * time.Second
 	DefaultMaxReceiveBufferPerStream = 1 << 20
+	// DefaultMinReceiveBufferPerStream is the window every stream starts
+	// with, and keeps when the WindowBudget is spent: most watch events
+	// fit it. Times every stream in flight (5,096 in the sidecar) it is
+	// what unread answers may hold beyond the budget (docs/security.md,
+	// "The sum of the memory bounds"), so it is small; a stream the
+	// window slows grows it from the budget after its first window.
+	DefaultMinReceiveBufferPerStream = 2 << 10
 	// StreamsPerConnectionWindow is how many full stream windows the
 	// default connection window holds: ten times the 100 streams per
 	// connection servers such as kube-apiserver allow by default, so
@@ -90,6 +123,9 @@ func (c Config) WithDefaults() (Config, error) {
 	if c.MaxReceiveBufferPerStream <= 0 {
 		c.MaxReceiveBufferPerStream = DefaultMaxReceiveBufferPerStream
 	}
+	if c.MinReceiveBufferPerStream <= 0 {
+		c.MinReceiveBufferPerStream = min(DefaultMinReceiveBufferPerStream, c.MaxReceiveBufferPerStream)
+	}
 	if c.MaxReceiveBufferPerConnection <= 0 {
 		c.MaxReceiveBufferPerConnection = int(min(int64(StreamsPerConnectionWindow)*int64(c.MaxReceiveBufferPerStream), MaxConnectionWindow))
 	}
@@ -98,6 +134,8 @@ func (c Config) WithDefaults() (Config, error) {
 		return c, errors.New("MaxReceiveBufferPerConnection must be at least 65535 bytes (the HTTP/2 initial window)")
 	case c.MaxReceiveBufferPerConnection > MaxConnectionWindow:
 		return c, errors.New("MaxReceiveBufferPerConnection exceeds 2^31-1 minus the 65,535-byte initial window, the largest HTTP/2 connection window")
+	case c.MinReceiveBufferPerStream > c.MaxReceiveBufferPerStream:
+		return c, errors.New("MinReceiveBufferPerStream exceeds MaxReceiveBufferPerStream")
 	case c.MaxReceiveBufferPerStream > c.MaxReceiveBufferPerConnection:
 		return c, errors.New("MaxReceiveBufferPerStream exceeds MaxReceiveBufferPerConnection; one stream could never use its whole window")
 	}

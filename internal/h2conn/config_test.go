@@ -18,6 +18,7 @@ func TestConfig(t *testing.T) {
 	want := Config{
 		MaxReceiveBufferPerStream:     1 << 20,
 		MaxReceiveBufferPerConnection: 1000 << 20,
+		MinReceiveBufferPerStream:     2 << 10,
 		ReadIdleTimeout:               5 * time.Second,
 		PingTimeout:                   3 * time.Second,
 		IdleConnTimeout:               90 * time.Second,
@@ -39,6 +40,7 @@ func TestConfig(t *testing.T) {
 		// Granted on top of the initial 65,535 bytes: this would wrap.
 		{"connection window plus the initial window too large", Config{MaxReceiveBufferPerConnection: 1<<31 - 1}, "Config.MaxReceiveBufferPerConnection exceeds 2^31-1"},
 		{"stream window above connection window", Config{MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 1 << 20}, "Config.MaxReceiveBufferPerStream exceeds"},
+		{"floor above the stream window", Config{MaxReceiveBufferPerStream: 64 << 10, MinReceiveBufferPerStream: 128 << 10}, "Config.MinReceiveBufferPerStream exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A pipe nobody reads: a write would block the test.

@@ -128,13 +128,28 @@ type stream struct {
 	// Read moves them to Response.Trailer (ReverseProxy reads that map
 	// while the body streams).
 	trailer http.Header
-	unacked int  // bytes read, not yet given back to the stream's window
-	window  int  // what the server may still send
-	ended   bool // END_STREAM received
-	err     error
-	cond    sync.Cond // a body Read waits on it; L is the connection's mu
-	stop    func() bool
-	body    *onceCloser // the request body while writeBody sends it
+	unacked int // bytes read, not yet given back to the stream's window
+	window  int // what the server may still send
+	// size is the stream's window as granted: what the server may send,
+	// what is buffered and what was read but not given back add up to it.
+	// With a WindowBudget, borrowed of it came from the budget and the
+	// rest is MinReceiveBufferPerStream; filled says whether the server
+	// used most of the window since it was last given back (the window,
+	// not the server, limited the stream).
+	size     int
+	borrowed int
+	filled   bool
+	// waited says whether the reader found nothing to read since the
+	// window was last given back: it keeps up with what arrives.
+	waited bool
+	// cycle is when the window was last given back (or the stream
+	// began), with a WindowBudget.
+	cycle time.Time
+	ended bool // END_STREAM received
+	err   error
+	cond  sync.Cond // a body Read waits on it; L is the connection's mu
+	stop  func() bool
+	body  *onceCloser // the request body while writeBody sends it
 }
 
 // New starts an HTTP/2 client connection over nc, which is dialled and,
@@ -173,7 +188,7 @@ func New(nc net.Conn, cfg Config) (*Conn, error) {
 	cc.bw.WriteString(http2.ClientPreface)
 	cc.fr.WriteSettings(
 		http2.Setting{ID: http2.SettingEnablePush, Val: 0},
-		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(cfg.MaxReceiveBufferPerStream)},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(cc.initialWindow())},
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: maxHeaderListSize},
 	)
 	// As x/net: the connection window grows by the whole configured
@@ -248,7 +263,11 @@ func (cc *Conn) Close() { cc.fail(ErrConnClosing) }
 // it is read. The request URL's scheme is sent as "https".
 func (cc *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	s := &stream{cc: cc, req: req, headers: make(chan struct{}), window: cc.cfg.MaxReceiveBufferPerStream}
+	iw := cc.initialWindow()
+	s := &stream{cc: cc, req: req, headers: make(chan struct{}), window: iw, size: iw}
+	if cc.cfg.WindowBudget != nil {
+		s.cycle = time.Now()
+	}
 	s.cond.L = &cc.mu
 	gz := addGzip(req)
 	if err := ctx.Err(); err != nil {
@@ -523,6 +542,7 @@ func (cc *Conn) endStreamLocked(s *stream, err error) {
 		s.stop()
 		s.stop = nil
 	}
+	cc.settleLocked(s)
 	if s.body != nil {
 		// A Read of the body may block: Close ends it (as x/net's
 		// abortRequestBodyWrite).
@@ -867,6 +887,9 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 		return cc.writeWindowUpdates(0, 0, inc)
 	}
 	s.window -= n
+	if s.window < s.size/4 {
+		s.filled = true
+	}
 	// Padding is read by nobody: give it back at once.
 	pad := n - len(data)
 	s.unacked += pad
@@ -886,7 +909,7 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 		if need := len(s.buf) + len(data); need > cap(s.buf) {
 			// Grow by doubling, but never past the stream window: flow
 			// control keeps the data below it, so neither need the buffer.
-			nb := make([]byte, len(s.buf), max(need, min(2*cap(s.buf), cc.cfg.MaxReceiveBufferPerStream)))
+			nb := make([]byte, len(s.buf), max(need, min(2*cap(s.buf), s.size)))
 			copy(nb, s.buf)
 			s.buf = nb
 		}
@@ -903,6 +926,73 @@ func (cc *Conn) onData(f *http2.DataFrame) error {
 	}
 	cc.mu.Unlock()
 	return nil
+}
+
+// initialWindow is every stream's window at its start
+// (SETTINGS_INITIAL_WINDOW_SIZE): the floor with a WindowBudget, the
+// whole stream window without.
+func (cc *Conn) initialWindow() int {
+	if cc.cfg.WindowBudget != nil {
+		return cc.cfg.MinReceiveBufferPerStream
+	}
+	return cc.cfg.MaxReceiveBufferPerStream
+}
+
+// resizeLocked is called as inc bytes read go back to s's window: it
+// returns what to give back instead, the window grown with bytes of the
+// WindowBudget or shrunk toward the floor. A stream grows (doubling, up
+// to MaxReceiveBufferPerStream) when the server filled most of its
+// window and the reader keeps up (it read all that came, or waited for
+// data since the last time): the window, not the reader, is what slows
+// it. It shrinks (by half of what it borrowed, at least the floor's
+// worth) when half its window took more than slowCycle to come and be
+// read, a watch between bursts: it needs less than that to keep its
+// pace. It shrinks only with its buffer empty, so that the buffer stays
+// within the window. A stream that streams keeps what it has: shrinking
+// it on a quieter moment would have it grow again at once.
+func (cc *Conn) resizeLocked(s *stream, inc int) int {
+	b := cc.cfg.WindowBudget
+	if b == nil {
+		return inc
+	}
+	filled, waited, empty := s.filled, s.waited, s.off == len(s.buf)
+	s.filled, s.waited = false, false
+	now := time.Now()
+	slow := now.Sub(s.cycle) > slowCycle
+	s.cycle = now
+	switch {
+	case filled && (empty || waited) && !slow && s.size < cc.cfg.MaxReceiveBufferPerStream:
+		d := min(s.size, cc.cfg.MaxReceiveBufferPerStream-s.size)
+		if b.Take(int64(d)) {
+			s.size += d
+			s.borrowed += d
+			inc += d
+		}
+	case slow && empty && s.borrowed > 0:
+		d := min(s.borrowed, inc, max(s.borrowed/2, cc.cfg.MinReceiveBufferPerStream))
+		b.Give(int64(d))
+		s.size -= d
+		s.borrowed -= d
+		inc -= d
+	}
+	return inc
+}
+
+// slowCycle: a stream whose half window takes longer than this to come
+// and be read gives back half of what it borrowed. It then still receives
+// half its window per slowCycle: at 1 MiB, 512 KiB/s.
+const slowCycle = time.Second
+
+// settleLocked gives back to the WindowBudget what an ended stream
+// borrowed and no longer holds: once it ended nothing more arrives, so
+// only its unread data past the floor stays covered.
+func (cc *Conn) settleLocked(s *stream) {
+	if s.borrowed == 0 || cc.streams[s.id] == s {
+		return
+	}
+	keep := min(s.borrowed, max(0, len(s.buf)-s.off-cc.cfg.MinReceiveBufferPerStream))
+	cc.cfg.WindowBudget.Give(int64(s.borrowed - keep))
+	s.borrowed = keep
 }
 
 // takeConnUpdateLocked returns the connection window to give back, once
