@@ -31,17 +31,9 @@ import (
 // informer watching throughout. The controller-runtime example, built and
 // run as a program of its own, spreads its reconciles' requests too.
 func TestLibrary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
 	// Its own control plane: the restart would skew the spread tests'
 	// shares on the shared one.
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 15*time.Minute, harness.Options{})
 	const user, ns = "e2e-library-client", "e2e-library"
 	// 1. Spread: the sidecar tests' workload, 33% ± 5 points each.
 	librarySpread(ctx, t, cp, user, ns)

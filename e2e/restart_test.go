@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -16,32 +15,12 @@ import (
 // client must see no error at all, and the restarted apiserver must get
 // traffic again once it is back.
 func TestGracefulRestartUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	// Its own control plane, as the restarted apiserver would skew the
 	// spread tests' shares on the shared one.
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 10*time.Minute, harness.Options{})
 	const user = "e2e-restart-client"
-	kubeconfig, err := cp.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
 	userNamespace(ctx, t, cp, "e2e-restart", user)
-	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 40))
-		}
-	})
+	sidecar := userFanout(ctx, t, cp, user)
 	load := startLoad(ctx, t, sidecar.Config, "e2e-restart", "r")
 	victim := cp.APIServers[len(cp.APIServers)-1]
 	// An operator watching the sidecar sees the share move.
