@@ -91,12 +91,7 @@ func (f *fakeSend) requests() []string {
 // watches move; a new readiness of a target asks again.
 func TestRebalancerRequestsFreshness(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Freshness: true}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Stop()
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
 		start := time.Now()
 		cameBack := start.Add(time.Minute)
 		since := map[string]time.Time{"b": cameBack, "c": cameBack}
@@ -197,12 +192,7 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 // and not asked again in the same epoch.
 func TestFreshnessRejected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Freshness: true}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Stop()
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
 		cameBack := time.Now()
 		src.set(map[string]int64{"a": 10}, map[string]time.Time{"b": cameBack, "c": cameBack})
 		addStreams(r, "a", 10, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
@@ -235,12 +225,7 @@ func TestFreshnessRejected(t *testing.T) {
 // freshness request in the same tick, not one bookmark period apart.
 func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Freshness: true}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Stop()
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
 		cameBack := time.Now()
 		src.set(map[string]int64{"a": 15, "b": 15}, map[string]time.Time{"c": cameBack})
 		fs := &fakeSend{status: http.StatusOK}
@@ -275,12 +260,7 @@ func (w *watchStream) setRequest(out *http.Request) { w.url, w.header = out.URL,
 // b's readiness, get none, and no watch is ended.
 func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Freshness: true}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Stop()
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
 		start := time.Now()
 		cameBack := start.Add(time.Hour)
 		since := map[string]time.Time{"a": start, "b": start, "c": cameBack}
@@ -332,12 +312,7 @@ func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
 // progress notification, minutes away.
 func TestFreshnessFloorIsTheLowestAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Freshness: true}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Stop()
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
 		cameBack := time.Now()
 		src.set(map[string]int64{"a": 20}, map[string]time.Time{"b": cameBack, "c": cameBack})
 		rcs := addStreams(r, "a", 20, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)

@@ -97,6 +97,32 @@ func addStreams(r *Rebalancer, endpoint string, n int, opened, lastAt time.Time,
 	return out
 }
 
+// rewatch moves n watches ended on a to the lighter of b and c, as the
+// balancer sends their clients' new watches.
+func rewatch(open map[string]int64, n int) {
+	for range n {
+		open["a"]--
+		if open["b"] <= open["c"] {
+			open["b"]++
+		} else {
+			open["c"]++
+		}
+	}
+}
+
+// newTestRebalancer is a Rebalancer of cfg over loads the test sets,
+// stopped when the test ends.
+func newTestRebalancer(t *testing.T, cfg RebalanceConfig) (*Rebalancer, *fakeLoads) {
+	t.Helper()
+	src := &fakeLoads{}
+	r, err := NewRebalancer(cfg, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r, src
+}
+
 func closedCount(rcs []*chunkReader) int {
 	n := 0
 	for _, rc := range rcs {
@@ -113,11 +139,7 @@ func closedCount(rcs []*chunkReader) int {
 // within tolerance; it ends none before c has been ready for the margin.
 func TestRebalancerMovesAtRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, src := newTestRebalancer(t, RebalanceConfig{})
 		start := time.Now()
 		cameBack := start.Add(time.Minute)
 		since := map[string]time.Time{"b": cameBack, "c": cameBack}
@@ -162,14 +184,7 @@ func TestRebalancerMovesAtRate(t *testing.T) {
 				t.Fatalf("tick %d ended %d watches, want at most 2 (rate 2/s)", tick, now-ended)
 			}
 			// The balancer sees them gone and the clients back on the lightest.
-			for range now - ended {
-				open["a"]--
-				if open["b"] <= open["c"] {
-					open["b"]++
-				} else {
-					open["c"]++
-				}
-			}
+			rewatch(open, now-ended)
 			ended = now
 			src.set(open, since)
 		}
@@ -194,11 +209,7 @@ func TestRebalancerMovesAtRate(t *testing.T) {
 
 func TestRebalancerLeavesYoungAndInitialWatches(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Rate: 100}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, src := newTestRebalancer(t, RebalanceConfig{Rate: 100})
 		src.set(map[string]int64{"a": 10}, nil)
 		now := time.Now()
 		young := addStreams(r, "a", 5, now.Add(-5*time.Second), now, 10)
@@ -233,11 +244,7 @@ func TestRebalancerToleratesSmallGaps(t *testing.T) {
 			{map[string]int64{"a": 40, "b": 33, "c": 27}, 0.5, false}, // gap 13 <= 0.5 × 33.3
 			{map[string]int64{"a": 40, "b": 33, "c": 27}, 0.1, true},
 		} {
-			src := &fakeLoads{}
-			r, err := NewRebalancer(RebalanceConfig{Tolerance: tt.tol}, src, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, src := newTestRebalancer(t, RebalanceConfig{Tolerance: tt.tol})
 			src.set(tt.open, nil)
 			rcs := addStreams(r, "a", int(tt.open["a"]), time.Now().Add(-time.Hour), time.Now(), 10)
 			r.tick()
@@ -306,11 +313,7 @@ func TestRebalanceConfigValidate(t *testing.T) {
 // clock is virtual, so the tick count is exact.
 func TestRebalancerStartStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Interval: time.Second}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, src := newTestRebalancer(t, RebalanceConfig{Interval: time.Second})
 		ticks := func() int {
 			synctest.Wait()
 			src.mu.Lock()

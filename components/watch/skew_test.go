@@ -50,14 +50,7 @@ func TestRebalancerMovesOnlyToServingEndpoints(t *testing.T) {
 			time.Sleep(time.Second)
 			r.tick()
 			now := closedCount(plain)
-			for range now - ended {
-				open["a"]--
-				if open["b"] <= open["c"] {
-					open["b"]++
-				} else {
-					open["c"]++
-				}
-			}
+			rewatch(open, now-ended)
 			ended = now
 			src.set(open, since)
 		}

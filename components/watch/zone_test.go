@@ -34,11 +34,7 @@ func TestRebalancerFollowsZoneShares(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				src := &fakeLoads{}
-				r, err := NewRebalancer(RebalanceConfig{Rate: 100}, src, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
+				r, src := newTestRebalancer(t, RebalanceConfig{Rate: 100})
 				src.set(tt.open, nil)
 				for i := range src.loads {
 					src.loads[i].Share = tt.share[src.loads[i].Address]
