@@ -83,16 +83,7 @@ func TestLibrary(t *testing.T) {
 	load := startLoad(ctx, t, cfg, ns, "lib")
 	victim := cp.APIServers[len(cp.APIServers)-1]
 	time.Sleep(5 * time.Second)
-	stopStart := time.Now()
-	if err := victim.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d stopped gracefully in %s", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
-	if err := victim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d ready again %s after the stop began", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
+	restartGracefully(ctx, t, victim)
 	// The prober checks /readyz every 2s; give traffic time to come back.
 	time.Sleep(15 * time.Second)
 	load.Stop()

@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -27,17 +28,7 @@ func TestGracefulRestartUnderLoad(t *testing.T) {
 	status := startStatusWatch(ctx, t, cp, sidecar)
 
 	time.Sleep(5 * time.Second)
-	stopStart := time.Now()
-	if err := victim.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d stopped gracefully in %s", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
-	if err := victim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d ready again %s after the stop began (%s after its start)",
-		victim.Index+1, time.Since(stopStart).Round(time.Millisecond), victim.ReadyAt().Sub(victim.StartedAt()).Round(time.Millisecond))
+	stopStart := restartGracefully(ctx, t, victim)
 	// fanout probes readiness on its own schedule; give it time to notice
 	// and to let traffic back in.
 	time.Sleep(15 * time.Second)
@@ -64,4 +55,23 @@ func TestGracefulRestartUnderLoad(t *testing.T) {
 	if late == 0 {
 		t.Errorf("apiserver %d served nothing in the 15 s after it was ready again: fanout did not take it back", victim.Index+1)
 	}
+}
+
+// restartGracefully restarts victim the way a rolling upgrade does:
+// SIGTERM, down for 3 s, started again and ready; it logs how long each
+// step took and returns when the stop began.
+func restartGracefully(ctx context.Context, t *testing.T, victim *harness.APIServer) time.Time {
+	t.Helper()
+	stopStart := time.Now()
+	if err := victim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver %d stopped gracefully in %s", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	if err := victim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver %d ready again %s after the stop began (%s after its start)",
+		victim.Index+1, time.Since(stopStart).Round(time.Millisecond), victim.ReadyAt().Sub(victim.StartedAt()).Round(time.Millisecond))
+	return stopStart
 }
