@@ -128,17 +128,11 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 		}
 		// The resourceVersion to beat is recorded a Margin after the
 		// readiness; the requests go in that tick, not a bookmark period later.
-		time.Sleep(DefaultRebalanceMargin)
-		r.tick()
-		r.wg.Wait()
+		marginTicks(r, 1)
 		if got := fs.requests(); len(got) != 2 {
 			t.Fatalf("freshness requests a Margin after the targets' readiness: %v, want 2", got)
 		}
-		for range 3 {
-			time.Sleep(DefaultRebalanceMargin)
-			r.tick()
-		}
-		r.wg.Wait()
+		marginTicks(r, 3)
 		want := []string{"a /api/v1/namespaces/n1/configmaps?limit=1", "a /api/v1/namespaces/n2/secrets?limit=1"}
 		got := fs.requests()
 		slices.Sort(got)
@@ -177,11 +171,7 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 		// c comes back once more: a new epoch asks again, once recorded.
 		since["c"] = time.Now()
 		src.set(open, since)
-		for range 3 {
-			time.Sleep(DefaultRebalanceMargin)
-			r.tick()
-		}
-		r.wg.Wait()
+		marginTicks(r, 3)
 		if got := fs.requests(); len(got) != 4 {
 			t.Errorf("freshness requests after c's new readiness: %v, want 2 more", got)
 		}
@@ -202,11 +192,7 @@ func TestFreshnessRejected(t *testing.T) {
 			w.send, w.resource = fs.send, "/configmaps"
 			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil))
 		}
-		for range 4 {
-			time.Sleep(DefaultRebalanceMargin)
-			r.tick()
-		}
-		r.wg.Wait()
+		marginTicks(r, 4)
 		if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshRejected)); got != 1 {
 			t.Errorf("fanout_watch_freshness_requests_total{result=rejected} = %v, want 1", got)
 		}
@@ -237,15 +223,23 @@ func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
 			}
 		}
 		r.maxRV.Store(100)
-		time.Sleep(DefaultRebalanceMargin)
-		r.tick()
-		r.wg.Wait()
+		marginTicks(r, 1)
 		got := fs.requests()
 		slices.Sort(got)
 		if want := "a /api/v1/namespaces/n1/configmaps?limit=1,b /api/v1/namespaces/n1/configmaps?limit=1"; strings.Join(got, ",") != want {
 			t.Errorf("freshness requests %v, want one to each of a and b", got)
 		}
 	})
+}
+
+// marginTicks lets n Margins pass, the rebalancer ticking after each,
+// and waits for the freshness requests the ticks sent.
+func marginTicks(r *Rebalancer, n int) {
+	for range n {
+		time.Sleep(DefaultRebalanceMargin)
+		r.tick()
+	}
+	r.wg.Wait()
 }
 
 // setRequest sets the request w was sent as, as track does.
@@ -288,11 +282,7 @@ func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
 		if got := fs.requests(); len(got) != 0 {
 			t.Fatalf("freshness requests before c's readiness was recorded: %v", got)
 		}
-		for range 3 {
-			time.Sleep(DefaultRebalanceMargin)
-			r.tick()
-		}
-		r.wg.Wait()
+		marginTicks(r, 3)
 		got := fs.requests()
 		slices.Sort(got)
 		if want := "a /api/v1/configmaps?limit=1,b /api/v1/secrets?limit=1"; strings.Join(got, ",") != want {
@@ -335,9 +325,7 @@ func TestFreshnessFloorIsTheLowestAnswer(t *testing.T) {
 			w.resource = "/" + res
 			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/"+res+"?watch=true", nil))
 		}
-		time.Sleep(DefaultRebalanceMargin)
-		r.tick()
-		r.wg.Wait()
+		marginTicks(r, 1)
 		if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
 			t.Fatalf("freshness requests answered: %v, want 2", got)
 		}
