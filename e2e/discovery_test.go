@@ -26,34 +26,13 @@ import (
 // failed request, the stopped apiserver must get none of its requests once
 // discovery dropped it, and must get them again once it is back.
 func TestDiscovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	// Its own control plane: this test stops an apiserver.
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 10*time.Minute, harness.Options{})
 	const user = "e2e-discovery-client"
-	kubeconfig, err := cp.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
 	grantDiscovery(ctx, t, cp, user)
 	const namespace = "e2e-discovery"
 	userNamespace(ctx, t, cp, namespace, user)
-
-	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig, "--endpoints", "endpointslice:///default/kubernetes")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 40))
-		}
-	})
+	sidecar := userFanout(ctx, t, cp, user, "--endpoints", "endpointslice:///default/kubernetes")
 	var all []string
 	for _, u := range cp.Endpoints() {
 		all = append(all, strings.TrimPrefix(u, "https://"))

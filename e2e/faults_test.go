@@ -23,15 +23,10 @@ func TestFaultHelpers(t *testing.T) {
 	if os.Getenv("FANOUT_E2E_NETNS") == "0" {
 		t.Skip("fault injection by network needs network namespaces")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	// A control plane of its own: a restarted apiserver is slower for a
 	// while (cold caches), and a balancer rightly sends it less, which
 	// would skew the spread tests that share the package's control plane.
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 10*time.Minute, harness.Options{})
 	if !cp.Net.NetNS {
 		t.Skip("fault injection by network needs network namespaces")
 	}

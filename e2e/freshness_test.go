@@ -28,12 +28,7 @@ import (
 // logs what it sees (docs/resilience.md).
 func TestConsistentListAdvancesQuietBookmarks(t *testing.T) {
 	skipUnlessLong(t, "what freshness requests rely on; TestNodeQuietWatchesRespread and the unit tests of components/watch check the requests themselves")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 10*time.Minute, harness.Options{})
 	admin := cp.AdminClient // apiserver 1, directly
 	const nsCM, nsSecret, nsNoise = "e2e-quiet-cm", "e2e-quiet-secret", "e2e-quiet-noise"
 	for _, ns := range []string{nsCM, nsSecret, nsNoise} {

@@ -31,17 +31,9 @@ import (
 // informer watching throughout. The controller-runtime example, built and
 // run as a program of its own, spreads its reconciles' requests too.
 func TestLibrary(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
 	// Its own control plane: the restart would skew the spread tests'
 	// shares on the shared one.
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 15*time.Minute, harness.Options{})
 	const user, ns = "e2e-library-client", "e2e-library"
 	// 1. Spread: the sidecar tests' workload, 33% ± 5 points each.
 	librarySpread(ctx, t, cp, user, ns)
@@ -91,16 +83,7 @@ func TestLibrary(t *testing.T) {
 	load := startLoad(ctx, t, cfg, ns, "lib")
 	victim := cp.APIServers[len(cp.APIServers)-1]
 	time.Sleep(5 * time.Second)
-	stopStart := time.Now()
-	if err := victim.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d stopped gracefully in %s", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
-	if err := victim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d ready again %s after the stop began", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
+	restartGracefully(ctx, t, victim)
 	// The prober checks /readyz every 2s; give traffic time to come back.
 	time.Sleep(15 * time.Second)
 	load.Stop()

@@ -40,3 +40,53 @@ func controlPlane(t *testing.T) *harness.ControlPlane {
 	}
 	return shared.cp
 }
+
+// ownControlPlane is the preamble of a test that needs a control plane of
+// its own, because it stops, restarts, cuts or reconfigures an apiserver,
+// which would skew the counts of the tests that share controlPlane's. It
+// skips the test under -short, and returns a context that ends after
+// timeout (or when the test ends) and the control plane of opts, with one
+// node unless opts says otherwise, progress to t.Logf; it is torn down with
+// the test.
+func ownControlPlane(t *testing.T, timeout time.Duration, opts harness.Options) (context.Context, *harness.ControlPlane) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a control plane of its own")
+	}
+	// t.Context ends before the test's cleanups run, as a deferred cancel
+	// would.
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	if opts.Nodes == 0 {
+		opts.Nodes = 1
+	}
+	if opts.Logf == nil {
+		opts.Logf = t.Logf
+	}
+	cp, err := harness.Start(ctx, t, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, cp
+}
+
+// userFanout starts a fanout sidecar (name user, with args) on a
+// kubeconfig of user's own, and logs the tail of its log if the test
+// fails. What user may do is the caller's to grant (userNamespace).
+func userFanout(ctx context.Context, t *testing.T, cp *harness.ControlPlane, user string, args ...string) *harness.Fanout {
+	t.Helper()
+	kubeconfig, err := cp.UserKubeconfig(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := cp.StartFanout(ctx, t, user, kubeconfig, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last lines of the sidecar log %s:\n%s", f.LogPath, harness.Tail(f.LogPath, 60))
+		}
+	})
+	return f
+}

@@ -37,12 +37,7 @@ var quietArgs []string
 // fanout-watch-freshness), which are counted apart.
 func TestQuietWatchesRespread(t *testing.T) {
 	skipUnlessLong(t, "TestNodeQuietWatchesRespread guards the same rule with a real kube-controller-manager")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf, APIServerArgs: shutdownArgs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 20*time.Minute, harness.Options{APIServerArgs: shutdownArgs})
 	const user, noiseNS = "e2e-quiet-client", "e2e-quiet-noise"
 	namespaces := []string{"e2e-quiet-0", "e2e-quiet-1", "e2e-quiet-2"}
 	for _, ns := range namespaces {
@@ -51,19 +46,7 @@ func TestQuietWatchesRespread(t *testing.T) {
 	if _, err := cp.AdminClient.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: noiseNS}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := cp.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig, quietArgs...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 40))
-		}
-	})
+	sidecar := userFanout(ctx, t, cp, user, quietArgs...)
 	noiseCtx, stopNoise := context.WithCancel(ctx)
 	noiseDone := make(chan struct{})
 	defer func() { stopNoise(); <-noiseDone }()

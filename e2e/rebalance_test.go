@@ -27,34 +27,13 @@ import (
 // audit logs count them, with no re-list and no watch error; through the
 // one with --watch-rebalance=false they must still be unbalanced then.
 func TestWatchRebalance(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf, APIServerArgs: shutdownArgs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 20*time.Minute, harness.Options{APIServerArgs: shutdownArgs})
 	const ns, userOn, userOff = "e2e-rebalance", "e2e-rebalance-on", "e2e-rebalance-off"
 	userNamespace(ctx, t, cp, ns, userOn)
 	grantConfigMaps(ctx, t, cp, ns, userOff)
 	sidecars := map[string]*harness.Fanout{}
 	for user, args := range map[string][]string{userOn: nil, userOff: {"--watch-rebalance=false"}} {
-		kubeconfig, err := cp.UserKubeconfig(user)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := cp.StartFanout(ctx, t, user, kubeconfig, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sidecars[user] = s
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("last lines of the sidecar log %s:\n%s", s.LogPath, harness.Tail(s.LogPath, 40))
-			}
-		})
+		sidecars[user] = userFanout(ctx, t, cp, user, args...)
 	}
 
 	// Not the first apiserver: the admin client talks to it directly.

@@ -44,30 +44,10 @@ var shutdownArgs = []string{"--shutdown-delay-duration=5s", "--shutdown-send-ret
 // apiservers are rolled one at a time under load, one is SIGKILLed, and
 // one is overloaded.
 func TestResilience(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
-	defer cancel()
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf, APIServerArgs: shutdownArgs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 35*time.Minute, harness.Options{APIServerArgs: shutdownArgs})
 	const ns, user = "e2e-resilience", "e2e-resilience-client"
-	kubeconfig, err := cp.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
 	userNamespace(ctx, t, cp, ns, user)
-	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 60))
-		}
-	})
+	sidecar := userFanout(ctx, t, cp, user)
 
 	// HAProxy as an expert would run it, for the side-by-side numbers of
 	// docs/resilience.md; only logged, never asserted.

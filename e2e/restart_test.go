@@ -16,49 +16,19 @@ import (
 // client must see no error at all, and the restarted apiserver must get
 // traffic again once it is back.
 func TestGracefulRestartUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	// Its own control plane, as the restarted apiserver would skew the
 	// spread tests' shares on the shared one.
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 10*time.Minute, harness.Options{})
 	const user = "e2e-restart-client"
-	kubeconfig, err := cp.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
 	userNamespace(ctx, t, cp, "e2e-restart", user)
-	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last lines of the sidecar log %s:\n%s", sidecar.LogPath, harness.Tail(sidecar.LogPath, 40))
-		}
-	})
+	sidecar := userFanout(ctx, t, cp, user)
 	load := startLoad(ctx, t, sidecar.Config, "e2e-restart", "r")
 	victim := cp.APIServers[len(cp.APIServers)-1]
 	// An operator watching the sidecar sees the share move.
 	status := startStatusWatch(ctx, t, cp, sidecar)
 
 	time.Sleep(5 * time.Second)
-	stopStart := time.Now()
-	if err := victim.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d stopped gracefully in %s", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
-	if err := victim.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("apiserver %d ready again %s after the stop began (%s after its start)",
-		victim.Index+1, time.Since(stopStart).Round(time.Millisecond), victim.ReadyAt().Sub(victim.StartedAt()).Round(time.Millisecond))
+	stopStart := restartGracefully(ctx, t, victim)
 	// fanout probes readiness on its own schedule; give it time to notice
 	// and to let traffic back in.
 	time.Sleep(15 * time.Second)
@@ -85,4 +55,23 @@ func TestGracefulRestartUnderLoad(t *testing.T) {
 	if late == 0 {
 		t.Errorf("apiserver %d served nothing in the 15 s after it was ready again: fanout did not take it back", victim.Index+1)
 	}
+}
+
+// restartGracefully restarts victim the way a rolling upgrade does:
+// SIGTERM, down for 3 s, started again and ready; it logs how long each
+// step took and returns when the stop began.
+func restartGracefully(ctx context.Context, t *testing.T, victim *harness.APIServer) time.Time {
+	t.Helper()
+	stopStart := time.Now()
+	if err := victim.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver %d stopped gracefully in %s", victim.Index+1, time.Since(stopStart).Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	if err := victim.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apiserver %d ready again %s after the stop began (%s after its start)",
+		victim.Index+1, time.Since(stopStart).Round(time.Millisecond), victim.ReadyAt().Sub(victim.StartedAt()).Round(time.Millisecond))
+	return stopStart
 }

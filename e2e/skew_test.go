@@ -45,13 +45,8 @@ const (
 // third (the check that the skew is real). It logs what the discovery
 // reads cost.
 func TestSkewRoutesToServingAPIServers(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	enable := []string{"--runtime-config=" + skewGV + "=true"}
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf, PerAPIServerArgs: [][]string{enable, enable, nil}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 10*time.Minute, harness.Options{PerAPIServerArgs: [][]string{enable, enable, nil}})
 	// Created through resource.k8s.io/v1, which every apiserver serves.
 	if _, err := cp.AdminClient.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: skewObject},

@@ -24,15 +24,8 @@ func TestOneClientThroughFanout(t *testing.T) {
 	defer cancel()
 
 	const user = "e2e-fanout-client"
-	kubeconfig, err := cp.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
 	userNamespace(ctx, t, cp, "e2e-fanout", user)
-	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sidecar := userFanout(ctx, t, cp, user)
 
 	w := mixed
 	w.whileWatching = func() { checkOpenWatches(t, sidecar.AdminAddress, w.watches) }

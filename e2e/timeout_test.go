@@ -27,15 +27,8 @@ func TestClientTimeoutIsNotAnEndpointFailure(t *testing.T) {
 	defer cancel()
 
 	const user, ns = "e2e-timeout-client", "e2e-timeout"
-	kubeconfig, err := cp.UserKubeconfig(user)
-	if err != nil {
-		t.Fatal(err)
-	}
 	userNamespace(ctx, t, cp, ns, user)
-	sidecar, err := cp.StartFanout(ctx, t, user, kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sidecar := userFanout(ctx, t, cp, user)
 	metrics := "http://" + sidecar.AdminAddress + "/metrics"
 	before := scrape(t, metrics)
 

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"math"
 	"testing"
 	"time"
@@ -29,16 +28,8 @@ import (
 // least-request policy's business (latency-aware), logged, not checked.
 // fanout_zone_requests_total agrees with the audit logs.
 func TestZonePlacement(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a control plane of its own")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
 	// Its own control plane: an apiserver is stopped.
-	cp, err := harness.Start(ctx, t, harness.Options{Nodes: 1, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cp := ownControlPlane(t, 15*time.Minute, harness.Options{})
 	eps := cp.Endpoints()
 	if len(eps) != 3 {
 		t.Fatalf("%d apiservers, want 3", len(eps))
@@ -46,21 +37,8 @@ func TestZonePlacement(t *testing.T) {
 	zoneArgs := []string{"--zone=a", "--endpoint-zones=" + eps[0] + "=a," + eps[1] + "=a," + eps[2] + "=b"}
 	start := func(user, ns string, args ...string) *harness.Fanout {
 		t.Helper()
-		kubeconfig, err := cp.UserKubeconfig(user)
-		if err != nil {
-			t.Fatal(err)
-		}
 		userNamespace(ctx, t, cp, ns, user)
-		f, err := cp.StartFanout(ctx, t, user, kubeconfig, append(append([]string(nil), zoneArgs...), args...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("last lines of %s:\n%s", f.LogPath, harness.Tail(f.LogPath, 30))
-			}
-		})
-		return f
+		return userFanout(ctx, t, cp, user, append(append([]string(nil), zoneArgs...), args...)...)
 	}
 
 	t.Run("off", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -144,142 +145,142 @@ func waitFor(t *testing.T, ch <-chan struct{}, cond func() bool) {
 // the table says they differ and who serves what, the log says so once,
 // and later reads are answered 304 from the ETags and publish nothing.
 func TestDiscovererSkew(t *testing.T) {
-	old := newFakeAPIServer("v1.36.4", map[string][]apidiscoveryv2.APIVersionDiscovery{"storage.k8s.io": {storageV1}})
-	upgraded := newFakeAPIServer("v1.37.2", map[string][]apidiscoveryv2.APIVersionDiscovery{"storage.k8s.io": {storageV1, storageV1alpha1}})
-	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	var logs testkit.Buffer
-	sink := newTables()
-	d, err := New(Config{Clock: clock}, handlers{"a:1": old, "b:1": upgraded}, sink, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Update([]resolver.Endpoint{{Address: "a:1"}, {Address: "b:1"}})
-	d.Start()
-	defer d.Stop()
-	known := func() bool {
-		a, _ := sink.get()
-		tb, _ := a.(*Table)
-		return tb != nil && tb.Set("a:1") != nil && tb.Set("b:1") != nil
-	}
-	waitFor(t, sink.ch, known)
-	a, published := sink.get()
-	tb := a.(*Table)
-	if !tb.Differ() {
-		t.Fatal("Differ() = false, want true")
-	}
-	checks := []struct {
-		addr string
-		api  balancer.API
-		want bool
-	}{
-		{"a:1", vacAlpha, false},
-		{"b:1", vacAlpha, true},
-		{"a:1", balancer.API{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}, true},
-		{"a:1", balancer.API{Version: "v1", Resource: "pods", Subresource: "log"}, true},
-		{"a:1", balancer.API{Version: "v1", Resource: "pods", Subresource: "eviction"}, false},
-		{"a:1", balancer.API{Version: "v1", Resource: "secrets"}, false},
-		{"c:1", vacAlpha, true}, // unknown: serves everything
-	}
-	for _, c := range checks {
-		if got := tb.Serves(c.addr, c.api); got != c.want {
-			t.Errorf("Serves(%s, %+v) = %v, want %v", c.addr, c.api, got, c.want)
+	synctest.Test(t, func(t *testing.T) {
+		old := newFakeAPIServer("v1.36.4", map[string][]apidiscoveryv2.APIVersionDiscovery{"storage.k8s.io": {storageV1}})
+		upgraded := newFakeAPIServer("v1.37.2", map[string][]apidiscoveryv2.APIVersionDiscovery{"storage.k8s.io": {storageV1, storageV1alpha1}})
+		var logs testkit.Buffer
+		sink := newTables()
+		d, err := New(Config{}, handlers{"a:1": old, "b:1": upgraded}, sink, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if v := tb.Set("b:1").Version; v != "v1.37.2" {
-		t.Errorf("b's version %q, want v1.37.2", v)
-	}
-	if n := strings.Count(logs.String(), "endpoints serve different APIs"); n != 1 {
-		t.Errorf("%d skew log lines, want 1:\n%s", n, logs.String())
-	}
-	if !strings.Contains(logs.String(), "storage.k8s.io/v1alpha1") || !strings.Contains(logs.String(), "a:1=v1.36.4") {
-		t.Errorf("the log line does not name the partial group/version and the versions:\n%s", logs.String())
-	}
+		d.Update([]resolver.Endpoint{{Address: "a:1"}, {Address: "b:1"}})
+		d.Start()
+		defer d.Stop()
+		known := func() bool {
+			a, _ := sink.get()
+			tb, _ := a.(*Table)
+			return tb != nil && tb.Set("a:1") != nil && tb.Set("b:1") != nil
+		}
+		waitFor(t, sink.ch, known)
+		a, published := sink.get()
+		tb := a.(*Table)
+		if !tb.Differ() {
+			t.Fatal("Differ() = false, want true")
+		}
+		checks := []struct {
+			addr string
+			api  balancer.API
+			want bool
+		}{
+			{"a:1", vacAlpha, false},
+			{"b:1", vacAlpha, true},
+			{"a:1", balancer.API{Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"}, true},
+			{"a:1", balancer.API{Version: "v1", Resource: "pods", Subresource: "log"}, true},
+			{"a:1", balancer.API{Version: "v1", Resource: "pods", Subresource: "eviction"}, false},
+			{"a:1", balancer.API{Version: "v1", Resource: "secrets"}, false},
+			{"c:1", vacAlpha, true}, // unknown: serves everything
+		}
+		for _, c := range checks {
+			if got := tb.Serves(c.addr, c.api); got != c.want {
+				t.Errorf("Serves(%s, %+v) = %v, want %v", c.addr, c.api, got, c.want)
+			}
+		}
+		if v := tb.Set("b:1").Version; v != "v1.37.2" {
+			t.Errorf("b's version %q, want v1.37.2", v)
+		}
+		if n := strings.Count(logs.String(), "endpoints serve different APIs"); n != 1 {
+			t.Errorf("%d skew log lines, want 1:\n%s", n, logs.String())
+		}
+		if !strings.Contains(logs.String(), "storage.k8s.io/v1alpha1") || !strings.Contains(logs.String(), "a:1=v1.36.4") {
+			t.Errorf("the log line does not name the partial group/version and the versions:\n%s", logs.String())
+		}
 
-	// The next round: two 304s per endpoint, nothing published.
-	unchanged := func() float64 { return testutil.ToFloat64(d.reads.WithLabelValues(resultUnchanged)) }
-	clock.Advance(DefaultInterval)
-	deadline := time.Now().Add(10 * time.Second)
-	for unchanged() < 2 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polls a counter; no assertion waits on time
-	}
-	if got := unchanged(); got != 2 {
-		t.Fatalf("unchanged reads %v, want 2", got)
-	}
-	if _, n := sink.get(); n != published {
-		t.Errorf("published %d tables after unchanged reads, want still %d", n, published)
-	}
-	if userAgent != testkit.DiscoveryUserAgent {
-		t.Errorf("User-Agent %q, but testkit's fake apiserver sets apart %q", userAgent, testkit.DiscoveryUserAgent)
-	}
-	want := []string{"/api OK", "/apis OK", "/version OK", "/api Not Modified", "/apis Not Modified"}
-	if got := old.requests(); strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Errorf("requests to a: %v, want %v", got, want)
-	}
+		// The next round: two 304s per endpoint, nothing published.
+		unchanged := func() float64 { return testutil.ToFloat64(d.reads.WithLabelValues(resultUnchanged)) }
+		time.Sleep(DefaultInterval)
+		synctest.Wait() // the tick's reads are done
+		if got := unchanged(); got != 2 {
+			t.Fatalf("unchanged reads %v, want 2", got)
+		}
+		if _, n := sink.get(); n != published {
+			t.Errorf("published %d tables after unchanged reads, want still %d", n, published)
+		}
+		if userAgent != testkit.DiscoveryUserAgent {
+			t.Errorf("User-Agent %q, but testkit's fake apiserver sets apart %q", userAgent, testkit.DiscoveryUserAgent)
+		}
+		want := []string{"/api OK", "/apis OK", "/version OK", "/api Not Modified", "/apis Not Modified"}
+		if got := old.requests(); strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("requests to a: %v, want %v", got, want)
+		}
 
-	// a is upgraded: the next read finds the new ETag and the skew ends.
-	old.groups.AddGroupVersion("storage.k8s.io", storageV1alpha1)
-	old.version = "v1.37.2"
-	d.Refresh("a:1")
-	waitFor(t, sink.ch, func() bool { a, _ := sink.get(); return !a.(*Table).Differ() })
-	if !strings.Contains(logs.String(), "endpoints serve the same APIs again") {
-		t.Errorf("no log line for the end of the skew:\n%s", logs.String())
-	}
-	if got := testutil.ToFloat64(d.skew); got != 0 {
-		t.Errorf("fanout_apis_differ = %v, want 0", got)
-	}
+		// a is upgraded: the next read finds the new ETag and the skew ends.
+		old.groups.AddGroupVersion("storage.k8s.io", storageV1alpha1)
+		old.version = "v1.37.2"
+		d.Refresh("a:1")
+		waitFor(t, sink.ch, func() bool { a, _ := sink.get(); return !a.(*Table).Differ() })
+		if !strings.Contains(logs.String(), "endpoints serve the same APIs again") {
+			t.Errorf("no log line for the end of the skew:\n%s", logs.String())
+		}
+		if got := testutil.ToFloat64(d.skew); got != 0 {
+			t.Errorf("fanout_apis_differ = %v, want 0", got)
+		}
+	})
 }
 
 // TestDecodeMatchesAPITypes: a document encoded from the real
 // apidiscovery.k8s.io/v2 types, by kube-apiserver's handler, decodes into
 // the same group/versions, resources and subresources.
 func TestDecodeMatchesAPITypes(t *testing.T) {
-	s := newFakeAPIServer("v1.37.2", map[string][]apidiscoveryv2.APIVersionDiscovery{
-		"storage.k8s.io": {storageV1, storageV1alpha1},
-		"apps": {{Version: "v1", Resources: []apidiscoveryv2.APIResourceDiscovery{
-			{Resource: "deployments", Scope: apidiscoveryv2.ScopeNamespace, Subresources: []apidiscoveryv2.APISubresourceDiscovery{{Subresource: "scale"}, {Subresource: "status"}}},
-		}}},
-	})
-	b := newBuilder()
-	for _, path := range []string{"/api", "/apis"} {
-		r := httptest.NewRequest(http.MethodGet, path, nil)
-		r.Header.Set("Accept", acceptAggregated)
-		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, r)
-		var typed apidiscoveryv2.APIGroupDiscoveryList
-		if err := json.Unmarshal(rec.Body.Bytes(), &typed); err != nil {
-			t.Fatal(err)
-		}
-		ok, err := b.addAggregated(rec.Body.Bytes())
-		if !ok || err != nil {
-			t.Fatalf("%s: addAggregated = %v, %v; body %s", path, ok, err, rec.Body)
-		}
-		set := newBuilder()
-		_, _ = set.addAggregated(rec.Body.Bytes())
-		got := set.set("")
-		want := 0
-		for _, g := range typed.Items {
-			for _, v := range g.Versions {
-				for _, res := range v.Resources {
-					want++
-					if !got.Serves(balancer.API{Group: g.Name, Version: v.Version, Resource: res.Resource}) {
-						t.Errorf("%s/%s %s not served", g.Name, v.Version, res.Resource)
-					}
-					for _, sub := range res.Subresources {
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeAPIServer("v1.37.2", map[string][]apidiscoveryv2.APIVersionDiscovery{
+			"storage.k8s.io": {storageV1, storageV1alpha1},
+			"apps": {{Version: "v1", Resources: []apidiscoveryv2.APIResourceDiscovery{
+				{Resource: "deployments", Scope: apidiscoveryv2.ScopeNamespace, Subresources: []apidiscoveryv2.APISubresourceDiscovery{{Subresource: "scale"}, {Subresource: "status"}}},
+			}}},
+		})
+		b := newBuilder()
+		for _, path := range []string{"/api", "/apis"} {
+			r := httptest.NewRequest(http.MethodGet, path, nil)
+			r.Header.Set("Accept", acceptAggregated)
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, r)
+			var typed apidiscoveryv2.APIGroupDiscoveryList
+			if err := json.Unmarshal(rec.Body.Bytes(), &typed); err != nil {
+				t.Fatal(err)
+			}
+			ok, err := b.addAggregated(rec.Body.Bytes())
+			if !ok || err != nil {
+				t.Fatalf("%s: addAggregated = %v, %v; body %s", path, ok, err, rec.Body)
+			}
+			set := newBuilder()
+			_, _ = set.addAggregated(rec.Body.Bytes())
+			got := set.set("")
+			want := 0
+			for _, g := range typed.Items {
+				for _, v := range g.Versions {
+					for _, res := range v.Resources {
 						want++
-						if !got.Serves(balancer.API{Group: g.Name, Version: v.Version, Resource: res.Resource, Subresource: sub.Subresource}) {
-							t.Errorf("%s/%s %s/%s not served", g.Name, v.Version, res.Resource, sub.Subresource)
+						if !got.Serves(balancer.API{Group: g.Name, Version: v.Version, Resource: res.Resource}) {
+							t.Errorf("%s/%s %s not served", g.Name, v.Version, res.Resource)
+						}
+						for _, sub := range res.Subresources {
+							want++
+							if !got.Serves(balancer.API{Group: g.Name, Version: v.Version, Resource: res.Resource, Subresource: sub.Subresource}) {
+								t.Errorf("%s/%s %s/%s not served", g.Name, v.Version, res.Resource, sub.Subresource)
+							}
 						}
 					}
 				}
 			}
+			if got.Resources() != want || want == 0 {
+				t.Errorf("%s: %d resources and subresources decoded, the typed document has %d", path, got.Resources(), want)
+			}
 		}
-		if got.Resources() != want || want == 0 {
-			t.Errorf("%s: %d resources and subresources decoded, the typed document has %d", path, got.Resources(), want)
+		if gvs := strings.Join(b.set("").GroupVersions(), " "); gvs != "apps/v1 storage.k8s.io/v1 storage.k8s.io/v1alpha1 v1" {
+			t.Errorf("group/versions %q", gvs)
 		}
-	}
-	if gvs := strings.Join(b.set("").GroupVersions(), " "); gvs != "apps/v1 storage.k8s.io/v1 storage.k8s.io/v1alpha1 v1" {
-		t.Errorf("group/versions %q", gvs)
-	}
+	})
 }
 
 // TestLegacyDiscovery: an apiserver that answers the legacy documents
@@ -301,7 +302,7 @@ func TestLegacyDiscovery(t *testing.T) {
 		_, _ = io.Copy(w, bytes.NewReader([]byte(doc)))
 	})
 	sink := newTables()
-	d, err := New(Config{Clock: testkit.NewClock(time.Now())}, handlers{"a:1": h}, sink, nil)
+	d, err := New(Config{}, handlers{"a:1": h}, sink, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,27 +346,28 @@ func (f *failingOnce) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // failed; the next read must not take /api's 304 for a document it never
 // kept.
 func TestReadAfterAHalfFailedRead(t *testing.T) {
-	s := newFakeAPIServer("v1.37.2", map[string][]apidiscoveryv2.APIVersionDiscovery{"storage.k8s.io": {storageV1}})
-	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	sink := newTables()
-	d, err := New(Config{Clock: clock}, handlers{"a:1": &failingOnce{h: s, path: "/apis"}}, sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Update([]resolver.Endpoint{{Address: "a:1"}})
-	d.Start()
-	defer d.Stop()
-	failed := func() float64 { return testutil.ToFloat64(d.reads.WithLabelValues(resultFailed)) }
-	deadline := time.Now().Add(10 * time.Second)
-	for failed() < 1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // polls a counter
-	}
-	d.Refresh("a:1")
-	waitFor(t, sink.ch, func() bool { a, _ := sink.get(); return a != nil && a.(*Table).Set("a:1") != nil })
-	a, _ := sink.get()
-	if !a.(*Table).Serves("a:1", balancer.API{Version: "v1", Resource: "pods"}) {
-		t.Error("pods not served after the second read")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeAPIServer("v1.37.2", map[string][]apidiscoveryv2.APIVersionDiscovery{"storage.k8s.io": {storageV1}})
+		sink := newTables()
+		d, err := New(Config{}, handlers{"a:1": &failingOnce{h: s, path: "/apis"}}, sink, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Update([]resolver.Endpoint{{Address: "a:1"}})
+		d.Start()
+		defer d.Stop()
+		failed := func() float64 { return testutil.ToFloat64(d.reads.WithLabelValues(resultFailed)) }
+		synctest.Wait() // the first read is done
+		if got := failed(); got != 1 {
+			t.Fatalf("failed reads %v after the first read, want 1", got)
+		}
+		d.Refresh("a:1")
+		waitFor(t, sink.ch, func() bool { a, _ := sink.get(); return a != nil && a.(*Table).Set("a:1") != nil })
+		a, _ := sink.get()
+		if !a.(*Table).Serves("a:1", balancer.API{Version: "v1", Resource: "pods"}) {
+			t.Error("pods not served after the second read")
+		}
+	})
 }
 
 type readyLog struct{ n int }
@@ -376,38 +378,39 @@ func (r *readyLog) SetReady(string, bool) { r.n++ }
 // once (a restarted apiserver may be the other release); probes that stay
 // ready read nothing.
 func TestRefreshOnReady(t *testing.T) {
-	s := newFakeAPIServer("v1.36.4", nil)
-	clock := testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	sink := newTables()
-	d, err := New(Config{Clock: clock}, handlers{"a:1": s}, sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Update([]resolver.Endpoint{{Address: "a:1"}})
-	d.Start()
-	defer d.Stop()
-	version := func() string {
-		a, _ := sink.get()
-		if a == nil || a.(*Table).Set("a:1") == nil {
-			return ""
+	synctest.Test(t, func(t *testing.T) {
+		s := newFakeAPIServer("v1.36.4", nil)
+		sink := newTables()
+		d, err := New(Config{}, handlers{"a:1": s}, sink, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return a.(*Table).Set("a:1").Version
-	}
-	waitFor(t, sink.ch, func() bool { return version() == "v1.36.4" })
-	next := &readyLog{}
-	probes := d.RefreshOnReady(next)
-	probes.SetReady("a:1", true)
-	probes.SetReady("a:1", true)
-	probes.SetReady("a:1", false)
-	// Restarted as the next release.
-	s.groups.AddGroupVersion("storage.k8s.io", storageV1alpha1)
-	s.version = "v1.37.2"
-	probes.SetReady("a:1", true)
-	waitFor(t, sink.ch, func() bool { return version() == "v1.37.2" })
-	if next.n != 4 {
-		t.Errorf("the prober's sink got %d reports, want all 4", next.n)
-	}
-	if got := len(s.requests()); got != 6 {
-		t.Errorf("%d discovery requests, want 6: the first read's 3 and the one after readiness came back", got)
-	}
+		d.Update([]resolver.Endpoint{{Address: "a:1"}})
+		d.Start()
+		defer d.Stop()
+		version := func() string {
+			a, _ := sink.get()
+			if a == nil || a.(*Table).Set("a:1") == nil {
+				return ""
+			}
+			return a.(*Table).Set("a:1").Version
+		}
+		waitFor(t, sink.ch, func() bool { return version() == "v1.36.4" })
+		next := &readyLog{}
+		probes := d.RefreshOnReady(next)
+		probes.SetReady("a:1", true)
+		probes.SetReady("a:1", true)
+		probes.SetReady("a:1", false)
+		// Restarted as the next release.
+		s.groups.AddGroupVersion("storage.k8s.io", storageV1alpha1)
+		s.version = "v1.37.2"
+		probes.SetReady("a:1", true)
+		waitFor(t, sink.ch, func() bool { return version() == "v1.37.2" })
+		if next.n != 4 {
+			t.Errorf("the prober's sink got %d reports, want all 4", next.n)
+		}
+		if got := len(s.requests()); got != 6 {
+			t.Errorf("%d discovery requests, want 6: the first read's 3 and the one after readiness came back", got)
+		}
+	})
 }

@@ -18,7 +18,6 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/internal/clock"
 	"github.com/fanout-dev/fanout/internal/loops"
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -62,8 +61,6 @@ type Config struct {
 	// Timeout of one read (every document of it). Zero means
 	// DefaultTimeout, capped at Interval.
 	Timeout time.Duration
-	// Clock ticks the reads; nil is the real clock.
-	Clock clock.Clock
 }
 
 // Validate reports an invalid field in terms of its flag.
@@ -82,7 +79,6 @@ func (c Config) withDefaults() Config {
 		c.Timeout = DefaultTimeout
 	}
 	c.Timeout = min(c.Timeout, c.Interval)
-	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -236,7 +232,7 @@ type etags map[string]string
 // run reads addr's discovery at once, then every Interval and on Refresh,
 // until ctx ends.
 func (d *Discoverer) run(ctx context.Context, addr string, refresh <-chan struct{}) {
-	t := d.cfg.Clock.NewTicker(d.cfg.Interval)
+	t := time.NewTicker(d.cfg.Interval)
 	defer t.Stop()
 	tags := etags{}
 	var docs map[string][]byte // the last documents, by path
@@ -267,7 +263,7 @@ func (d *Discoverer) run(ctx context.Context, addr string, refresh <-chan struct
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C():
+		case <-t.C:
 		case <-refresh:
 		}
 	}

@@ -93,8 +93,9 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Clock is the one clock of every part: the resolver, the credential
 	// watchers and the prober take it, and the balancer, the handler, the
-	// transports, the rebalancer and the server take its Now, unless
-	// their own Config sets one. nil is the real clock.
+	// transports and the server take its Now, unless their own Config
+	// sets one. nil is the real clock. The watch rebalancer reads the
+	// time package (its tests run in testing/synctest bubbles).
 	Clock clock.Clock
 }
 
@@ -272,9 +273,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Proxy.Log == nil {
 		c.Proxy.Log = c.Log
-	}
-	if c.Rebalance.Now == nil {
-		c.Rebalance.Now = c.Clock.Now
 	}
 	if c.Probe.Clock == nil {
 		c.Probe.Clock = c.Clock

@@ -349,7 +349,7 @@ func TestOneClock(t *testing.T) {
 	c := Config{Upstream: &certs.Upstream{}, Clock: clk}.withDefaults()
 	for name, now := range map[string]func() time.Time{
 		"Transport": c.Transport.Now, "Balancer": c.Balancer.Now,
-		"Proxy": c.Proxy.Now, "Rebalance": c.Rebalance.Now,
+		"Proxy": c.Proxy.Now,
 	} {
 		if got := now(); !got.Equal(at) {
 			t.Errorf("%s.Now() = %v, want the engine's clock (%v)", name, got, at)

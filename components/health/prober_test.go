@@ -25,22 +25,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-type pki struct {
-	ca     *testkit.CA
-	client testkit.KeyPair
-}
-
-func newPKI(t *testing.T) *pki {
-	ca := testkit.NewCA(t)
-	return &pki{ca: ca, client: ca.Client("probe-user")}
-}
-
-// newAPIServer starts an apiserver that requires the sidecar's client
-// certificate, as system:public-info-viewer effectively does.
-func newAPIServer(t *testing.T, k *pki) *testkit.APIServer {
-	t.Helper()
-	return testkit.NewAPIServer(t, k.ca, nil, testkit.WithClientAuth(tls.RequireAndVerifyClientCert))
-}
+// clientCertRequired makes a testkit.APIServer require the sidecar's
+// client certificate, as system:public-info-viewer effectively does.
+var clientCertRequired = testkit.WithClientAuth(tls.RequireAndVerifyClientCert)
 
 // readyz is the /readyz status code for a server ready or not, with the
 // not-ready code given (0 means 500).
@@ -54,15 +41,20 @@ func readyz(ready bool, notReady int) int {
 	return notReady
 }
 
-type creds struct{ k *pki }
+type creds struct {
+	ca     *testkit.CA
+	client testkit.KeyPair
+}
 
-func (c creds) RootCAs() *x509.CertPool                      { return c.k.ca.Pool }
-func (c creds) ClientCertificate() (*tls.Certificate, error) { return &c.k.client.TLS, nil }
+func (c creds) RootCAs() *x509.CertPool                      { return c.ca.Pool }
+func (c creds) ClientCertificate() (*tls.Certificate, error) { return &c.client.TLS, nil }
 func (c creds) Token() (string, error)                       { return "", nil }
 
-func newTransports(t *testing.T, k *pki) *transport.Transports {
+// newTransports are the prober's transports, trusting ca and presenting a
+// client certificate it issued.
+func newTransports(t *testing.T, ca *testkit.CA) *transport.Transports {
 	t.Helper()
-	tr, err := transport.New(transport.Config{ServerName: "kubernetes"}, creds{k})
+	tr, err := transport.New(transport.Config{ServerName: "kubernetes"}, creds{ca: ca, client: ca.Client("probe-user")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +160,11 @@ func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *logBuffer) (
 }
 
 func TestTransitions(t *testing.T) {
-	k := newPKI(t)
-	srv := newAPIServer(t, k)
+	ca := testkit.NewCA(t)
+	srv := testkit.NewAPIServer(t, ca, nil, clientCertRequired)
 	s := newSink()
 	var logs logBuffer
-	p, ts := newProber(t, Config{}, newTransports(t, k), s, &logs)
+	p, ts := newProber(t, Config{}, newTransports(t, ca), s, &logs)
 	addr := srv.Addr()
 	p.Update(eps(addr))
 	if err := p.Start(); err != nil {
@@ -237,7 +229,7 @@ func TestTransitions(t *testing.T) {
 }
 
 func TestFailures(t *testing.T) {
-	k := newPKI(t)
+	ca := testkit.NewCA(t)
 	tests := []struct {
 		name       string
 		setup      func(*testkit.APIServer) string // returns the address to probe
@@ -275,10 +267,10 @@ func TestFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr := tt.setup(newAPIServer(t, k))
+			addr := tt.setup(testkit.NewAPIServer(t, ca, nil, clientCertRequired))
 			s := newSink()
 			var logs logBuffer
-			p, _ := newProber(t, Config{Timeout: tt.timeout}, newTransports(t, k), s, &logs)
+			p, _ := newProber(t, Config{Timeout: tt.timeout}, newTransports(t, ca), s, &logs)
 			p.Update(eps(addr))
 			if err := p.Start(); err != nil {
 				t.Fatal(err)
@@ -294,11 +286,11 @@ func TestFailures(t *testing.T) {
 }
 
 func TestUpdate(t *testing.T) {
-	k := newPKI(t)
-	a, b, c := newAPIServer(t, k), newAPIServer(t, k), newAPIServer(t, k)
+	ca := testkit.NewCA(t)
+	a, b, c := testkit.NewAPIServer(t, ca, nil, clientCertRequired), testkit.NewAPIServer(t, ca, nil, clientCertRequired), testkit.NewAPIServer(t, ca, nil, clientCertRequired)
 	s := newSink()
 	reg := prometheus.NewPedanticRegistry()
-	p, ts := newProber(t, Config{}, newTransports(t, k), s, nil)
+	p, ts := newProber(t, Config{}, newTransports(t, ca), s, nil)
 	for _, col := range p.Collectors() {
 		reg.MustRegister(col)
 	}
@@ -391,10 +383,10 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestRiseFall(t *testing.T) {
-	k := newPKI(t)
-	srv := newAPIServer(t, k)
+	ca := testkit.NewCA(t)
+	srv := testkit.NewAPIServer(t, ca, nil, clientCertRequired)
 	s := newSink()
-	p, ts := newProber(t, Config{Rise: 2, Fall: 3}, newTransports(t, k), s, nil)
+	p, ts := newProber(t, Config{Rise: 2, Fall: 3}, newTransports(t, ca), s, nil)
 	addr := srv.Addr()
 	p.Update(eps(addr))
 	if err := p.Start(); err != nil {

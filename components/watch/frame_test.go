@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -225,8 +226,8 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 
 func (c *chunkReader) Close() error { c.closed.Store(true); return nil }
 
-func newTestStream(rc io.ReadCloser, f framing, now func() time.Time) *watchStream {
-	w := &watchStream{rc: rc, sc: newScanner(f, false), framing: f, endpoint: "a", opened: now(), now: now,
+func newTestStream(rc io.ReadCloser, f framing) *watchStream {
+	w := &watchStream{rc: rc, sc: newScanner(f, false), framing: f, endpoint: "a", opened: time.Now(),
 		set: &watchSet{}, maxRV: new(atomic.Uint64)}
 	w.initialDone.Store(true)
 	w.set.add(w)
@@ -257,7 +258,7 @@ func TestWatchStreamEndsAtBoundary(t *testing.T) {
 			step := max(1, len(sizes)/150)
 			for after := 0; after <= len(sizes); after += step {
 				src := &chunkReader{data: stream, sizes: slicesClone(sizes)}
-				w := newTestStream(src, f, time.Now)
+				w := newTestStream(src, f)
 				var out bytes.Buffer
 				buf := make([]byte, 512)
 				var err error
@@ -295,7 +296,7 @@ func TestWatchStreamEndConcurrent(t *testing.T) {
 		for seed := range uint64(200) {
 			r := rand.New(rand.NewPCG(seed, 3))
 			pr, pw := io.Pipe()
-			w := newTestStream(pr, f, time.Now)
+			w := newTestStream(pr, f)
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				off := 0
@@ -328,34 +329,38 @@ func TestWatchStreamEndConcurrent(t *testing.T) {
 
 func TestWatchStreamRecordsEvents(t *testing.T) {
 	stream, _ := encodeStream(t, framingProtobuf, testEvents())
-	now := time.Unix(1000, 0)
-	rc := &chunkReader{data: stream, sizes: splits(rand.New(rand.NewPCG(1, 1)), len(stream), 50)}
-	w := &watchStream{rc: rc, sc: newScanner(framingProtobuf, true), framing: framingProtobuf, endpoint: "a",
-		opened: now, now: func() time.Time { return now }, set: &watchSet{}, maxRV: new(atomic.Uint64)}
-	w.set.add(w)
-	buf := make([]byte, 40)
-	sawInitialDoneAt := uint64(0)
-	for {
-		_, err := w.Read(buf)
-		if w.initialDone.Load() && sawInitialDoneAt == 0 {
-			sawInitialDoneAt = w.lastRV.Load()
+	// In a bubble time stands still until every goroutine in it blocks:
+	// the events are read at now.
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		rc := &chunkReader{data: stream, sizes: splits(rand.New(rand.NewPCG(1, 1)), len(stream), 50)}
+		w := &watchStream{rc: rc, sc: newScanner(framingProtobuf, true), framing: framingProtobuf, endpoint: "a",
+			opened: now, set: &watchSet{}, maxRV: new(atomic.Uint64)}
+		w.set.add(w)
+		buf := make([]byte, 40)
+		sawInitialDoneAt := uint64(0)
+		for {
+			_, err := w.Read(buf)
+			if w.initialDone.Load() && sawInitialDoneAt == 0 {
+				sawInitialDoneAt = w.lastRV.Load()
+			}
+			if err != nil {
+				break
+			}
 		}
-		if err != nil {
-			break
+		if sawInitialDoneAt != 103 {
+			t.Errorf("initial events were done at resourceVersion %d, want at the bookmark 103", sawInitialDoneAt)
 		}
-	}
-	if sawInitialDoneAt != 103 {
-		t.Errorf("initial events were done at resourceVersion %d, want at the bookmark 103", sawInitialDoneAt)
-	}
-	if got := w.lastRV.Load(); got != 999999999999 {
-		t.Errorf("last resourceVersion %d, want 999999999999", got)
-	}
-	if got := w.maxRV.Load(); got != 999999999999 {
-		t.Errorf("highest resourceVersion %d, want 999999999999", got)
-	}
-	if v := w.view(); !v.lastAt.Equal(now) {
-		t.Errorf("last event at %v, want %v", v.lastAt, now)
-	}
+		if got := w.lastRV.Load(); got != 999999999999 {
+			t.Errorf("last resourceVersion %d, want 999999999999", got)
+		}
+		if got := w.maxRV.Load(); got != 999999999999 {
+			t.Errorf("highest resourceVersion %d, want 999999999999", got)
+		}
+		if v := w.view(); !v.lastAt.Equal(now) {
+			t.Errorf("last event at %v, want %v", v.lastAt, now)
+		}
+	})
 }
 
 // TestScanApiserverWatchList feeds a WatchList stream exactly as
@@ -396,7 +401,7 @@ func TestRequestEndTellsTheBody(t *testing.T) {
 	stream, _ := encodeStream(t, framingJSON, testEvents())
 	for _, first := range []int{0, 3} {
 		body := &enderBody{Reader: bytes.NewReader(stream)}
-		w := newTestStream(body, framingJSON, time.Now)
+		w := newTestStream(body, framingJSON)
 		if first > 0 {
 			// Mid-event: part of the first event passed on.
 			if _, err := w.Read(make([]byte, first)); err != nil {

@@ -9,11 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestFreshnessRequest(t *testing.T) {
@@ -91,174 +90,156 @@ func (f *fakeSend) requests() []string {
 // Only a bookmark newer than the recorded resourceVersion then lets the
 // watches move; a new readiness of a target asks again.
 func TestRebalancerRequestsFreshness(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
-	start := clock.Now()
-	cameBack := start.Add(time.Minute)
-	since := map[string]time.Time{"b": cameBack, "c": cameBack}
-	open := map[string]int64{"a": 30}
-	src.set(open, since)
-	rcs := addStreams(r, "a", 30, start, cameBack.Add(-time.Second), 100)
-	r.maxRV.Store(100)
-	// The source answers at resourceVersion 160: the etcd revision after
-	// the targets' readiness.
-	fs := &fakeSend{status: http.StatusOK, body: `{"kind":"ConfigMapList","metadata":{"resourceVersion":"160"},"items":[]}`}
-	for i, w := range r.set.on("a") {
-		w.send = fs.send
-		switch {
-		case i < 20:
-			w.resource = "/configmaps"
-			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true&resourceVersion=90", nil))
-		case i < 29:
-			w.resource = "/secrets"
-			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n2/secrets?watch=true&resourceVersion=90", nil))
-		default:
-			// The only pods watch is a WatchList still sending its initial
-			// events: no resourceVersion to judge yet.
-			w.resource = "/pods"
-			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true&sendInitialEvents=true", nil))
-			w.initialDone.Store(false)
+	synctest.Test(t, func(t *testing.T) {
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
+		start := time.Now()
+		cameBack := start.Add(time.Minute)
+		since := map[string]time.Time{"b": cameBack, "c": cameBack}
+		open := map[string]int64{"a": 30}
+		src.set(open, since)
+		rcs := addStreams(r, "a", 30, start, cameBack.Add(-time.Second), 100)
+		r.maxRV.Store(100)
+		// The source answers at resourceVersion 160: the etcd revision after
+		// the targets' readiness.
+		fs := &fakeSend{status: http.StatusOK, body: `{"kind":"ConfigMapList","metadata":{"resourceVersion":"160"},"items":[]}`}
+		for i, w := range r.set.on("a") {
+			w.send = fs.send
+			switch {
+			case i < 20:
+				w.resource = "/configmaps"
+				w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true&resourceVersion=90", nil))
+			case i < 29:
+				w.resource = "/secrets"
+				w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n2/secrets?watch=true&resourceVersion=90", nil))
+			default:
+				// The only pods watch is a WatchList still sending its initial
+				// events: no resourceVersion to judge yet.
+				w.resource = "/pods"
+				w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true&sendInitialEvents=true", nil))
+				w.initialDone.Store(false)
+			}
 		}
-	}
 
-	clock.Set(cameBack)
-	r.tick()
-	r.wg.Wait() // the requests' goroutines
-	if got := fs.requests(); len(got) != 0 {
-		t.Fatalf("freshness requests before the targets' resourceVersion was recorded: %v", got)
-	}
-	// The resourceVersion to beat is recorded a Margin after the
-	// readiness; the requests go in that tick, not a bookmark period later.
-	clock.Advance(DefaultRebalanceMargin)
-	r.tick()
-	r.wg.Wait()
-	if got := fs.requests(); len(got) != 2 {
-		t.Fatalf("freshness requests a Margin after the targets' readiness: %v, want 2", got)
-	}
-	for range 3 {
-		clock.Advance(DefaultRebalanceMargin)
+		time.Sleep(time.Until(cameBack))
 		r.tick()
-	}
-	r.wg.Wait()
-	want := []string{"a /api/v1/namespaces/n1/configmaps?limit=1", "a /api/v1/namespaces/n2/secrets?limit=1"}
-	got := fs.requests()
-	slices.Sort(got)
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("freshness requests after 5 ticks = %v, want %v (one per resource, once, none for the WatchList)", got, want)
-	}
-	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
-		t.Errorf("fanout_watch_freshness_requests_total{result=ok} = %v, want 2", got)
-	}
-	if n := closedCount(rcs); n != 0 {
-		t.Fatalf("ended %d watches on a freshness request alone, want 0: only a newer bookmark proves rule 3", n)
-	}
-	if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedNotCaughtUp)); got == 0 {
-		t.Errorf("blocked not_caught_up = 0 before any bookmark")
-	}
-
-	// Bookmarks newer than what fanout had seen (100) but older than the
-	// answer (160) do not prove the targets' caches hold them.
-	bookmark := func(rv uint64) {
-		for _, w := range r.set.on("a") {
-			w.lastAt.Store(clock.Now().UnixNano())
-			w.lastRV.Store(rv)
+		r.wg.Wait() // the requests' goroutines
+		if got := fs.requests(); len(got) != 0 {
+			t.Fatalf("freshness requests before the targets' resourceVersion was recorded: %v", got)
 		}
-		clock.Advance(time.Second)
-		r.tick()
-	}
-	bookmark(150)
-	if n := closedCount(rcs); n != 0 {
-		t.Fatalf("ended %d watches at resourceVersion 150, below the freshness answer's 160", n)
-	}
-	bookmark(160)
-	if n := closedCount(rcs); n == 0 {
-		t.Fatalf("no watch ended after bookmarks at the freshness answer's resourceVersion")
-	}
+		// The resourceVersion to beat is recorded a Margin after the
+		// readiness; the requests go in that tick, not a bookmark period later.
+		marginTicks(r, 1)
+		if got := fs.requests(); len(got) != 2 {
+			t.Fatalf("freshness requests a Margin after the targets' readiness: %v, want 2", got)
+		}
+		marginTicks(r, 3)
+		want := []string{"a /api/v1/namespaces/n1/configmaps?limit=1", "a /api/v1/namespaces/n2/secrets?limit=1"}
+		got := fs.requests()
+		slices.Sort(got)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("freshness requests after 5 ticks = %v, want %v (one per resource, once, none for the WatchList)", got, want)
+		}
+		if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
+			t.Errorf("fanout_watch_freshness_requests_total{result=ok} = %v, want 2", got)
+		}
+		if n := closedCount(rcs); n != 0 {
+			t.Fatalf("ended %d watches on a freshness request alone, want 0: only a newer bookmark proves rule 3", n)
+		}
+		if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedNotCaughtUp)); got == 0 {
+			t.Errorf("blocked not_caught_up = 0 before any bookmark")
+		}
 
-	// c comes back once more: a new epoch asks again, once recorded.
-	since["c"] = clock.Now()
-	src.set(open, since)
-	for range 3 {
-		clock.Advance(DefaultRebalanceMargin)
-		r.tick()
-	}
-	r.wg.Wait()
-	if got := fs.requests(); len(got) != 4 {
-		t.Errorf("freshness requests after c's new readiness: %v, want 2 more", got)
-	}
+		// Bookmarks newer than what fanout had seen (100) but older than the
+		// answer (160) do not prove the targets' caches hold them.
+		bookmark := func(rv uint64) {
+			for _, w := range r.set.on("a") {
+				w.lastAt.Store(time.Now().UnixNano())
+				w.lastRV.Store(rv)
+			}
+			time.Sleep(time.Second)
+			r.tick()
+		}
+		bookmark(150)
+		if n := closedCount(rcs); n != 0 {
+			t.Fatalf("ended %d watches at resourceVersion 150, below the freshness answer's 160", n)
+		}
+		bookmark(160)
+		if n := closedCount(rcs); n == 0 {
+			t.Fatalf("no watch ended after bookmarks at the freshness answer's resourceVersion")
+		}
+
+		// c comes back once more: a new epoch asks again, once recorded.
+		since["c"] = time.Now()
+		src.set(open, since)
+		marginTicks(r, 3)
+		if got := fs.requests(); len(got) != 4 {
+			t.Errorf("freshness requests after c's new readiness: %v, want 2 more", got)
+		}
+	})
 }
 
 // TestFreshnessRejected: an answer other than 200 is counted as rejected
 // and not asked again in the same epoch.
 func TestFreshnessRejected(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
-	cameBack := clock.Now()
-	src.set(map[string]int64{"a": 10}, map[string]time.Time{"b": cameBack, "c": cameBack})
-	addStreams(r, "a", 10, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
-	r.maxRV.Store(100)
-	fs := &fakeSend{status: http.StatusForbidden}
-	for _, w := range r.set.on("a") {
-		w.send, w.resource = fs.send, "/configmaps"
-		w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil))
-	}
-	for range 4 {
-		clock.Advance(DefaultRebalanceMargin)
-		r.tick()
-	}
-	r.wg.Wait()
-	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshRejected)); got != 1 {
-		t.Errorf("fanout_watch_freshness_requests_total{result=rejected} = %v, want 1", got)
-	}
-	problems, err := testutil.CollectAndLint(r.freshness)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
+		cameBack := time.Now()
+		src.set(map[string]int64{"a": 10}, map[string]time.Time{"b": cameBack, "c": cameBack})
+		addStreams(r, "a", 10, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+		r.maxRV.Store(100)
+		fs := &fakeSend{status: http.StatusForbidden}
+		for _, w := range r.set.on("a") {
+			w.send, w.resource = fs.send, "/configmaps"
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil))
+		}
+		marginTicks(r, 4)
+		if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshRejected)); got != 1 {
+			t.Errorf("fanout_watch_freshness_requests_total{result=rejected} = %v, want 1", got)
+		}
+		problems, err := testutil.CollectAndLint(r.freshness)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+		}
+	})
 }
 
 // TestFreshnessFromEveryOverloadedEndpoint: after c comes back, a and b
 // both hold more than their share of quiet watches; both get their
 // freshness request in the same tick, not one bookmark period apart.
 func TestFreshnessFromEveryOverloadedEndpoint(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
-	cameBack := clock.Now()
-	src.set(map[string]int64{"a": 15, "b": 15}, map[string]time.Time{"c": cameBack})
-	fs := &fakeSend{status: http.StatusOK}
-	for _, ep := range []string{"a", "b"} {
-		addStreams(r, ep, 15, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
-		for _, w := range r.set.on(ep) {
-			w.send, w.resource = fs.send, "/configmaps"
-			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil))
+	synctest.Test(t, func(t *testing.T) {
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
+		cameBack := time.Now()
+		src.set(map[string]int64{"a": 15, "b": 15}, map[string]time.Time{"c": cameBack})
+		fs := &fakeSend{status: http.StatusOK}
+		for _, ep := range []string{"a", "b"} {
+			addStreams(r, ep, 15, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+			for _, w := range r.set.on(ep) {
+				w.send, w.resource = fs.send, "/configmaps"
+				w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/configmaps?watch=true", nil))
+			}
 		}
+		r.maxRV.Store(100)
+		marginTicks(r, 1)
+		got := fs.requests()
+		slices.Sort(got)
+		if want := "a /api/v1/namespaces/n1/configmaps?limit=1,b /api/v1/namespaces/n1/configmaps?limit=1"; strings.Join(got, ",") != want {
+			t.Errorf("freshness requests %v, want one to each of a and b", got)
+		}
+	})
+}
+
+// marginTicks lets n Margins pass, the rebalancer ticking after each,
+// and waits for the freshness requests the ticks sent.
+func marginTicks(r *Rebalancer, n int) {
+	for range n {
+		time.Sleep(DefaultRebalanceMargin)
+		r.tick()
 	}
-	r.maxRV.Store(100)
-	clock.Advance(DefaultRebalanceMargin)
-	r.tick()
 	r.wg.Wait()
-	got := fs.requests()
-	slices.Sort(got)
-	if want := "a /api/v1/namespaces/n1/configmaps?limit=1,b /api/v1/namespaces/n1/configmaps?limit=1"; strings.Join(got, ",") != want {
-		t.Errorf("freshness requests %v, want one to each of a and b", got)
-	}
 }
 
 // setRequest sets the request w was sent as, as track does.
@@ -272,53 +253,45 @@ func (w *watchStream) setRequest(out *http.Request) { w.url, w.header = out.URL,
 // soon as c's readiness is recorded; c's own watches, newer than a's and
 // b's readiness, get none, and no watch is ended.
 func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
-	start := clock.Now()
-	cameBack := start.Add(time.Hour)
-	since := map[string]time.Time{"a": start, "b": start, "c": cameBack}
-	src.set(map[string]int64{"a": 10, "b": 10, "c": 10}, since)
-	r.maxRV.Store(100)
-	clock.Advance(DefaultRebalanceMargin)
-	r.tick() // a's and b's readiness recorded at resourceVersion 100
-	clock.Set(cameBack)
-	fs := &fakeSend{status: http.StatusOK}
-	var rcs []*chunkReader
-	for ep, res := range map[string]string{"a": "configmaps", "b": "secrets", "c": "leases"} {
-		opened, lastAt, rv := start.Add(time.Minute), start.Add(2*time.Minute), uint64(90)
-		if ep == "c" {
-			opened, lastAt, rv = cameBack.Add(time.Second), cameBack.Add(2*time.Second), 120
+	synctest.Test(t, func(t *testing.T) {
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
+		start := time.Now()
+		cameBack := start.Add(time.Hour)
+		since := map[string]time.Time{"a": start, "b": start, "c": cameBack}
+		src.set(map[string]int64{"a": 10, "b": 10, "c": 10}, since)
+		r.maxRV.Store(100)
+		time.Sleep(DefaultRebalanceMargin)
+		r.tick() // a's and b's readiness recorded at resourceVersion 100
+		time.Sleep(time.Until(cameBack))
+		fs := &fakeSend{status: http.StatusOK}
+		var rcs []*chunkReader
+		for ep, res := range map[string]string{"a": "configmaps", "b": "secrets", "c": "leases"} {
+			opened, lastAt, rv := start.Add(time.Minute), start.Add(2*time.Minute), uint64(90)
+			if ep == "c" {
+				opened, lastAt, rv = cameBack.Add(time.Second), cameBack.Add(2*time.Second), 120
+			}
+			rcs = append(rcs, addStreams(r, ep, 10, opened, lastAt, rv)...)
+			for _, w := range r.set.on(ep) {
+				w.send, w.resource = fs.send, "/"+res
+				w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/"+res+"?watch=true", nil))
+			}
 		}
-		rcs = append(rcs, addStreams(r, ep, 10, opened, lastAt, rv)...)
-		for _, w := range r.set.on(ep) {
-			w.send, w.resource = fs.send, "/"+res
-			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/"+res+"?watch=true", nil))
-		}
-	}
-	r.maxRV.Store(120)
-	r.tick()
-	r.wg.Wait()
-	if got := fs.requests(); len(got) != 0 {
-		t.Fatalf("freshness requests before c's readiness was recorded: %v", got)
-	}
-	for range 3 {
-		clock.Advance(DefaultRebalanceMargin)
+		r.maxRV.Store(120)
 		r.tick()
-	}
-	r.wg.Wait()
-	got := fs.requests()
-	slices.Sort(got)
-	if want := "a /api/v1/configmaps?limit=1,b /api/v1/secrets?limit=1"; strings.Join(got, ",") != want {
-		t.Errorf("freshness requests %v, want %s", got, want)
-	}
-	if n := closedCount(rcs); n != 0 {
-		t.Errorf("ended %d watches with the loads balanced", n)
-	}
+		r.wg.Wait()
+		if got := fs.requests(); len(got) != 0 {
+			t.Fatalf("freshness requests before c's readiness was recorded: %v", got)
+		}
+		marginTicks(r, 3)
+		got := fs.requests()
+		slices.Sort(got)
+		if want := "a /api/v1/configmaps?limit=1,b /api/v1/secrets?limit=1"; strings.Join(got, ",") != want {
+			t.Errorf("freshness requests %v, want %s", got, want)
+		}
+		if n := closedCount(rcs); n != 0 {
+			t.Errorf("ended %d watches with the loads balanced", n)
+		}
+	})
 }
 
 // TestFreshnessFloorIsTheLowestAnswer: the freshness answers for two quiet
@@ -328,49 +301,43 @@ func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
 // caches' start. Held to the highest, it would wait for etcd's next
 // progress notification, minutes away.
 func TestFreshnessFloorIsTheLowestAnswer(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Freshness: true}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
-	cameBack := clock.Now()
-	src.set(map[string]int64{"a": 20}, map[string]time.Time{"b": cameBack, "c": cameBack})
-	rcs := addStreams(r, "a", 20, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
-	r.maxRV.Store(100)
-	send := func(req *http.Request, _ string) (*http.Response, error) {
-		rv := "170"
-		if strings.Contains(req.URL.Path, "configmaps") {
-			rv = "160"
+	synctest.Test(t, func(t *testing.T) {
+		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
+		cameBack := time.Now()
+		src.set(map[string]int64{"a": 20}, map[string]time.Time{"b": cameBack, "c": cameBack})
+		rcs := addStreams(r, "a", 20, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+		r.maxRV.Store(100)
+		send := func(req *http.Request, _ string) (*http.Response, error) {
+			rv := "170"
+			if strings.Contains(req.URL.Path, "configmaps") {
+				rv = "160"
+			}
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(`{"metadata":{"resourceVersion":"` + rv + `"}}`))}, nil
 		}
-		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(`{"metadata":{"resourceVersion":"` + rv + `"}}`))}, nil
-	}
-	var cms []*watchStream
-	for i, w := range r.set.on("a") {
-		w.send = send
-		res := "secrets"
-		if i%2 == 0 {
-			res = "configmaps"
-			cms = append(cms, w)
+		var cms []*watchStream
+		for i, w := range r.set.on("a") {
+			w.send = send
+			res := "secrets"
+			if i%2 == 0 {
+				res = "configmaps"
+				cms = append(cms, w)
+			}
+			w.resource = "/" + res
+			w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/"+res+"?watch=true", nil))
 		}
-		w.resource = "/" + res
-		w.setRequest(httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/n1/"+res+"?watch=true", nil))
-	}
-	clock.Advance(DefaultRebalanceMargin)
-	r.tick()
-	r.wg.Wait()
-	if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
-		t.Fatalf("freshness requests answered: %v, want 2", got)
-	}
-	clock.Advance(time.Second)
-	for _, w := range cms {
-		w.lastAt.Store(clock.Now().UnixNano())
-		w.lastRV.Store(165)
-	}
-	clock.Advance(time.Second)
-	r.tick()
-	if n := closedCount(rcs); n == 0 {
-		t.Fatalf("no configmaps watch ended at resourceVersion 165, past its own answer (160): the floor must be the lowest answer, not %d", r.ready["b"].floor.Load())
-	}
+		marginTicks(r, 1)
+		if got := testutil.ToFloat64(r.freshness.WithLabelValues(freshOK)); got != 2 {
+			t.Fatalf("freshness requests answered: %v, want 2", got)
+		}
+		time.Sleep(time.Second)
+		for _, w := range cms {
+			w.lastAt.Store(time.Now().UnixNano())
+			w.lastRV.Store(165)
+		}
+		time.Sleep(time.Second)
+		r.tick()
+		if n := closedCount(rcs); n == 0 {
+			t.Fatalf("no configmaps watch ended at resourceVersion 165, past its own answer (160): the floor must be the lowest answer, not %d", r.ready["b"].floor.Load())
+		}
+	})
 }

@@ -69,8 +69,6 @@ type RebalanceConfig struct {
 	// (*balancer.Balancer.Serves): a watch is moved only towards an
 	// endpoint that serves it. nil: every endpoint serves everything.
 	Serves func(address string, api balancer.API) bool
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 // Defaults of RebalanceConfig.
@@ -111,9 +109,6 @@ func (c RebalanceConfig) withDefaults() RebalanceConfig {
 	}
 	if c.Interval == 0 {
 		c.Interval = DefaultRebalanceInterval
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return c
 }
@@ -268,7 +263,7 @@ func (r *Rebalancer) track(out *http.Request, resp *http.Response, info *reqinfo
 	initial := q.Get("sendInitialEvents") == "true"
 	w := &watchStream{
 		rc: resp.Body, sc: newScanner(f, initial), framing: f, endpoint: endpoint,
-		opened: r.cfg.Now(), now: r.cfg.Now, set: &r.set, maxRV: &r.maxRV, events: events,
+		opened: time.Now(), set: &r.set, maxRV: &r.maxRV, events: events,
 		onEnd: func(f framing) { r.rebalanced.WithLabelValues(f.String()).Inc() },
 		url:   out.URL, header: out.Header, send: send,
 	}
@@ -285,7 +280,7 @@ func (r *Rebalancer) track(out *http.Request, resp *http.Response, info *reqinfo
 
 // tick compares the loads once and ends what the rate allows.
 func (r *Rebalancer) tick() {
-	now := r.cfg.Now()
+	now := time.Now()
 	r.refill(now)
 	loads := r.src.WatchLoads()
 	r.note(loads, now)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
-	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestEligible(t *testing.T) {
@@ -86,7 +85,7 @@ func addStreams(r *Rebalancer, endpoint string, n int, opened, lastAt time.Time,
 	for i := range n {
 		rc := &chunkReader{}
 		w := &watchStream{rc: rc, sc: newScanner(framingJSON, false), framing: framingJSON, endpoint: endpoint,
-			opened: opened.Add(time.Duration(i) * time.Millisecond), now: r.cfg.Now, set: &r.set, maxRV: &r.maxRV}
+			opened: opened.Add(time.Duration(i) * time.Millisecond), set: &r.set, maxRV: &r.maxRV}
 		w.initialDone.Store(true)
 		if !lastAt.IsZero() {
 			w.lastAt.Store(lastAt.UnixNano())
@@ -96,6 +95,32 @@ func addStreams(r *Rebalancer, endpoint string, n int, opened, lastAt time.Time,
 		out = append(out, rc)
 	}
 	return out
+}
+
+// rewatch moves n watches ended on a to the lighter of b and c, as the
+// balancer sends their clients' new watches.
+func rewatch(open map[string]int64, n int) {
+	for range n {
+		open["a"]--
+		if open["b"] <= open["c"] {
+			open["b"]++
+		} else {
+			open["c"]++
+		}
+	}
+}
+
+// newTestRebalancer is a Rebalancer of cfg over loads the test sets,
+// stopped when the test ends.
+func newTestRebalancer(t *testing.T, cfg RebalanceConfig) (*Rebalancer, *fakeLoads) {
+	t.Helper()
+	src := &fakeLoads{}
+	r, err := NewRebalancer(cfg, src, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r, src
 }
 
 func closedCount(rcs []*chunkReader) int {
@@ -113,137 +138,121 @@ func closedCount(rcs []*chunkReader) int {
 // rebalancer ends 2 per tick, oldest first, and stops once the gap is
 // within tolerance; it ends none before c has been ready for the margin.
 func TestRebalancerMovesAtRate(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := clock.Now()
-	cameBack := start.Add(time.Minute)
-	since := map[string]time.Time{"b": cameBack, "c": cameBack}
-	open := map[string]int64{"a": 30}
-	src.set(open, since)
-	rcs := addStreams(r, "a", 30, start, cameBack.Add(-time.Second), 100)
-	r.maxRV.Store(100)
+	synctest.Test(t, func(t *testing.T) {
+		r, src := newTestRebalancer(t, RebalanceConfig{})
+		start := time.Now()
+		cameBack := start.Add(time.Minute)
+		since := map[string]time.Time{"b": cameBack, "c": cameBack}
+		open := map[string]int64{"a": 30}
+		src.set(open, since)
+		rcs := addStreams(r, "a", 30, start, cameBack.Add(-time.Second), 100)
+		r.maxRV.Store(100)
 
-	clock.Set(cameBack)
-	r.tick()
-	if n := closedCount(rcs); n != 0 {
-		t.Fatalf("ended %d watches whose last event predates the other endpoints' readiness, want 0", n)
-	}
-	if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedNotCaughtUp)); got != 30 {
-		t.Errorf("fanout_watch_rebalance_blocked{reason=not_caught_up} = %v, want 30", got)
-	}
-	// Margin later the rebalancer records resourceVersion 100 for b and c;
-	// the watches then pass on events with newer ones.
-	clock.Advance(DefaultRebalanceMargin)
-	r.tick()
-	for _, rc := range rcs {
-		_ = rc
-	}
-	r.set.mu.Lock()
-	for _, m := range r.set.byEnd {
-		for w := range m {
-			w.lastAt.Store(clock.Now().Add(time.Second).UnixNano())
-			w.lastRV.Store(150)
-		}
-	}
-	r.set.mu.Unlock()
-	if n := closedCount(rcs); n != 0 {
-		t.Fatalf("ended %d watches before any passed on an event newer than the readiness, want 0", n)
-	}
-
-	ended := 0
-	for tick := 1; tick <= 30; tick++ {
-		clock.Advance(time.Second)
+		time.Sleep(time.Until(cameBack))
 		r.tick()
-		now := closedCount(rcs)
-		if now-ended > 2 {
-			t.Fatalf("tick %d ended %d watches, want at most 2 (rate 2/s)", tick, now-ended)
+		if n := closedCount(rcs); n != 0 {
+			t.Fatalf("ended %d watches whose last event predates the other endpoints' readiness, want 0", n)
 		}
-		// The balancer sees them gone and the clients back on the lightest.
-		for range now - ended {
-			open["a"]--
-			if open["b"] <= open["c"] {
-				open["b"]++
-			} else {
-				open["c"]++
+		if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedNotCaughtUp)); got != 30 {
+			t.Errorf("fanout_watch_rebalance_blocked{reason=not_caught_up} = %v, want 30", got)
+		}
+		// Margin later the rebalancer records resourceVersion 100 for b and c;
+		// the watches then pass on events with newer ones.
+		time.Sleep(DefaultRebalanceMargin)
+		r.tick()
+		for _, rc := range rcs {
+			_ = rc
+		}
+		r.set.mu.Lock()
+		for _, m := range r.set.byEnd {
+			for w := range m {
+				w.lastAt.Store(time.Now().Add(time.Second).UnixNano())
+				w.lastRV.Store(150)
 			}
 		}
-		ended = now
-		src.set(open, since)
-	}
-	if open["a"]-min(open["b"], open["c"]) > 1 {
-		t.Errorf("after 30 s the loads are %v, want within 1", open)
-	}
-	if ended != 20 {
-		t.Errorf("ended %d watches in all, want 20 (30 over 3 endpoints)", ended)
-	}
-	// Oldest first: the first ended are the first opened.
-	for i := range ended {
-		if !rcs[i].closed.Load() {
-			t.Errorf("watch %d (of the %d oldest) was not ended", i, ended)
+		r.set.mu.Unlock()
+		if n := closedCount(rcs); n != 0 {
+			t.Fatalf("ended %d watches before any passed on an event newer than the readiness, want 0", n)
 		}
-	}
-	if got := testutil.ToFloat64(r.rebalanced.WithLabelValues("json")); got != 0 {
-		// The streams here are never read, so none reached its EOF.
-		t.Errorf("fanout_watch_rebalanced_total counted %v before any stream ended", got)
-	}
+
+		ended := 0
+		for tick := 1; tick <= 30; tick++ {
+			time.Sleep(time.Second)
+			r.tick()
+			now := closedCount(rcs)
+			if now-ended > 2 {
+				t.Fatalf("tick %d ended %d watches, want at most 2 (rate 2/s)", tick, now-ended)
+			}
+			// The balancer sees them gone and the clients back on the lightest.
+			rewatch(open, now-ended)
+			ended = now
+			src.set(open, since)
+		}
+		if open["a"]-min(open["b"], open["c"]) > 1 {
+			t.Errorf("after 30 s the loads are %v, want within 1", open)
+		}
+		if ended != 20 {
+			t.Errorf("ended %d watches in all, want 20 (30 over 3 endpoints)", ended)
+		}
+		// Oldest first: the first ended are the first opened.
+		for i := range ended {
+			if !rcs[i].closed.Load() {
+				t.Errorf("watch %d (of the %d oldest) was not ended", i, ended)
+			}
+		}
+		if got := testutil.ToFloat64(r.rebalanced.WithLabelValues("json")); got != 0 {
+			// The streams here are never read, so none reached its EOF.
+			t.Errorf("fanout_watch_rebalanced_total counted %v before any stream ended", got)
+		}
+	})
 }
 
 func TestRebalancerLeavesYoungAndInitialWatches(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Rate: 100}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.set(map[string]int64{"a": 10}, nil)
-	now := clock.Now()
-	young := addStreams(r, "a", 5, now.Add(-5*time.Second), now, 10)
-	initial := addStreams(r, "a", 5, now.Add(-time.Hour), now, 10)
-	for _, w := range r.set.on("a") {
-		if w.opened.Before(now.Add(-time.Minute)) {
-			w.initialDone.Store(false)
+	synctest.Test(t, func(t *testing.T) {
+		r, src := newTestRebalancer(t, RebalanceConfig{Rate: 100})
+		src.set(map[string]int64{"a": 10}, nil)
+		now := time.Now()
+		young := addStreams(r, "a", 5, now.Add(-5*time.Second), now, 10)
+		initial := addStreams(r, "a", 5, now.Add(-time.Hour), now, 10)
+		for _, w := range r.set.on("a") {
+			if w.opened.Before(now.Add(-time.Minute)) {
+				w.initialDone.Store(false)
+			}
 		}
-	}
-	r.tick()
-	if n := closedCount(young) + closedCount(initial); n != 0 {
-		t.Fatalf("ended %d watches that are too young or in their initial events", n)
-	}
-	if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedTooYoung)); got != 5 {
-		t.Errorf("blocked too_young = %v, want 5", got)
-	}
-	if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedInitialEvents)); got != 5 {
-		t.Errorf("blocked initial_events = %v, want 5", got)
-	}
+		r.tick()
+		if n := closedCount(young) + closedCount(initial); n != 0 {
+			t.Fatalf("ended %d watches that are too young or in their initial events", n)
+		}
+		if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedTooYoung)); got != 5 {
+			t.Errorf("blocked too_young = %v, want 5", got)
+		}
+		if got := testutil.ToFloat64(r.blocked.WithLabelValues(blockedInitialEvents)); got != 5 {
+			t.Errorf("blocked initial_events = %v, want 5", got)
+		}
+	})
 }
 
 func TestRebalancerToleratesSmallGaps(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	for _, tt := range []struct {
-		open    map[string]int64
-		tol     float64
-		wantEnd bool
-	}{
-		{map[string]int64{"a": 2, "b": 1, "c": 1}, 0, false},
-		{map[string]int64{"a": 3, "b": 1, "c": 2}, 0, true},
-		{map[string]int64{"a": 40, "b": 33, "c": 27}, 0.5, false}, // gap 13 <= 0.5 × 33.3
-		{map[string]int64{"a": 40, "b": 33, "c": 27}, 0.1, true},
-	} {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Tolerance: tt.tol}, src, nil)
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		for _, tt := range []struct {
+			open    map[string]int64
+			tol     float64
+			wantEnd bool
+		}{
+			{map[string]int64{"a": 2, "b": 1, "c": 1}, 0, false},
+			{map[string]int64{"a": 3, "b": 1, "c": 2}, 0, true},
+			{map[string]int64{"a": 40, "b": 33, "c": 27}, 0.5, false}, // gap 13 <= 0.5 × 33.3
+			{map[string]int64{"a": 40, "b": 33, "c": 27}, 0.1, true},
+		} {
+			r, src := newTestRebalancer(t, RebalanceConfig{Tolerance: tt.tol})
+			src.set(tt.open, nil)
+			rcs := addStreams(r, "a", int(tt.open["a"]), time.Now().Add(-time.Hour), time.Now(), 10)
+			r.tick()
+			if got := closedCount(rcs) > 0; got != tt.wantEnd {
+				t.Errorf("loads %v, tolerance %v: ended a watch %v, want %v", tt.open, tt.tol, got, tt.wantEnd)
+			}
 		}
-		src.set(tt.open, nil)
-		rcs := addStreams(r, "a", int(tt.open["a"]), clock.Now().Add(-time.Hour), clock.Now(), 10)
-		r.tick()
-		if got := closedCount(rcs) > 0; got != tt.wantEnd {
-			t.Errorf("loads %v, tolerance %v: ended a watch %v, want %v", tt.open, tt.tol, got, tt.wantEnd)
-		}
-	}
+	})
 }
 
 // TestTrackOnlyWatches: only watch responses in a framing fanout can cut
@@ -304,11 +313,7 @@ func TestRebalanceConfigValidate(t *testing.T) {
 // clock is virtual, so the tick count is exact.
 func TestRebalancerStartStop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		src := &fakeLoads{}
-		r, err := NewRebalancer(RebalanceConfig{Interval: time.Second}, src, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, src := newTestRebalancer(t, RebalanceConfig{Interval: time.Second})
 		ticks := func() int {
 			synctest.Wait()
 			src.mu.Lock()

@@ -2,10 +2,10 @@ package watch
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestRebalancerMovesOnlyToServingEndpoints: a holds 20 watches, half of
@@ -14,57 +14,51 @@ import (
 // does not serve.
 func TestRebalancerMovesOnlyToServingEndpoints(t *testing.T) {
 	alpha := balancer.API{Group: "storage.k8s.io", Version: "v1alpha1", Resource: "volumeattributesclasses"}
-	clock := testkit.NewClock(time.Unix(50_000, 0))
-	src := &fakeLoads{}
-	serves := func(address string, api balancer.API) bool { return address == "a" || api != alpha }
-	r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Serves: serves}, src, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := clock.Now()
-	since := map[string]time.Time{"a": start, "b": start, "c": start}
-	open := map[string]int64{"a": 20}
-	src.set(open, since)
-	skewed := addStreams(r, "a", 10, start, time.Time{}, 0)
-	plain := addStreams(r, "a", 10, start.Add(time.Hour), time.Time{}, 0) // younger: the skewed ones come first
-	r.set.mu.Lock()
-	for _, m := range r.set.byEnd {
-		for w := range m {
-			if w.opened.Before(start.Add(time.Hour)) {
-				w.api = alpha
-			}
+	synctest.Test(t, func(t *testing.T) {
+		src := &fakeLoads{}
+		serves := func(address string, api balancer.API) bool { return address == "a" || api != alpha }
+		r, err := NewRebalancer(RebalanceConfig{Serves: serves}, src, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	r.set.mu.Unlock()
-	clock.Advance(2 * time.Hour)
-	r.tick() // records b's and c's readiness, Margin later
-	r.set.mu.Lock()
-	for _, m := range r.set.byEnd {
-		for w := range m {
-			w.lastAt.Store(clock.Now().Add(time.Second).UnixNano())
-		}
-	}
-	r.set.mu.Unlock()
-	ended := 0
-	for range 20 {
-		clock.Advance(time.Second)
-		r.tick()
-		now := closedCount(plain)
-		for range now - ended {
-			open["a"]--
-			if open["b"] <= open["c"] {
-				open["b"]++
-			} else {
-				open["c"]++
-			}
-		}
-		ended = now
+		start := time.Now()
+		since := map[string]time.Time{"a": start, "b": start, "c": start}
+		open := map[string]int64{"a": 20}
 		src.set(open, since)
-	}
-	if n := closedCount(skewed); n != 0 {
-		t.Errorf("ended %d watches of an API only a serves, want 0", n)
-	}
-	if ended == 0 {
-		t.Error("ended no watch of an API every endpoint serves, want some")
-	}
+		skewed := addStreams(r, "a", 10, start, time.Time{}, 0)
+		plain := addStreams(r, "a", 10, start.Add(time.Hour), time.Time{}, 0) // younger: the skewed ones come first
+		r.set.mu.Lock()
+		for _, m := range r.set.byEnd {
+			for w := range m {
+				if w.opened.Before(start.Add(time.Hour)) {
+					w.api = alpha
+				}
+			}
+		}
+		r.set.mu.Unlock()
+		time.Sleep(2 * time.Hour)
+		r.tick() // records b's and c's readiness, Margin later
+		r.set.mu.Lock()
+		for _, m := range r.set.byEnd {
+			for w := range m {
+				w.lastAt.Store(time.Now().Add(time.Second).UnixNano())
+			}
+		}
+		r.set.mu.Unlock()
+		ended := 0
+		for range 20 {
+			time.Sleep(time.Second)
+			r.tick()
+			now := closedCount(plain)
+			rewatch(open, now-ended)
+			ended = now
+			src.set(open, since)
+		}
+		if n := closedCount(skewed); n != 0 {
+			t.Errorf("ended %d watches of an API only a serves, want 0", n)
+		}
+		if ended == 0 {
+			t.Error("ended no watch of an API every endpoint serves, want some")
+		}
+	})
 }

@@ -27,7 +27,6 @@ type watchStream struct {
 	framing  framing
 	endpoint string
 	opened   time.Time
-	now      func() time.Time
 	set      *watchSet // unregistered from it at the end
 	// onEnd runs once when the stream ends at the rebalancer's request.
 	onEnd func(framing)
@@ -85,7 +84,7 @@ func (w *watchStream) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	n, err := w.rc.Read(p)
-	now := w.now().UnixNano()
+	now := time.Now().UnixNano()
 	first, atEnd := w.sc.scan(p[:n], func(_ int, fi frameInfo) { w.delivered(now, fi) })
 	for {
 		switch s := w.state.Load(); s {

@@ -3,9 +3,8 @@ package watch
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
-
-	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestRebalancerFollowsZoneShares: under a zone policy the rebalancer
@@ -13,7 +12,6 @@ import (
 // Watches within the preferred set at their shares stay; watches outside
 // it move in; nothing moves towards an endpoint with no share.
 func TestRebalancerFollowsZoneShares(t *testing.T) {
-	clock := testkit.NewClock(time.Unix(50_000, 0))
 	for _, tt := range []struct {
 		name  string
 		open  map[string]int64
@@ -35,34 +33,32 @@ func TestRebalancerFollowsZoneShares(t *testing.T) {
 		{"no shares", map[string]int64{"a": 15, "b": 15, "c": 0}, nil, "ab"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			src := &fakeLoads{}
-			r, err := NewRebalancer(RebalanceConfig{Now: clock.Now, Rate: 100}, src, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			src.set(tt.open, nil)
-			for i := range src.loads {
-				src.loads[i].Share = tt.share[src.loads[i].Address]
-			}
-			ended := map[string]int{}
-			streams := map[string][]*chunkReader{}
-			for _, a := range []string{"a", "b", "c"} {
-				streams[a] = addStreams(r, a, int(tt.open[a]), clock.Now().Add(-time.Hour), clock.Now(), 10)
-			}
-			r.tick()
-			for a, rcs := range streams {
-				if n := closedCount(rcs); n > 0 {
-					ended[a] = n
+			synctest.Test(t, func(t *testing.T) {
+				r, src := newTestRebalancer(t, RebalanceConfig{Rate: 100})
+				src.set(tt.open, nil)
+				for i := range src.loads {
+					src.loads[i].Share = tt.share[src.loads[i].Address]
 				}
-			}
-			if tt.from != "" && len(ended) == 0 {
-				t.Errorf("loads %v at shares %v: ended none, want watches of %s", tt.open, tt.share, tt.from)
-			}
-			for a := range ended {
-				if !strings.Contains(tt.from, a) {
-					t.Errorf("loads %v at shares %v: ended %v, want watches of %s only", tt.open, tt.share, ended, tt.from)
+				ended := map[string]int{}
+				streams := map[string][]*chunkReader{}
+				for _, a := range []string{"a", "b", "c"} {
+					streams[a] = addStreams(r, a, int(tt.open[a]), time.Now().Add(-time.Hour), time.Now(), 10)
 				}
-			}
+				r.tick()
+				for a, rcs := range streams {
+					if n := closedCount(rcs); n > 0 {
+						ended[a] = n
+					}
+				}
+				if tt.from != "" && len(ended) == 0 {
+					t.Errorf("loads %v at shares %v: ended none, want watches of %s", tt.open, tt.share, tt.from)
+				}
+				for a := range ended {
+					if !strings.Contains(tt.from, a) {
+						t.Errorf("loads %v at shares %v: ended %v, want watches of %s only", tt.open, tt.share, ended, tt.from)
+					}
+				}
+			})
 		})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"testing"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestH1ServerClientLeavingCancelsRequest: the client closing its
@@ -27,9 +29,9 @@ func TestH1ServerClientLeavingCancelsRequest(t *testing.T) {
 	// A first request on the connection, so that the one left is not its
 	// first (the watcher covers the connection for its life).
 	io.WriteString(c, "GET /x HTTP/1.1\r\nHost: localhost\r\n\r\n")
-	wait(t, arrived, "the request to reach the handler")
+	testkit.Wait(t, arrived, "the request to reach the handler")
 	c.Close()
-	wait(t, canceled, "the request's context to be canceled after the client left")
+	testkit.Wait(t, canceled, "the request's context to be canceled after the client left")
 }
 
 // TestDetachedStreamInWatcher: a detached stream's connection stays in
@@ -58,6 +60,6 @@ func TestDetachedStreamInWatcher(t *testing.T) {
 	}
 	ss.s.mu.Unlock()
 	resp.Body.Close()
-	wait(t, ss.canceled, "the request's context to end after the client left")
-	wait(t, ss.ended, "OnStreamEnd's function to run")
+	testkit.Wait(t, ss.canceled, "the request's context to end after the client left")
+	testkit.Wait(t, ss.ended, "OnStreamEnd's function to run")
 }

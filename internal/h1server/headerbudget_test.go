@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/internal/budget"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // header is a request header of about size bytes, in 1 KiB lines; done
@@ -57,7 +58,7 @@ func TestH1ServerHeaderBudget(t *testing.T) {
 	}), Config{MaxHeaderBytes: maxBytes, HeaderBudget: b})
 	budgetIs := func(what string, ok func(int64) bool) {
 		t.Helper()
-		waitFor(t, func() bool { return ok(b.Used()) }, what)
+		testkit.WaitFor(t, what, func() bool { return ok(b.Used()) })
 		if got := testutil.ToFloat64(used); int64(got) != b.Used() {
 			t.Errorf("the used gauge says %v, the budget %d", got, b.Used())
 		}
@@ -69,7 +70,7 @@ func TestH1ServerHeaderBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(waitLimit))
+		c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 		return c, bufio.NewReader(c)
 	}
 	status := func(br *bufio.Reader) int {
@@ -111,7 +112,7 @@ func TestH1ServerHeaderBudget(t *testing.T) {
 	held, heldBR := dial()
 	heldHeader := header("/held", big, true)
 	io.WriteString(held, heldHeader)
-	wait(t, arrived, "the held request's handler to run")
+	testkit.Wait(t, arrived, "the held request's handler to run")
 	heldBytes := int64(len(heldHeader) - headerFree)
 	if got := b.Used(); got != heldBytes {
 		t.Errorf("a header of %d bytes held by its handler holds %d bytes of budget, want all but headerFree: %d", len(heldHeader), got, heldBytes)

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // parityHandler answers by path, covering what the response writer has
@@ -146,10 +148,10 @@ func startH1(t testing.TB, handler http.Handler, cfg Config) (string, *Server) {
 		<-done
 		// A connection refused or cut lingers up to half a second before
 		// its close (closeWriteAndWait); the leak check must not see it.
-		waitFor(t, func() bool {
+		testkit.WaitFor(t, "the server to end its connections and streams", func() bool {
 			conns, streams := s.Open()
 			return conns == 0 && streams == 0
-		}, "the server to end its connections and streams")
+		})
 	})
 	return ln.Addr().String(), s
 }
@@ -178,20 +180,20 @@ func startNetHTTP(t testing.TB, handler http.Handler, opts ...func(*http.Server)
 	go srv.Serve(ln)
 	t.Cleanup(func() {
 		srv.Close()
-		waitFor(t, func() bool { return open.Load() == 0 }, "net/http's server to end its connections")
+		testkit.WaitFor(t, "net/http's server to end its connections", func() bool { return open.Load() == 0 })
 	})
 	return ln.Addr().String()
 }
 
 // dialServer dials addr with every read and write on it bounded by
-// waitLimit.
+// testkit.WaitLimit.
 func dialServer(t *testing.T, addr string) *net.TCPConn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.SetDeadline(time.Now().Add(waitLimit))
+	c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	return c.(*net.TCPConn)
 }
 
@@ -611,7 +613,7 @@ func TestH1ServerShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer idle.Close()
-	idle.SetDeadline(time.Now().Add(waitLimit))
+	idle.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	ibr := bufio.NewReader(idle)
 	io.WriteString(idle, "GET /fast HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	if resp, err := http.ReadResponse(ibr, nil); err != nil {
@@ -624,9 +626,9 @@ func TestH1ServerShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	busy.SetDeadline(time.Now().Add(waitLimit))
+	busy.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")
-	wait(t, arrived, "the slow request to arrive")
+	testkit.Wait(t, arrived, "the slow request to arrive")
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- s.Shutdown(context.Background()) }()
@@ -651,7 +653,7 @@ func TestH1ServerShutdown(t *testing.T) {
 		if err != nil {
 			t.Errorf("shutdown = %v", err)
 		}
-	case <-time.After(waitLimit):
+	case <-time.After(testkit.WaitLimit):
 		t.Fatal("shutdown did not return once the request was answered")
 	}
 }
@@ -697,7 +699,7 @@ func TestH1ServerPoolsConnectionBuffers(t *testing.T) {
 		if !strings.Contains(got, "HTTP/1.1 200") {
 			t.Fatalf("response:\n%s", got)
 		}
-		waitFor(t, func() bool { return !open() }, "the server to end the connection")
+		testkit.WaitFor(t, "the server to end the connection", func() bool { return !open() })
 	}
 	if made := buffersMade.Load() - before; made >= conns/2 {
 		t.Errorf("%d buffer sets made for %d connections one after another, want them reused", made, conns)

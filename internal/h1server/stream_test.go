@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // streamServer serves /stream by detaching its answer with a body fed by
@@ -69,7 +71,7 @@ func (ss *streamServer) open(t *testing.T) *http.Response {
 	resp := ss.get(t, "/stream")
 	resp.Body = lineBody{bufio.NewReader(resp.Body), resp.Body}
 	readEvent(t, resp, "one\n")
-	wait(t, ss.returned, "the handler to return")
+	testkit.Wait(t, ss.returned, "the handler to return")
 	return resp
 }
 
@@ -136,7 +138,7 @@ func TestDetach(t *testing.T) {
 		t.Errorf("Content-Type %q, want the handler's", ct)
 	}
 	readEvent(t, resp, "one\n")
-	wait(t, ss.returned, "the handler to return while its answer streams")
+	testkit.Wait(t, ss.returned, "the handler to return while its answer streams")
 	select {
 	case <-ss.ended:
 		t.Fatal("OnStreamEnd's function ran before the stream ended")
@@ -151,7 +153,7 @@ func TestDetach(t *testing.T) {
 	if rest, err := io.ReadAll(resp.Body); err != nil || len(rest) != 0 {
 		t.Errorf("after the body ended: %q, %v; want a clean end of the chunked answer", rest, err)
 	}
-	wait(t, ss.ended, "OnStreamEnd's function to run at the stream's end")
+	testkit.Wait(t, ss.ended, "OnStreamEnd's function to run at the stream's end")
 }
 
 // TestDetachedStreamClientLeaving: the client closing its connection
@@ -166,8 +168,8 @@ func TestDetachedStreamClientLeaving(t *testing.T) {
 			}
 			resp := ss.open(t)
 			resp.Body.Close()
-			wait(t, ss.canceled, "the request's context to end after the client left")
-			wait(t, ss.ended, "OnStreamEnd's function to run")
+			testkit.Wait(t, ss.canceled, "the request's context to end after the client left")
+			testkit.Wait(t, ss.ended, "OnStreamEnd's function to run")
 		})
 	}
 }
@@ -182,7 +184,7 @@ func TestShutdownWaitsForStreams(t *testing.T) {
 	go func() { stopped <- ss.s.Shutdown(context.Background()) }()
 	// Shutdown has closed the listener once a dial fails: it is then
 	// waiting, and must still be.
-	waitFor(t, func() bool { return ss.s.shutting.Load() }, "Shutdown to begin")
+	testkit.WaitFor(t, "Shutdown to begin", func() bool { return ss.s.shutting.Load() })
 	select {
 	case err := <-stopped:
 		t.Fatalf("Shutdown returned %v with a stream open", err)
@@ -192,7 +194,7 @@ func TestShutdownWaitsForStreams(t *testing.T) {
 	if err := <-stopped; err != nil {
 		t.Errorf("Shutdown = %v", err)
 	}
-	wait(t, ss.ended, "OnStreamEnd's function to run")
+	testkit.Wait(t, ss.ended, "OnStreamEnd's function to run")
 }
 
 // TestDetachRefused: where an answer cannot be streamed as chunks on its
