@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
@@ -398,14 +399,20 @@ func TestSoak(t *testing.T) {
 	r.DurationS = time.Since(r.start).Seconds()
 
 	// The in-pod controllers still reconcile: 3 replicas, all Ready.
+	// The deployment controller may write the Deployment between the
+	// read and the write of its scale (its pods were still coming and
+	// going): a conflict is read again, as kubectl scale does.
 	deps := cp.AdminClient.AppsV1().Deployments(ns)
-	if sc, err := deps.GetScale(ctx, "soak", metav1.GetOptions{}); err != nil {
-		t.Error(err)
-	} else {
-		sc.Spec.Replicas = 3
-		if _, err := deps.UpdateScale(ctx, "soak", sc, metav1.UpdateOptions{}); err != nil {
-			t.Error(err)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc, err := deps.GetScale(ctx, "soak", metav1.GetOptions{})
+		if err != nil {
+			return err
 		}
+		sc.Spec.Replicas = 3
+		_, err = deps.UpdateScale(ctx, "soak", sc, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Error(err)
 	}
 	if _, err := e.waitPodsReady(ctx, ns, "app=soak", 3, 3*time.Minute); err != nil {
 		r.Deployment = err.Error()
