@@ -145,8 +145,9 @@ func metricValue(t *testing.T, admin, series string) float64 {
 //
 //   - 40 POSTs of 1 MiB bodies held at the apiserver after it read them
 //     (the replay budget full, the rest streamed);
-//   - short requests held at the apiserver up to --max-inflight, over
-//     h2c;
+//   - short requests up to --max-inflight, over h2c, whose large answers
+//     the client does not read (1 KiB stream windows): fanout's copies
+//     block with their buffers held, the answer window budget full;
 //   - watches up to --max-long-running, over h2c, each past its first
 //     event;
 //   - the cost table and its User-Agent cache filled with distinct keys
@@ -172,11 +173,22 @@ func TestSumOfMemoryBounds(t *testing.T) {
 		bodySize    = 1 << 20
 		maxInflight = 1000 // --max-inflight's default
 		maxLong     = 4096 // --max-long-running's default
+		// The short requests' answers: more than fanout, the kernel and
+		// the client's 1 KiB windows can hold between them, and at least
+		// unreadStalled bytes of each taken from the apiserver before the
+		// push is measured: past the client's window, fanout's h2c write
+		// buffer and a copy buffer.
+		unreadAnswer  = 16 << 20
+		unreadStalled = 8 << 10
+		// unreadPerRequest bounds the heap each such request holds past
+		// the answer budget.
+		unreadPerRequest = 20 << 10
 	)
 	bin := buildFanout(t)
 	ca := testkit.NewCA(t)
 	release := make(chan struct{})
-	var held sync.WaitGroup // requests the apiserver holds
+	// answers the apiserver got unreadStalled bytes of through
+	var unreadSent sync.WaitGroup
 	bodyRead := make(chan struct{}, bodies)
 	upstream := tlsUpstream(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -186,13 +198,22 @@ func TestSumOfMemoryBounds(t *testing.T) {
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
 			return
-		case strings.HasSuffix(r.URL.Path, "/held"):
-			if r.Method == http.MethodPost {
-				_, _ = io.Copy(io.Discard, r.Body)
-				bodyRead <- struct{}{}
-			} else {
-				held.Done()
+		case strings.HasSuffix(r.URL.Path, "/unread"):
+			// A large LIST, sent as fast as fanout takes it.
+			w.Header().Set("Content-Length", strconv.Itoa(unreadAnswer))
+			chunk := make([]byte, 4<<10)
+			for sent := 0; sent < unreadAnswer; sent += len(chunk) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				if sent+len(chunk) >= unreadStalled && sent < unreadStalled {
+					unreadSent.Done()
+				}
 			}
+			return
+		case strings.HasSuffix(r.URL.Path, "/held"):
+			_, _ = io.Copy(io.Discard, r.Body)
+			bodyRead <- struct{}{}
 			select {
 			case <-release:
 			case <-r.Context().Done():
@@ -208,10 +229,6 @@ func TestSumOfMemoryBounds(t *testing.T) {
 	if got := metricValue(t, f.admin, "fanout_replay_budget_limit_bytes"); got != autoReplay {
 		t.Fatalf("fanout_replay_budget_limit_bytes = %v, want %d (auto under a %d-byte Go memory limit)", got, autoReplay, goLimit)
 	}
-	// Unread answers are not pushed here (docs/security.md, "Answers not
-	// read"): every in-flight slot is taken by the pushes below, which
-	// read their answers. Their budget is summed by arithmetic, so it
-	// must be the one the arithmetic counts.
 	if got := metricValue(t, f.admin, "fanout_answer_window_budget_limit_bytes"); got != autoAnswerWindows {
 		t.Fatalf("fanout_answer_window_budget_limit_bytes = %v, want %d (auto under a %d-byte Go memory limit)", got, autoAnswerWindows, goLimit)
 	}
@@ -278,21 +295,55 @@ func TestSumOfMemoryBounds(t *testing.T) {
 	}
 	term(fmt.Sprintf("%d POSTs of 1 MiB held (replay budget %.1f MiB)", bodies, float64(autoReplay)/(1<<20)))
 
+	// The short requests: answers the client does not read. Its h2c
+	// streams grant fanout 1 KiB each, so fanout's copy of each answer
+	// blocks with its buffers held: the copy buffer (32 KiB while the
+	// answer budget lends them, 2 KiB past it), the upstream stream's
+	// window, net/http's write buffer of the stream.
+	unread := &http.Client{Transport: &http.Transport{Protocols: new(http.Protocols), MaxConnsPerHost: 2,
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 1 << 10, MaxReceiveBufferPerConnection: 4<<20 - 1}}}
+	unread.Transport.(*http.Transport).Protocols.SetUnencryptedHTTP2(true)
+	defer unread.CloseIdleConnections()
 	shorts := maxInflight - bodies
-	held.Add(shorts)
+	unreadSent.Add(shorts)
+	var answers []*http.Response
+	var answersMu sync.Mutex
+	defer func() {
+		for _, resp := range answers {
+			resp.Body.Close()
+		}
+	}()
 	for i := range shorts {
 		clients.Go(func() {
-			do(h2c, http.MethodGet, fmt.Sprintf("/api/v1/namespaces/n%d/configmaps/held", i), nil, 0, "")
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s/api/v1/namespaces/n%d/configmaps/unread", f.server, i), nil)
+			if resp, err := unread.Do(req); err == nil {
+				answersMu.Lock()
+				answers = append(answers, resp)
+				answersMu.Unlock()
+			}
 		})
 	}
 	waited := make(chan struct{})
-	go func() { held.Wait(); close(waited) }()
+	go func() { unreadSent.Wait(); close(waited) }()
 	select {
 	case <-waited:
 	case <-time.After(60 * time.Second):
-		t.Fatal("the short requests did not all reach the apiserver within 60s")
+		t.Fatalf("the apiserver did not get %d KiB of each of the %d answers through within 60s", unreadStalled>>10, shorts)
 	}
-	term(fmt.Sprintf("%d short requests held, over h2c", shorts))
+	answerUsed := metricValue(t, f.admin, "fanout_answer_window_budget_used_bytes")
+	if answerUsed > autoAnswerWindows {
+		t.Errorf("answer window budget in use %v, over its %d bytes", answerUsed, autoAnswerWindows)
+	}
+	beforeUnread := lastStats
+	term(fmt.Sprintf("%d short requests whose answers the client does not read, over h2c (answer budget %.1f of %.1f MiB in use)", shorts, answerUsed/(1<<20), float64(autoAnswerWindows)/(1<<20)))
+	// Each holds its request and stream state, net/http's 4 KiB write
+	// buffer, a 2 KiB window and a 2 KiB copy buffer past the budget:
+	// 15 KiB measured. 32 KiB copy buffers for all of them, as before
+	// the budget lent them, grew the heap by 44.1 MiB.
+	if grew, bound := int64(lastStats.heapAlloc)-int64(beforeUnread.heapAlloc), int64(shorts*unreadPerRequest+autoAnswerWindows); grew > bound {
+		t.Errorf("the unread answers grew the heap by %.1f MiB, over %d × %d KiB and the %.1f MiB answer budget (%.1f MiB)",
+			float64(grew)/(1<<20), shorts, unreadPerRequest>>10, float64(autoAnswerWindows)/(1<<20), float64(bound)/(1<<20))
+	}
 
 	stop := openIdleWatches(t, h2c, f.server, maxLong)
 	defer stop()
@@ -467,10 +518,16 @@ func tcpQueued(t *testing.T, c net.Conn) int64 {
 		if !ours && !peer {
 			continue
 		}
+		// Only what c sent: a 431 fanout wrote back waits in c's own
+		// receive queue until c reads it, and is not fanout's to read.
 		tx, rx, _ := strings.Cut(f[4], ":")
-		n1, _ := strconv.ParseInt(tx, 16, 64)
-		n2, _ := strconv.ParseInt(rx, 16, 64)
-		q += n1 + n2
+		if ours {
+			n, _ := strconv.ParseInt(tx, 16, 64)
+			q += n
+		} else {
+			n, _ := strconv.ParseInt(rx, 16, 64)
+			q += n
+		}
 	}
 	return q
 }

@@ -326,6 +326,11 @@ func (e *Engine) build() error {
 	// The transports dial upgrades (exec, attach, port-forward) too, unless
 	// the Config names a dialer of its own.
 	proxyCfg := cfg.Proxy
+	if proxyCfg.AnswerBudget == nil {
+		// Short answers' copy buffers and upstream stream windows are
+		// both what an unread answer holds: one budget bounds them.
+		proxyCfg.AnswerBudget = e.transports.WindowBudget()
+	}
 	if proxyCfg.Upgrades == nil {
 		proxyCfg.Upgrades = e.transports
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/watch"
+	"github.com/fanout-dev/fanout/internal/budget"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
@@ -28,6 +29,13 @@ type Config struct {
 	// limit when New runs (--replay-budget auto); negative keeps no body
 	// (every body streams once).
 	ReplayBudget int64
+	// AnswerBudget, when set, lends the copy buffers of short answers:
+	// 32 KiB each while it has room, 2 KiB beyond it, so that answers a
+	// client stops reading hold at most 2 KiB each past the budget. The
+	// engine sets the transport's answer window budget
+	// (--answer-window-budget), which the upstream stream windows grow
+	// with too. nil: every copy takes 32 KiB.
+	AnswerBudget *budget.Bytes
 
 	// Upgrades dials the connections of upgrade requests (exec, attach,
 	// port-forward); *transport.Transports is one. nil answers upgrade

@@ -2,8 +2,11 @@ package proxy
 
 import (
 	"net/http"
+	"net/http/httputil"
 	"sync"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/budget"
 )
 
 // A long-running response (a watch) holds the reverse proxy's copy buffer
@@ -119,4 +122,51 @@ func (f *flushWriter) stop() {
 	if f.timer != nil {
 		f.timer.Stop()
 	}
+}
+
+// The reverse proxy's copy buffers. A short answer is copied with a 32 KiB
+// buffer taken from the answer budget (Config.AnswerBudget), or with a
+// 2 KiB one when the budget is spent: a client that stops reading holds
+// its copy buffer for as long as it does not read, so 1,000 of them held
+// 31.25 MiB, per item only (docs/security.md, "The sum of the memory
+// bounds"). longCopyBuffers are small, for long-running responses: a
+// watch holds its buffer while it is open (at 2,000 watches, 32 KiB each
+// would be 62.5 MiB), and its writes are kept together by a flushWriter
+// (copybuf.go).
+const (
+	copyBuffer      = 32 << 10
+	smallCopyBuffer = 2 << 10
+)
+
+var longCopyBuffers httputil.BufferPool = &bufferPool{size: longCopyBuffer}
+
+// answerBuffers hands out the short answers' copy buffers: copyBuffer
+// bytes while the budget grants them, smallCopyBuffer bytes beyond it.
+// Every buffer comes back through Put (the reverse proxy defers it), which
+// gives its bytes back to the budget.
+type answerBuffers struct {
+	budget       *budget.Bytes // nil: every copy gets copyBuffer bytes
+	large, small bufferPool
+}
+
+func newAnswerBuffers(b *budget.Bytes) *answerBuffers {
+	return &answerBuffers{budget: b, large: bufferPool{size: copyBuffer}, small: bufferPool{size: smallCopyBuffer}}
+}
+
+func (a *answerBuffers) Get() []byte {
+	if a.budget == nil || a.budget.Take(copyBuffer) {
+		return a.large.Get()
+	}
+	return a.small.Get()
+}
+
+func (a *answerBuffers) Put(buf []byte) {
+	if cap(buf) < copyBuffer {
+		a.small.Put(buf)
+		return
+	}
+	if a.budget != nil {
+		a.budget.Give(copyBuffer)
+	}
+	a.large.Put(buf)
 }

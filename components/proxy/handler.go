@@ -153,7 +153,7 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		// one line per failed request, and fanout_upstream_errors_total
 		// already counts it, so it goes to the debug level (-v 1).
 		ErrorLog:   slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
-		BufferPool: copyBuffers,
+		BufferPool: newAnswerBuffers(cfg.AnswerBudget),
 	}
 	long := *h.proxy
 	long.BufferPool = longCopyBuffers
@@ -831,16 +831,6 @@ func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
-
-// copyBuffers recycles the reverse proxy's 32 KiB copy buffers, which it
-// would otherwise allocate for every response. longCopyBuffers are small,
-// for long-running responses: a watch holds its buffer while it is open
-// (at 2,000 watches, 32 KiB each would be 62.5 MiB), and its writes are
-// kept together by a flushWriter (copybuf.go).
-var (
-	copyBuffers     httputil.BufferPool = &bufferPool{size: 32 << 10}
-	longCopyBuffers httputil.BufferPool = &bufferPool{size: longCopyBuffer}
-)
 
 // bufferPool keeps each buffer as a pointer to its first byte: a pointer
 // fits in the interface sync.Pool stores, where a *[]byte would cost an

@@ -175,8 +175,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 			"A body that finds the budget spent streams through once and is never retried (fanout_replay_budget_exhausted_total); requests without a body take none. "+
 			"auto: an eighth of the Go memory limit (--memory-limit), at least 4Mi and at most 64Mi (64Mi without a limit); off keeps no body.")
 	fs.Var(autoSize{"--answer-window-budget", &c.Engine.Transport.AnswerWindowBudget}, "answer-window-budget",
-		"Most bytes of HTTP/2 flow-control window granted to kube-apiserver's answers beyond 2 KiB per stream, all streams together: what answers a client does not read can make fanout hold is 2 KiB per request plus this. "+
-			"A stream whose reader keeps up grows its window (up to 1 MiB) with bytes of the budget and gives them back as it stops needing them; when the budget is spent streams keep what they have (fanout_answer_window_budget_exhausted_total). "+
+		"Most bytes that kube-apiserver's answers hold in fanout beyond 2 KiB of HTTP/2 window and 2 KiB of copy buffer per request, all requests together: what answers a client does not read can make fanout hold is 4 KiB per request plus this. "+
+			"A stream whose reader keeps up grows its window (up to 1 MiB) with bytes of the budget and gives them back as it stops needing them, and a short answer is copied to the client with a 32 KiB buffer of the budget; when the budget is spent streams keep the window they have and copies use 2 KiB buffers (fanout_answer_window_budget_exhausted_total). "+
 			"auto: a 128th of the Go memory limit (--memory-limit), at least 1Mi and at most 64Mi (64Mi without a limit); 1.8Mi under a 256Mi container limit; off: no budget, every stream gets 1 MiB up front.")
 	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,
 		"Most short requests (everything but watch, logs, exec, attach, port-forward, proxy) served at once; more are answered 429 with Retry-After: 1, which client-go retries (fanout_rejected_total{reason=\"short_inflight\"}).")

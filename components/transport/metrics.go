@@ -43,15 +43,15 @@ func newMetrics(t *Transports) *metrics {
 		}),
 		windowsUsed: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fanout_answer_window_budget_used_bytes",
-			Help: "Bytes of HTTP/2 response stream windows granted to kube-apiserver beyond the 2 KiB every stream gets, all streams together: what answers not yet read may hold past that floor; at most fanout_answer_window_budget_limit_bytes.",
+			Help: "Bytes of HTTP/2 response stream windows granted to kube-apiserver beyond the 2 KiB every stream gets, and of 32 KiB copy buffers of short answers, all requests together: what answers not yet read may hold past those floors; at most fanout_answer_window_budget_limit_bytes.",
 		}),
 		windowsLimit: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fanout_answer_window_budget_limit_bytes",
-			Help: "The answer window budget (--answer-window-budget): the most bytes of response stream windows granted beyond 2 KiB per stream at once; 0 without a budget.",
+			Help: "The answer window budget (--answer-window-budget): the most bytes of response stream windows granted beyond 2 KiB per stream, and of short answers' 32 KiB copy buffers, at once; 0 without a budget.",
 		}),
 		windowsExhausted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fanout_answer_window_budget_exhausted_total",
-			Help: "Times a response stream whose window limited it could not grow it because the answer window budget was spent; it went on with the window it had.",
+			Help: "Times a response stream whose window limited it could not grow it, or a short answer could not get a 32 KiB copy buffer, because the answer window budget was spent; the stream went on with the window it had, the copy with a 2 KiB buffer.",
 		}),
 		conns: &connCollector{t: t, desc: prometheus.NewDesc(
 			"fanout_upstream_connections",
