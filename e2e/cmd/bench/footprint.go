@@ -100,7 +100,7 @@ func (env *overheadEnv) measureFootprint(ctx context.Context, modes []string, wa
 		case "idle":
 			r, err = env.footprintIdle(ctx, settle, profiles)
 		case "h1", "h2c":
-			r, err = env.footprintProcess(ctx, mode, watches, settle, profiles)
+			r, err = env.footprintProcess(ctx, mode, "footprint-"+mode, nil, watches, settle, profiles)
 		case "direct", "library":
 			r, err = env.footprintInProcess(ctx, mode, watches, settle, profiles)
 		default:
@@ -126,6 +126,16 @@ type FootprintResult struct {
 	// Profiles is where the heap and goroutine profiles were written, if
 	// anywhere.
 	Profiles string
+	// Rounds are, with -fanout-variants, fanout as built and each variant
+	// in each run (mode h1), for the variants' table.
+	Rounds []footprintRound
+}
+
+// footprintRound is one path's watches in one run.
+type footprintRound struct {
+	Target string
+	Run    int
+	Row    footprintRow
 }
 
 // footprintModes are the modes make bench measures.
@@ -170,12 +180,34 @@ func runFootprint(ctx context.Context, o Options, dir, fanoutBin, profiles strin
 		return nil, err
 	}
 	defer closeEnv()
-	rows, err := env.measureFootprint(ctx, footprintModes, o.FootprintWatches, 3*time.Second, profiles, logf)
+	rows, err := env.measureFootprint(ctx, footprintModes, o.FootprintWatches, footprintSettle, profiles, logf)
 	if err != nil {
 		return nil, err
 	}
-	return &FootprintResult{Rows: rows, Watches: o.FootprintWatches, WatchInterval: every, MemProfileRate: footprintRate, Profiles: profiles}, nil
+	res := &FootprintResult{Rows: rows, Watches: o.FootprintWatches, WatchInterval: every, MemProfileRate: footprintRate, Profiles: profiles}
+	if len(o.Variants) == 0 {
+		return res, nil
+	}
+	// The variants in rounds, as the overhead section runs its paths, so
+	// that what a variant adds per watch is paired with fanout's in the
+	// same round. HTTP/1.1 is how most clients reach a sidecar, and the
+	// path that fanout's own server and upstream client both serve.
+	paths := append([]string{targetFanout}, o.Variants...)
+	for run := range o.Runs {
+		for _, t := range rotated(paths, run) {
+			r, err := env.footprintProcess(ctx, "h1", fmt.Sprintf("footprint-%s-run%d", t, run), o.VariantArgs[t], o.FootprintWatches, footprintSettle, "")
+			if err != nil {
+				return nil, fmt.Errorf("run %d, %s: %w", run+1, t, err)
+			}
+			logf("footprint: run %d/%d: %s: heap %.2f KiB, stacks %.2f KiB, RSS %.1f KiB per watch", run+1, o.Runs, t, r.heapPerWatch(), r.stacksPerWatch(), per(r.Before.RSSKiB, r.After.RSSKiB, r.Watches))
+			res.Rounds = append(res.Rounds, footprintRound{Target: t, Run: run, Row: r})
+		}
+	}
+	return res, nil
 }
+
+// footprintSettle is the footprint section's wait before each reading.
+const footprintSettle = 3 * time.Second
 
 func (f *FootprintResult) row(mode string) (footprintRow, bool) {
 	if f == nil {
@@ -307,21 +339,21 @@ func (env *overheadEnv) footprintIdle(ctx context.Context, settle time.Duration,
 	return footprintRow{Mode: "idle", Before: memSnap{RSSKiB: u.RSSKiB, AnonKiB: anon}, After: s, Profile: files}, err
 }
 
-// startPprofFanout starts fanout with --enable-pprof. Its listener serves
-// HTTP/1.1 and h2c alike; the client decides.
-func (env *overheadEnv) startPprofFanout(ctx context.Context, name string) (*Proc, error) {
+// startPprofFanout starts fanout with --enable-pprof and extra flags. Its
+// listener serves HTTP/1.1 and h2c alike; the client decides.
+func (env *overheadEnv) startPprofFanout(ctx context.Context, name string, extra ...string) (*Proc, error) {
 	var eps []string
 	for _, b := range env.backends {
 		eps = append(eps, "https://"+b)
 	}
-	return startFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps, "http", "--enable-pprof")
+	return startFanout(ctx, env.fanout, env.dir, name, env.kubecfg, eps, "http", append([]string{"--enable-pprof"}, extra...)...)
 }
 
-// footprintProcess opens n watches through a fresh fanout over mode (h1:
-// one HTTP/1.1 connection each; h2c: HTTP/2 with prior knowledge, shared
-// connections).
-func (env *overheadEnv) footprintProcess(ctx context.Context, mode string, n int, settle time.Duration, profDir string) (footprintRow, error) {
-	p, err := env.startPprofFanout(ctx, "footprint-"+mode)
+// footprintProcess opens n watches through a fresh fanout, started as name
+// with extra flags, over mode (h1: one HTTP/1.1 connection each; h2c:
+// HTTP/2 with prior knowledge, shared connections).
+func (env *overheadEnv) footprintProcess(ctx context.Context, mode, name string, extra []string, n int, settle time.Duration, profDir string) (footprintRow, error) {
+	p, err := env.startPprofFanout(ctx, name, extra...)
 	if err != nil {
 		return footprintRow{}, err
 	}

@@ -23,6 +23,21 @@
 //     costbalance -out /tmp/costbalance.md'` (about six minutes); -out
 //     keeps docs/benchmarks.md, which every run rewrites whole.
 //
+// With -fanout-variants, each variant (fanout as built with extra flags)
+// runs in every run of the overhead section beside the other paths and, in
+// the footprint section, in every run beside fanout as built. A table after
+// section 1 compares each with fanout, paired by run: requests per
+// CPU-second at saturation, proxy CPU per 10k requests and p99 at each
+// fixed rate, heap and stacks and RSS per open watch, idle RSS, and the
+// verdict of the 15% rule (ruleMargin). The comparison of fanout's own
+// HTTP/2 client and HTTP/1.1 server with the standard library's, about 25
+// minutes:
+//
+//	cd e2e && go build -o /tmp/fanout-bench ./cmd/bench
+//	/tmp/fanout-bench -fanout BIN -sections overhead,footprint -targets fanout \
+//	  -fanout-variants 'stdh2=--upstream-http2=std,stdh1=--h1-server=std' \
+//	  -rates 1000 -runs 10 -phase 15s -warmup 3s -out /tmp/variants.md
+//
 // Every figure in the report is computed from what this run measured; the
 // Targets table too. Run it with `make bench` (as root: the control plane's
 // test hosts are network namespaces, and HAProxy is installed with apt-get
@@ -53,8 +68,9 @@ type Options struct {
 	Quick    bool
 	Sections map[string]bool
 	Targets  []string // direct, fanout, haproxy, library, fanout-tls, fanout+NAME
-	// VariantArgs are the extra flags of each -fanout-variants path, by
-	// its target name (fanout+NAME).
+	// Variants are the -fanout-variants paths (fanout+NAME) in the order
+	// given, and VariantArgs the extra flags of each.
+	Variants    []string
 	VariantArgs map[string][]string
 	// NoSaturation leaves out the overhead section's saturation phase
 	// (and the perf profiles, taken at saturation).
@@ -153,7 +169,7 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 	costPhase := fs.Duration("cost-phase", 60*time.Second, "costbalance: length of the measured phase of each target")
 	profiles := fs.String("profiles", "", "directory for the footprint section's heap and goroutine profiles (default: docs/profiles/bench in the repository when -out is the default, none otherwise)")
 	targets := fs.String("targets", strings.Join(allTargets, ","), "paths to measure: direct, fanout, haproxy, library (fanout linked into the load generator), fanout-tls (fanout --listen-tls); fanout-nocost (fanout --cost-table-size=0: not by default; beside fanout it measures the cost table); the Targets table needs the first three, library's CPU figure needs direct")
-	variants := fs.String("fanout-variants", "", "more fanout paths, each with extra flags, measured in the same rotation as the others and compared with fanout in a table of their own: name=flags,... (flags separated by spaces), e.g. 'steady=--sysmon=steady,nocost=--cost-table-size=0'; each is the path fanout+name")
+	variants := fs.String("fanout-variants", "", "more fanout paths, each with extra flags, measured in the same rotation as the others (and, with the footprint section, per open watch beside fanout in every run) and compared with fanout in a table of their own: name=flags,... (flags separated by spaces), e.g. 'steady=--sysmon=steady,nocost=--cost-table-size=0'; each is the path fanout+name")
 	saturation := fs.Bool("saturation", true, "run the overhead section's saturation phase after the fixed rates (and profile the proxies there when perf is installed)")
 	fs.StringVar(&out, "out", "", "report path (default docs/benchmarks.md in the repository)")
 	fs.StringVar(&fanoutBin, "fanout", "", "fanout binary (default: built from the repository)")
@@ -207,11 +223,10 @@ func parseFlags(args []string) (o Options, out, fanoutBin string, keep bool, err
 		}
 		o.Targets = append(o.Targets, t)
 	}
-	var vt []string
-	if vt, o.VariantArgs, err = parseVariants(*variants); err != nil {
+	if o.Variants, o.VariantArgs, err = parseVariants(*variants); err != nil {
 		return
 	}
-	o.Targets = append(o.Targets, vt...)
+	o.Targets = append(o.Targets, o.Variants...)
 	if o.Phases, err = parsePhases(*rates); err != nil {
 		return
 	}
@@ -285,7 +300,8 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 		}
 	}
 
-	r := &Report{Started: time.Now(), Quick: o.Quick, Machine: describeMachine(), Settings: settings(o), Estimate: Estimate(o)}
+	r := &Report{Started: time.Now(), Quick: o.Quick, Machine: describeMachine(), Settings: settings(o), Estimate: Estimate(o),
+		Variants: o.Variants, VariantArgs: o.VariantArgs}
 	r.Command, r.Via = commandLine()
 	logf("expected to take about %s on a quiet machine", r.Estimate.Round(time.Minute))
 	fail := func(section string, err error) {
@@ -427,8 +443,14 @@ func Estimate(o Options) time.Duration {
 		d += time.Duration(len(costTargets(o.Targets))) * (start + o.Warmup + o.CostPhase + 5*time.Second)
 	}
 	if o.Sections["footprint"] {
-		// Five modes: start, two settles, opening the watches.
-		d += time.Duration(len(footprintModes)) * (start + 6*time.Second + 5*time.Second)
+		// Five modes, and with variants fanout and each variant in every
+		// run: start, two settles, opening the watches (6-7 s each with
+		// 500 watches on 2 CPUs, 2026-12-05).
+		n := len(footprintModes)
+		if len(o.Variants) > 0 {
+			n += o.Runs * (1 + len(o.Variants))
+		}
+		d += time.Duration(n) * (start + 2*footprintSettle + time.Second)
 	}
 	return d
 }
@@ -470,6 +492,13 @@ func settings(o Options) []string {
 	}
 	if o.Sections["footprint"] {
 		out = append(out, fmt.Sprintf("footprint: %d watches per mode, one event per 10s each", o.FootprintWatches))
+	}
+	if len(o.Variants) > 0 {
+		var vs []string
+		for _, v := range o.Variants {
+			vs = append(vs, fmt.Sprintf("%s `%s`", v, strings.Join(o.VariantArgs[v], " ")))
+		}
+		out = append(out, fmt.Sprintf("variants: %s; in every run of the overhead section beside the other paths, and of the footprint section beside fanout (HTTP/1.1 watches)", strings.Join(vs, ", ")))
 	}
 	if o.Sections["costbalance"] {
 		out = append(out, fmt.Sprintf("costbalance: %d ConfigMaps of 1 KiB; client A %g GET/s + %g LIST/s, client B %g LIST/s; %s per target after a %s warm-up", o.CostObjects, o.CostGetRate, o.CostListRateA, o.CostListRateB, o.CostPhase, o.Warmup))

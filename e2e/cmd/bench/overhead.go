@@ -102,10 +102,10 @@ type OverheadResult struct {
 	// phase of the last run; ProfileNote says why there are none.
 	Profiles    []ProxyProfile
 	ProfileNote string
-	// Measures are every run's figures, for the variants' table, and
-	// VariantArgs the flags of each -fanout-variants path.
-	Measures    []PhaseMeasure
-	VariantArgs map[string][]string
+	// Measures are every run's figures and IdleRounds every run's idle
+	// RSS (MiB), for the variants' table.
+	Measures   []PhaseMeasure
+	IdleRounds []roundValue
 }
 
 // Row finds a row.
@@ -215,7 +215,7 @@ const shortPath = "/api/v1/namespaces/bench/configmaps/cm"
 // backends, in rotating order, opts.Runs times.
 func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error) {
 	o := env.opts
-	res := &OverheadResult{Runs: o.Runs, IdleRSSMiB: map[string]float64{}, VariantArgs: o.VariantArgs}
+	res := &OverheadResult{Runs: o.Runs, IdleRSSMiB: map[string]float64{}}
 	var all []PhaseMeasure
 	idle := map[string][]float64{}
 	for run := range o.Runs {
@@ -233,6 +233,7 @@ func runOverhead(ctx context.Context, env *overheadEnv) (*OverheadResult, error)
 			all = append(all, ms...)
 			if !math.IsNaN(idleKiB) {
 				idle[t] = append(idle[t], idleKiB/1024)
+				res.IdleRounds = append(res.IdleRounds, roundValue{Target: t, Run: run, V: idleKiB / 1024})
 			}
 		}
 	}

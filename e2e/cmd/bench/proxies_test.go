@@ -143,4 +143,17 @@ func TestEstimate(t *testing.T) {
 	if q >= f/5 {
 		t.Errorf("quick estimate %s is not much shorter than the full %s", q, f)
 	}
+	// With two variants the footprint section measures fanout and both in
+	// each of the 10 runs: 30 processes, each waiting two settles at least.
+	alone, _, _, _, err := parseFlags([]string{"-sections", "footprint", "-runs", "10"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, _, _, _, err := parseFlags([]string{"-sections", "footprint", "-runs", "10", "-fanout-variants", "a=--x,b=--y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Estimate(two) - Estimate(alone); d < 30*2*footprintSettle {
+		t.Errorf("two variants add %s to the footprint section's estimate, want at least %s", d, 30*2*footprintSettle)
+	}
 }

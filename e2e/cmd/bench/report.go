@@ -32,6 +32,11 @@ type Report struct {
 	Footprint *FootprintResult
 	// CostBalance is each apiserver's CPU under a mixed GET/LIST workload.
 	CostBalance *CostBalanceResult
+	// Variants are the -fanout-variants paths in the order given, and
+	// VariantArgs the extra flags of each: the variants' table compares
+	// them with fanout as built.
+	Variants    []string
+	VariantArgs map[string][]string
 	// Failures are sections that could not be measured, with why.
 	Failures []string
 }
@@ -219,7 +224,7 @@ func Render(r *Report) string {
 	}
 
 	renderOverhead(&b, r.Overhead)
-	renderVariants(&b, r.Overhead)
+	renderVariants(&b, r)
 	renderRealAPI(&b, r.RealAPI)
 	renderScale(&b, r.Scale, r.ScaleTLS, r.ScaleHAProxy)
 	renderFootprintSection(&b, r.Footprint)
