@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/fanout-dev/fanout/internal/h2conn"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // A generation's connections: every request a pool sends to its
@@ -51,7 +52,7 @@ func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
 			closeReqBody(req)
 			return nil, err
 		}
-		res, err := cc.RoundTrip(req)
+		res, err := send(cc, req)
 		if errors.Is(err, h2conn.ErrConnClosing) {
 			if ctx.Err() == nil && tries < maxConnTries {
 				// Nothing was written: another connection may take it.
@@ -65,6 +66,17 @@ func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return res, err
 	}
+}
+
+// send sends req on cc. A short request (what kube-apiserver does not
+// treat as long-running) starts with a larger window while the answer
+// window budget has room, so that its answer needs no round trip to grow
+// it; a watch does not, as an idle one would hold it until its next event.
+func send(cc *h2conn.Conn, req *http.Request) (*http.Response, error) {
+	if r := reqinfo.RequestFrom(req.Context()); r != nil && !r.LongRunning {
+		return cc.RoundTripShort(req)
+	}
+	return cc.RoundTrip(req)
 }
 
 // maxConnTries bounds the connections a request tries that turn out to

@@ -1,10 +1,17 @@
 package transport
 
 import (
+	"context"
+	"crypto/tls"
 	"math"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fanout-dev/fanout/internal/h2conn"
+	"github.com/fanout-dev/fanout/internal/reqinfo"
 )
 
 // TestAutoAnswerWindowBudget: auto is a 128th of the Go memory limit
@@ -49,5 +56,42 @@ func TestAutoAnswerWindowBudget(t *testing.T) {
 	defer off.Close()
 	if off.WindowBudget() != nil || off.cfg.conn().WindowBudget != nil {
 		t.Error("a negative AnswerWindowBudget still made a budget")
+	}
+}
+
+// TestShortRequestsStartWithALargerWindow: a short request's stream
+// takes its larger starting window from the answer window budget as it
+// opens (h2conn's RoundTripShort), a watch's does not; both give back all
+// when their bodies close.
+func TestShortRequestsStartWithALargerWindow(t *testing.T) {
+	p := newPKI(t)
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	tr := newTransports(t, Config{AnswerWindowBudget: 1 << 20}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	for _, tc := range []struct {
+		path string
+		want int64
+	}{
+		{"/api/v1/namespaces/default/configmaps", h2conn.DefaultShortAnswerWindow - h2conn.DefaultMinReceiveBufferPerStream},
+		{"/api/v1/namespaces/default/configmaps?watch=true", 0},
+	} {
+		req := newRequest(t, context.Background(), srv.addr, tc.path)
+		ctx, _ := reqinfo.WithRequest(req.Context(), reqinfo.New(req), time.Now())
+		res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(req.WithContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The window is granted with the request's HEADERS, before the
+		// answer's.
+		if got := tr.WindowBudget().Used(); got != tc.want {
+			t.Errorf("GET %s: %d bytes of the budget taken as the stream opened, want %d", tc.path, got, tc.want)
+		}
+		res.Body.Close()
+		if got := tr.WindowBudget().Used(); got != 0 {
+			t.Errorf("GET %s: %d bytes of the budget held after the body closed, want 0", tc.path, got)
+		}
 	}
 }

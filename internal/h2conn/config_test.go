@@ -19,6 +19,7 @@ func TestConfig(t *testing.T) {
 		MaxReceiveBufferPerStream:     1 << 20,
 		MaxReceiveBufferPerConnection: 1000 << 20,
 		MinReceiveBufferPerStream:     2 << 10,
+		ShortAnswerWindow:             64 << 10,
 		ReadIdleTimeout:               5 * time.Second,
 		PingTimeout:                   3 * time.Second,
 		IdleConnTimeout:               90 * time.Second,
@@ -41,6 +42,7 @@ func TestConfig(t *testing.T) {
 		{"connection window plus the initial window too large", Config{MaxReceiveBufferPerConnection: 1<<31 - 1}, "Config.MaxReceiveBufferPerConnection exceeds 2^31-1"},
 		{"stream window above connection window", Config{MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 1 << 20}, "Config.MaxReceiveBufferPerStream exceeds"},
 		{"floor above the stream window", Config{MaxReceiveBufferPerStream: 64 << 10, MinReceiveBufferPerStream: 128 << 10}, "Config.MinReceiveBufferPerStream exceeds"},
+		{"short answers' window above the stream window", Config{MaxReceiveBufferPerStream: 32 << 10, ShortAnswerWindow: 64 << 10}, "Config.ShortAnswerWindow exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A pipe nobody reads: a write would block the test.

@@ -262,6 +262,19 @@ func (cc *Conn) Close() { cc.fail(ErrConnClosing) }
 // server did not process req. The answer's body holds no goroutine while
 // it is read. The request URL's scheme is sent as "https".
 func (cc *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
+	return cc.roundTrip(req, false)
+}
+
+// RoundTripShort is RoundTrip for a short request, one whose answer is
+// read as it comes and ends: with a WindowBudget its stream starts with
+// ShortAnswerWindow while the budget has room (a WINDOW_UPDATE sent with
+// its HEADERS), so that an answer of up to that size needs no round trip
+// for its window to grow. It gives the bytes back as any stream does.
+func (cc *Conn) RoundTripShort(req *http.Request) (*http.Response, error) {
+	return cc.roundTrip(req, true)
+}
+
+func (cc *Conn) roundTrip(req *http.Request, short bool) (*http.Response, error) {
 	ctx := req.Context()
 	iw := cc.initialWindow()
 	s := &stream{cc: cc, req: req, headers: make(chan struct{}), window: iw, size: iw}
@@ -307,8 +320,17 @@ func (cc *Conn) RoundTrip(req *http.Request) (*http.Response, error) {
 	cc.streams[s.id] = s
 	s.sendWindow = cc.peerWindow
 	maxFrame := cc.maxFrame
+	var grant int
+	if b := cc.cfg.WindowBudget; short && b != nil {
+		if g := cc.cfg.ShortAnswerWindow - s.size; g > 0 && b.Take(int64(g)) {
+			grant = g
+			s.size += g
+			s.window += g
+			s.borrowed += g
+		}
+	}
 	cc.mu.Unlock()
-	err := cc.writeHeaders(s.id, req, gz, maxFrame, bodyLen)
+	err := cc.writeHeaders(s.id, req, gz, maxFrame, bodyLen, uint32(grant))
 	cc.wmu.Unlock()
 	if err != nil {
 		var he HeaderError
@@ -388,7 +410,7 @@ func (e HeaderError) Error() string { return "fanout HTTP/2 client: " + e.msg }
 
 // writeHeaders encodes and writes req's header block. Called with wmu
 // held.
-func (cc *Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uint32, bodyLen int64) error {
+func (cc *Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uint32, bodyLen int64, grant uint32) error {
 	host := req.Host
 	if host == "" {
 		host = req.URL.Host
@@ -467,6 +489,12 @@ func (cc *Conn) writeHeaders(id uint32, req *http.Request, gz bool, maxFrame uin
 			return err
 		}
 	}
+	if grant > 0 {
+		// After the HEADERS that open the stream, in the same write.
+		if err := cc.fr.WriteWindowUpdate(id, grant); err != nil {
+			return err
+		}
+	}
 	return cc.bw.Flush()
 }
 
@@ -508,6 +536,7 @@ var commonLower = func() map[string]string {
 func (cc *Conn) forget(s *stream) {
 	cc.mu.Lock()
 	delete(cc.streams, s.id)
+	cc.settleLocked(s)
 	cc.becameIdleLocked()
 	cc.mu.Unlock()
 }

@@ -327,3 +327,54 @@ func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 	before := got.Load()
 	waitFor(t, "the watch's events after the unread streams stalled", func() bool { return got.Load() > before+1024 })
 }
+
+// TestShortAnswerWindow: a short request's stream starts with
+// ShortAnswerWindow while the budget has room, taken from it and given
+// back when the body closes; a watch's (RoundTrip) starts at the floor,
+// and so does a short one the budget cannot spare.
+func TestShortAnswerWindow(t *testing.T) {
+	const short = 64 << 10
+	p := newPKI(t)
+	srv := newFloodServer(t, p, 100)
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		short  bool
+		want   int // the window the server filled
+	}{
+		{"short request", 1 << 20, true, short},
+		{"watch", 1 << 20, false, DefaultMinReceiveBufferPerStream},
+		{"short request, budget spent", short / 2, true, DefaultMinReceiveBufferPerStream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := budget.New(tc.budget, nil, nil)
+			rt := newClients(t, p, Config{WindowBudget: b}).For(srv.addr)
+			cc, err := rt.get(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := cc.RoundTrip
+			if tc.short {
+				send = cc.RoundTripShort
+			}
+			res, err := send(newRequest(t, context.Background(), srv.addr, "/flood"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Nothing is read, so the window never grows: the server
+			// fills what the stream was granted at its start.
+			waitFor(t, "the server to fill the stream's window", func() bool { _, _, _, stalled := windowOf(res); return stalled })
+			buffered, size, borrowed, _ := windowOf(res)
+			if buffered != tc.want || size != tc.want {
+				t.Errorf("the server sent %d bytes into a window of %d, want %d", buffered, size, tc.want)
+			}
+			if int64(borrowed) != b.Used() || borrowed != tc.want-DefaultMinReceiveBufferPerStream {
+				t.Errorf("borrowed %d, budget in use %d; want both %d", borrowed, b.Used(), tc.want-DefaultMinReceiveBufferPerStream)
+			}
+			res.Body.Close()
+			if u := b.Used(); u != 0 {
+				t.Errorf("after the body closed the budget holds %d bytes, want 0", u)
+			}
+		})
+	}
+}
