@@ -18,7 +18,9 @@ import (
 // fit gets 431 and never reaches the apiserver, and everything comes back
 // when the requests end and the connection closes. Waits are on the
 // budget's gauge, never on time.
-func TestHeaderBudgetOverH2C(t *testing.T) {
+func TestHeaderBudgetOverH2C(t *testing.T) { forEachH1Server(t, testHeaderBudgetOverH2C) }
+
+func testHeaderBudgetOverH2C(t *testing.T, h1 string) {
 	const (
 		maxBytes = 64 << 10
 		limit    = maxBytes + 40<<10
@@ -26,7 +28,7 @@ func TestHeaderBudgetOverH2C(t *testing.T) {
 	)
 	g, p, u := newGateBackend(t)
 	m := newMetrics()
-	_, _, base := startProxy(t, Config{MaxHeaderBytes: maxBytes, HeaderBudget: limit}, p, u, m)
+	_, _, base := startProxy(t, Config{H1Server: h1, MaxHeaderBytes: maxBytes, HeaderBudget: limit}, p, u, m)
 	if got := testutil.ToFloat64(m.headerLimit); got != limit {
 		t.Errorf("fanout_header_budget_limit_bytes = %v, want %d", got, limit)
 	}
