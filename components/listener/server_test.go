@@ -335,6 +335,35 @@ func testServerStartStop(t *testing.T, h1 string) {
 	}
 }
 
+// TestH1ServerChoice: Config.H1Server says who serves plaintext
+// HTTP/1.1: internal/h1server unless it says std, net/http's server, which
+// the tests run with forEachH1Server then reach; any other value is
+// refused naming the flag.
+func TestH1ServerChoice(t *testing.T) {
+	for _, tc := range []struct {
+		h1      string
+		wantOwn bool
+	}{{"", true}, {H1ServerOwn, true}, {H1ServerStd, false}} {
+		p, u := okBackend(t)
+		s, _, base := startProxy(t, Config{H1Server: tc.h1}, p, u, nil)
+		if own := s.h1 != nil; own != tc.wantOwn {
+			t.Errorf("H1Server %q: internal/h1server serves: %v, want %v", tc.h1, own, tc.wantOwn)
+		}
+		resp, err := newClient(t, false).Get(base + "/api/v1/pods")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("H1Server %q: status %d, want 200", tc.h1, resp.StatusCode)
+		}
+	}
+	if err := (Config{H1Server: "net/http"}).Validate(); err == nil || !strings.Contains(err.Error(), "--h1-server") {
+		t.Errorf("H1Server \"net/http\": Validate = %v, want an error naming --h1-server", err)
+	}
+}
+
 // TestHandlerIsServedNotAsked: the edge makes each request's context
 // itself (reqinfo.WithRequest) and never calls back into the handler to
 // build it, as kube-apiserver's filters never call the handler behind
