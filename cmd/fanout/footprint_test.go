@@ -48,7 +48,7 @@ import (
 // freshness request, components/watch/freshness.go): adding back a cut
 // of docs/footprint.md ("A watch holds less while open"), or x/net's
 // per-stream state, fails.
-// h1-std's heap budget is 3% over its heap (19.90-19.97 KiB, three
+// h1-std's heap budget is 3% over its heap (19.87-19.97 KiB, five
 // runs; stacks 18.2-18.9 KiB): heap and stacks together nearly four
 // times HTTP/1.1's with fanout's own server.
 // Stacks vary more between runs (4.0-4.3 KiB for HTTP/1.1, 8.6-9.6 KiB
@@ -125,6 +125,10 @@ func TestFootprintPerWatch(t *testing.T) {
 			// absorbs the odd goroutine that came or went meanwhile.
 			if goroutines > b.goroutines+0.05 {
 				t.Errorf("%s: %.2f goroutines per idle watch, budget %.0f: a per-watch goroutine was added", mode, goroutines, b.goroutines)
+			}
+			if mode == "h1-std" && goroutines < b.goroutines-0.05 {
+				t.Errorf("h1-std: %.2f goroutines per idle watch, want 2 (net/http's connection goroutine and its background read): --h1-server std did not serve the watches",
+					goroutines)
 			}
 			if heap > b.heap {
 				t.Errorf("%s: %.1f KiB of heap per idle watch, budget %.1f KiB: something now holds more per watch; profile it with fanout-bench footprint (docs/footprint.md)",
