@@ -138,8 +138,9 @@ const (
 	// parsed and while its handler runs (as with TLS), so a header being
 	// read is bounded per connection only (MaxHeaderBytes); an h2c
 	// connection holds no header budget for its life; a watch's answer
-	// is not detached, so its handler's goroutine, net/http's background
-	// read goroutine and the connection's buffers wait with it.
+	// is not detached, so the connection's goroutine (running the
+	// handler), net/http's background read and the connection's buffers
+	// wait with it.
 	H1ServerStd = "std"
 )
 
