@@ -30,6 +30,11 @@ import (
 //     HTTP/2 client, internal/h2conn); the client closing the connection
 //     is noticed by one goroutine for all watches (the server's epoll
 //     hang-up watcher); no serve goroutine or buffers wait meanwhile;
+//   - h1-std: HTTP/1.1 served by net/http's server (--h1-server std),
+//     for comparison: the connection's goroutine, running the watch's
+//     handler, blocked in the copy, and net/http's background read of
+//     the connection, which notices the client closing it; the
+//     connection's buffers wait with them;
 //   - h2c: the stream's handler goroutine.
 //
 // The watches are made from a resourceVersion, as client-go's reflectors
@@ -43,6 +48,9 @@ import (
 // freshness request, components/watch/freshness.go): adding back a cut
 // of docs/footprint.md ("A watch holds less while open"), or x/net's
 // per-stream state, fails.
+// h1-std's heap budget is 3% over its heap (19.87-19.97 KiB, five
+// runs; stacks 18.2-18.9 KiB): heap and stacks together nearly four
+// times HTTP/1.1's with fanout's own server.
 // Stacks vary more between runs (4.0-4.3 KiB for HTTP/1.1, 8.6-9.6 KiB
 // for h2c), so their budgets are looser: a stack is 2, 4, 8 or 16 KiB,
 // and where a goroutine ends depends on the runtime's adaptive first
@@ -53,8 +61,9 @@ var footprintBudgets = map[string]struct {
 	goroutines   float64
 	heap, stacks float64 // bytes: live heap after GC, goroutine stacks
 }{
-	"h1":  {goroutines: 1, heap: 6.4 * 1024, stacks: 8 << 10},
-	"h2c": {goroutines: 1, heap: 13.1 * 1024, stacks: 20 << 10},
+	"h1":     {goroutines: 1, heap: 6.4 * 1024, stacks: 8 << 10},
+	"h1-std": {goroutines: 2, heap: 20.6 * 1024, stacks: 24 << 10},
+	"h2c":    {goroutines: 1, heap: 13.1 * 1024, stacks: 20 << 10},
 }
 
 // TestFootprintPerWatch is the guard on what an idle watch costs the
@@ -79,9 +88,13 @@ func TestFootprintPerWatch(t *testing.T) {
 		<-r.Context().Done()
 	}), testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: 1000}))
 
-	for _, mode := range []string{"h1", "h2c"} {
+	for _, mode := range []string{"h1", "h1-std", "h2c"} {
 		t.Run(mode, func(t *testing.T) {
-			f := startFootprintFanout(t, bin, ca, upstream.URL)
+			var extra []string
+			if mode == "h1-std" {
+				extra = []string{"--h1-server", "std"}
+			}
+			f := startFootprintFanout(t, bin, ca, upstream.URL, extra...)
 			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: footprintWatches}}
 			if mode == "h2c" {
 				tr := c.Transport.(*http.Transport)
@@ -112,6 +125,10 @@ func TestFootprintPerWatch(t *testing.T) {
 			// absorbs the odd goroutine that came or went meanwhile.
 			if goroutines > b.goroutines+0.05 {
 				t.Errorf("%s: %.2f goroutines per idle watch, budget %.0f: a per-watch goroutine was added", mode, goroutines, b.goroutines)
+			}
+			if mode == "h1-std" && goroutines < b.goroutines-0.05 {
+				t.Errorf("h1-std: %.2f goroutines per idle watch, want 2 (net/http's connection goroutine and its background read): --h1-server std did not serve the watches",
+					goroutines)
 			}
 			if heap > b.heap {
 				t.Errorf("%s: %.1f KiB of heap per idle watch, budget %.1f KiB: something now holds more per watch; profile it with fanout-bench footprint (docs/footprint.md)",

@@ -72,6 +72,14 @@ type Config struct {
 	// and port-forward stream their input for hours.
 	RequestBodyTimeout time.Duration
 
+	// H1Server is the server of plaintext HTTP/1.1 (--h1-server):
+	// H1ServerOwn, internal/h1server, which hands h2c to net/http; or
+	// H1ServerStd, net/http's, which then takes h2c too. std is there to
+	// measure the two against each other; what it lacks is in
+	// H1ServerStd's comment. "" means own. Ignored with TLS, which
+	// net/http serves either way.
+	H1Server string
+
 	// TLS, when set, makes the listener serve TLS with it (HTTP/1.1 and
 	// HTTP/2 by ALPN) instead of plaintext HTTP/1.1 and h2c
 	// (--listen-tls). Set ClientAuth in it to require client certificates.
@@ -120,6 +128,22 @@ const (
 	DefaultShutdownGrace = 30 * time.Second
 )
 
+// Values of Config.H1Server.
+const (
+	// H1ServerOwn is internal/h1server: the header budget from a
+	// header's first byte, the hang-up watcher, detached streams.
+	H1ServerOwn = "own"
+	// H1ServerStd is net/http's server, for comparison. It lacks what
+	// h1server adds: an HTTP/1.1 header takes header budget only once
+	// parsed and while its handler runs (as with TLS), so a header being
+	// read is bounded per connection only (MaxHeaderBytes); an h2c
+	// connection holds no header budget for its life; a watch's answer
+	// is not detached, so the connection's goroutine (running the
+	// handler), net/http's background read and the connection's buffers
+	// wait with it.
+	H1ServerStd = "std"
+)
+
 // DefaultHeaderBudget is the most AutoHeaderBudget gives, and what it
 // gives without a memory limit; MinAutoHeaderBudget the least.
 const (
@@ -150,6 +174,9 @@ func (c Config) maxHeaderBytes() int {
 	return DefaultMaxHeaderBytes
 }
 
+// ownH1 tells whether internal/h1server takes plaintext HTTP/1.1.
+func (c Config) ownH1() bool { return c.TLS == nil && c.H1Server != H1ServerStd }
+
 // Defaults is the Config with every default spelled out, as the sidecar's
 // flags start from it (so --help shows them).
 func Defaults() Config {
@@ -164,6 +191,7 @@ func Defaults() Config {
 		ReadHeaderTimeout:    DefaultReadHeaderTimeout,
 		RequestBodyTimeout:   DefaultRequestBodyTimeout,
 		IdleTimeout:          DefaultIdleTimeout,
+		H1Server:             H1ServerOwn,
 	}
 }
 
@@ -173,6 +201,11 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.ListenAddress); err != nil {
 			return fmt.Errorf("proxy listen address %q is not host:port: %v", c.ListenAddress, err)
 		}
+	}
+	switch c.H1Server {
+	case "", H1ServerOwn, H1ServerStd:
+	default:
+		return fmt.Errorf("--h1-server must be %s or %s, got %q", H1ServerOwn, H1ServerStd, c.H1Server)
 	}
 	if c.ShutdownGrace < 0 {
 		return fmt.Errorf("--shutdown-grace must not be negative, got %v", c.ShutdownGrace)
@@ -202,6 +235,9 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	if c.ListenAddress == "" {
 		c.ListenAddress = DefaultListenAddress
+	}
+	if c.H1Server == "" {
+		c.H1Server = H1ServerOwn
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = DefaultReadHeaderTimeout

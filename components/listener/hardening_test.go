@@ -47,21 +47,23 @@ func TestIsLoopbackHost(t *testing.T) {
 // 127.0.0.1 sends Host: evil.example. Refused requests get a Status that
 // says what to do, and never reach an apiserver. AllowAnyHost
 // (--allow-remote) turns the check off.
-func TestHostCheck(t *testing.T) {
+func TestHostCheck(t *testing.T) { forEachH1Server(t, testHostCheck) }
+
+func testHostCheck(t *testing.T, h1 string) {
 	for _, tc := range []struct {
 		name     string
 		cfg      Config
 		raw      string
 		wantCode int
 	}{
-		{"loopback address", Config{}, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1:7080\r\n\r\n", http.StatusOK},
-		{"localhost", Config{}, "GET /api/v1/pods HTTP/1.1\r\nHost: localhost:7080\r\n\r\n", http.StatusOK},
-		{"IPv6 loopback", Config{}, "GET /api/v1/pods HTTP/1.1\r\nHost: [::1]:7080\r\n\r\n", http.StatusOK},
-		{"rebound name", Config{}, "GET /api/v1/pods HTTP/1.1\r\nHost: evil.example:7080\r\n\r\n", http.StatusForbidden},
-		{"rebound name, upgrade", Config{}, "POST /api/v1/namespaces/ns/pods/p/exec HTTP/1.1\r\nHost: evil.example\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n", http.StatusForbidden},
-		{"pod IP", Config{}, "GET /api/v1/pods HTTP/1.1\r\nHost: 10.1.2.3:7080\r\n\r\n", http.StatusForbidden},
-		{"no Host (HTTP/1.0)", Config{}, "GET /api/v1/pods HTTP/1.0\r\n\r\n", http.StatusForbidden},
-		{"any Host with AllowAnyHost", Config{AllowAnyHost: true}, "GET /api/v1/pods HTTP/1.1\r\nHost: fanout.example:7080\r\n\r\n", http.StatusOK},
+		{"loopback address", Config{H1Server: h1}, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1:7080\r\n\r\n", http.StatusOK},
+		{"localhost", Config{H1Server: h1}, "GET /api/v1/pods HTTP/1.1\r\nHost: localhost:7080\r\n\r\n", http.StatusOK},
+		{"IPv6 loopback", Config{H1Server: h1}, "GET /api/v1/pods HTTP/1.1\r\nHost: [::1]:7080\r\n\r\n", http.StatusOK},
+		{"rebound name", Config{H1Server: h1}, "GET /api/v1/pods HTTP/1.1\r\nHost: evil.example:7080\r\n\r\n", http.StatusForbidden},
+		{"rebound name, upgrade", Config{H1Server: h1}, "POST /api/v1/namespaces/ns/pods/p/exec HTTP/1.1\r\nHost: evil.example\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n", http.StatusForbidden},
+		{"pod IP", Config{H1Server: h1}, "GET /api/v1/pods HTTP/1.1\r\nHost: 10.1.2.3:7080\r\n\r\n", http.StatusForbidden},
+		{"no Host (HTTP/1.0)", Config{H1Server: h1}, "GET /api/v1/pods HTTP/1.0\r\n\r\n", http.StatusForbidden},
+		{"any Host with AllowAnyHost", Config{H1Server: h1, AllowAnyHost: true}, "GET /api/v1/pods HTTP/1.1\r\nHost: fanout.example:7080\r\n\r\n", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, u := okBackend(t)
@@ -89,9 +91,11 @@ func TestHostCheck(t *testing.T) {
 }
 
 // TestHostCheckH2C: over h2c the Host is the :authority, checked the same.
-func TestHostCheckH2C(t *testing.T) {
+func TestHostCheckH2C(t *testing.T) { forEachH1Server(t, testHostCheckH2C) }
+
+func testHostCheckH2C(t *testing.T, h1 string) {
 	p, u := okBackend(t)
-	_, _, base := startProxy(t, Config{}, p, u, nil)
+	_, _, base := startProxy(t, Config{H1Server: h1}, p, u, nil)
 	client := newClient(t, true)
 	for host, want := range map[string]int{"127.0.0.1": http.StatusOK, "evil.example:7080": http.StatusForbidden} {
 		req, err := http.NewRequest(http.MethodGet, base+"/api/v1/pods", nil)

@@ -25,20 +25,25 @@ import (
 //     spent;
 //   - with --listen-tls, every request its header's size (withHeaderBudget);
 //     the header being read is bounded per connection only, and only a
-//     client holding the listener's client certificate gets to send one.
+//     client holding the listener's client certificate gets to send one;
+//   - with --h1-server std (net/http's server, for comparison), every
+//     request its header's size likewise, HTTP/1.1 and h2c; the header
+//     being read is bounded per connection only, and an h2c connection
+//     holds nothing for its life.
 
 // rejectHeaderBudget is the 431's message.
 const rejectHeaderBudget = "fanout: request headers held by all clients together are at --header-budget; retry later or send smaller headers"
 
 // withHeaderBudget takes each request's header size from b for as long as
-// next serves it, and answers 431 when b cannot spare it. Requests that
-// h1server read took their share as they were read (h1), and pass.
-func withHeaderBudget(next http.Handler, b *budget.Bytes, h1 bool) http.Handler {
+// next serves it, and answers 431 when b cannot spare it. HTTP/1.x
+// requests that h1server read took their share as they were read (ownH1),
+// and pass.
+func withHeaderBudget(next http.Handler, b *budget.Bytes, ownH1 bool) http.Handler {
 	if b == nil {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h1 && r.ProtoMajor == 1 {
+		if ownH1 && r.ProtoMajor == 1 {
 			next.ServeHTTP(w, r)
 			return
 		}

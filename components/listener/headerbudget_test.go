@@ -17,7 +17,11 @@ import (
 // its header's HTTP/2 size while it runs; a request whose header does not
 // fit gets 431 and never reaches the apiserver, and everything comes back
 // when the requests end and the connection closes. Waits are on the
-// budget's gauge, never on time.
+// budget's gauge, never on time. The connection's share is taken where
+// internal/h1server hands the connection over, so this runs with it
+// alone: with --h1-server std an h2c connection holds nothing, and a
+// second request of the same header is served
+// (TestHeaderBudgetStdServer).
 func TestHeaderBudgetOverH2C(t *testing.T) {
 	const (
 		maxBytes = 64 << 10
@@ -76,6 +80,62 @@ func TestHeaderBudgetOverH2C(t *testing.T) {
 	testkit.WaitFor(t, "the request's header budget to come back", func() bool { return used() == maxBytes })
 	tr.CloseIdleConnections()
 	testkit.WaitFor(t, "the connection's header budget to come back", func() bool { return used() == 0 })
+}
+
+// TestHeaderBudgetStdServer: with --h1-server std, HTTP/1.1 and h2c
+// requests alike take their header's HTTP/2 size from the header budget
+// while they run (withHeaderBudget), as with --listen-tls; a request whose
+// header does not fit gets 431 and never reaches the apiserver; an h2c
+// connection holds nothing of its own; all comes back when the requests
+// end.
+func TestHeaderBudgetStdServer(t *testing.T) {
+	const (
+		filler = 30 << 10
+		limit  = filler + 20<<10 // one header of the filler fits, two do not
+	)
+	for _, h2c := range []bool{false, true} {
+		t.Run(map[bool]string{false: "http1", true: "h2c"}[h2c], func(t *testing.T) {
+			g, p, u := newGateBackend(t)
+			m := newMetrics()
+			_, _, base := startProxy(t, Config{H1Server: H1ServerStd, MaxHeaderBytes: 64 << 10, HeaderBudget: limit}, p, u, m)
+			c := newClient(t, h2c)
+			get := func(query string) *http.Response {
+				t.Helper()
+				req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/namespaces/default/configmaps?"+query, nil)
+				req.Header.Set("X-Filler", strings.Repeat("f", filler))
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			used := func() int64 { return int64(testutil.ToFloat64(m.headerUsed)) }
+
+			held := get("block=1")
+			g.waitStarted(t)
+			if got := used(); got < filler || got > filler+1024 {
+				t.Errorf("a request of a %d KiB header holds %d bytes of budget, want the header's size", filler>>10, got)
+			}
+			refused := get("block=2")
+			if refused.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+				refused.Body.Close()
+				g.open()
+				t.Fatalf("a header past the budget: %d, want 431", refused.StatusCode)
+			}
+			if st := readStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
+				t.Errorf("the 431 says %q, want it to name --header-budget", st.Message)
+			}
+			select {
+			case u := <-g.started:
+				t.Errorf("the refused request reached the apiserver (%s)", u)
+			default: // it was answered before: the refusal is synchronous
+			}
+			g.open()
+			io.Copy(io.Discard, held.Body)
+			held.Body.Close()
+			testkit.WaitFor(t, "the request's header budget to come back", func() bool { return used() == 0 })
+		})
+	}
 }
 
 // TestAutoHeaderBudget: auto is a sixteenth of the Go memory limit within

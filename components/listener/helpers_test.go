@@ -150,3 +150,12 @@ func readStatus(t *testing.T, resp *http.Response) metav1.Status { return testki
 
 // wait is testkit.Wait.
 func wait(t testing.TB, ch <-chan struct{}, what string) { testkit.Wait(t, ch, what) }
+
+// forEachH1Server runs f as a subtest per server of plaintext HTTP/1.1
+// (Config.H1Server): the tests of what a client sees hold for both.
+// Tests of what only internal/h1server adds run with it alone.
+func forEachH1Server(t *testing.T, f func(t *testing.T, h1 string)) {
+	for _, h1 := range []string{H1ServerOwn, H1ServerStd} {
+		t.Run("h1-server="+h1, func(t *testing.T) { f(t, h1) })
+	}
+}

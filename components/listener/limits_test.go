@@ -82,12 +82,14 @@ func (g *gateBackend) bodyCount() int {
 	return len(g.bodies)
 }
 
-func TestInflightBudgets(t *testing.T) {
+func TestInflightBudgets(t *testing.T) { forEachH1Server(t, testInflightBudgets) }
+
+func testInflightBudgets(t *testing.T, h1 string) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(fmt.Sprintf("h2c=%v", h2c), func(t *testing.T) {
 			g, p, u := newGateBackend(t)
 			m, _ := NewMetrics(nil)
-			_, _, base := startProxy(t, Config{MaxInflight: 2, MaxLongRunning: 3}, p, u, m)
+			_, _, base := startProxy(t, Config{H1Server: h1, MaxInflight: 2, MaxLongRunning: 3}, p, u, m)
 			client := newClient(t, h2c)
 			get := func(path string) *http.Response {
 				t.Helper()
@@ -165,10 +167,12 @@ func TestInflightBudgets(t *testing.T) {
 	}
 }
 
-func TestConnectionLimit(t *testing.T) {
+func TestConnectionLimit(t *testing.T) { forEachH1Server(t, testConnectionLimit) }
+
+func testConnectionLimit(t *testing.T, h1 string) {
 	p, u := okBackend(t)
 	m, _ := NewMetrics(nil)
-	s, _, _ := startProxy(t, Config{MaxConnections: 2}, p, u, m)
+	s, _, _ := startProxy(t, Config{H1Server: h1, MaxConnections: 2}, p, u, m)
 	addr := s.Addr().String()
 
 	// keepAlive opens a connection and proves it is served.
@@ -224,12 +228,14 @@ func TestConnectionLimit(t *testing.T) {
 	}
 }
 
-func TestRequestBodyTimeout(t *testing.T) {
+func TestRequestBodyTimeout(t *testing.T) { forEachH1Server(t, testRequestBodyTimeout) }
+
+func testRequestBodyTimeout(t *testing.T, h1 string) {
 	const timeout = 300 * time.Millisecond
 	t.Run("a stalled body is cut", func(t *testing.T) {
 		g, p, u := newGateBackend(t)
 		m, _ := NewMetrics(nil)
-		s, _, _ := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
+		s, _, _ := startProxy(t, Config{H1Server: h1, RequestBodyTimeout: timeout}, p, u, m)
 		c, err := net.Dial("tcp", s.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -270,7 +276,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 			// response must still arrive, and the connection serve on.
 			_, p, u := newGateBackend(t)
 			m, _ := NewMetrics(nil)
-			_, _, base := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
+			_, _, base := startProxy(t, Config{H1Server: h1, RequestBodyTimeout: timeout}, p, u, m)
 			client := newClient(t, tc.h2c)
 			for range 2 {
 				var body io.Reader = strings.NewReader(`{"kind":"ConfigMap"}`)
@@ -303,7 +309,7 @@ func TestRequestBodyTimeout(t *testing.T) {
 		} {
 			g, p, u := newGateBackend(t)
 			m, _ := NewMetrics(nil)
-			s, _, _ := startProxy(t, Config{RequestBodyTimeout: timeout}, p, u, m)
+			s, _, _ := startProxy(t, Config{H1Server: h1, RequestBodyTimeout: timeout}, p, u, m)
 			c, err := net.Dial("tcp", s.Addr().String())
 			if err != nil {
 				t.Fatal(err)
@@ -337,9 +343,11 @@ func TestRequestBodyTimeout(t *testing.T) {
 // when a reserved request waits behind one that holds the header lock
 // (seen here with v0.60.0), which made an earlier client-based version of
 // this test hang.
-func TestMaxConcurrentStreams(t *testing.T) {
+func TestMaxConcurrentStreams(t *testing.T) { forEachH1Server(t, testMaxConcurrentStreams) }
+
+func testMaxConcurrentStreams(t *testing.T, h1 string) {
 	g, p, u := newGateBackend(t)
-	s, _, _ := startProxy(t, Config{MaxConcurrentStreams: 2}, p, u, nil)
+	s, _, _ := startProxy(t, Config{H1Server: h1, MaxConcurrentStreams: 2}, p, u, nil)
 	fr := dialH2C(t, s.Addr().String())
 	// The server's first frame is its SETTINGS.
 	f, err := fr.ReadFrame()

@@ -45,11 +45,11 @@ type Server struct {
 	cfg     Config
 	handler Handler
 	metrics *Metrics
-	// srv is net/http's server: TLS (HTTP/2 by ALPN and HTTP/1.1), and
-	// h2c handed over by h1.
+	// srv is net/http's server: TLS (HTTP/2 by ALPN and HTTP/1.1), h2c
+	// handed over by h1, and with H1ServerStd plaintext HTTP/1.1 and h2c.
 	srv *http.Server
 	// h1 serves the plaintext listener's HTTP/1.x (internal/h1server),
-	// from Start on; nil with TLS. See route.
+	// from Start on; nil with TLS or H1ServerStd. See route.
 	h1 *h1server.Server
 	// headers is the header budget (headerbudget.go); nil when off.
 	headers *budget.Bytes
@@ -103,7 +103,7 @@ func New(cfg Config, h Handler, m *Metrics) *Server {
 		Addr: cfg.ListenAddress,
 		// Classified once, here at the edge; everything behind reads it.
 		Handler: withHeaderBudget(withRequestInfo(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
-			cfg.RequestBodyTimeout, cfg.Now, m), cfg.Now), headers, cfg.TLS == nil),
+			cfg.RequestBodyTimeout, cfg.Now, m), cfg.Now), headers, cfg.ownH1()),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,
@@ -182,12 +182,16 @@ func endRequest(w http.ResponseWriter, req *reqinfo.Request) {
 // server takes a connection: with TLS, net/http (HTTP/2 by ALPN, or
 // HTTP/1.1); plaintext, fanout's own HTTP/1.1 server, which hands a
 // connection that opens with the HTTP/2 preface (h2c with prior knowledge)
-// to net/http.
+// to net/http, or with H1ServerStd net/http for both.
 func (s *Server) route(ln net.Listener) error {
-	if s.h1 == nil {
+	switch {
+	case s.cfg.TLS != nil:
 		// The certificate is in TLSConfig; the listener is limited
 		// before TLS, so a handshake flood counts against it too.
 		return s.srv.ServeTLS(ln, "", "")
+	case s.h1 == nil:
+		// net/http tells h2c from HTTP/1.1 by the preface itself.
+		return s.srv.Serve(ln)
 	}
 	h2cDone := make(chan error, 1)
 	go func() { h2cDone <- s.srv.Serve(s.h1.H2C()) }()
@@ -231,7 +235,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Rejected: s.metrics.rejected.WithLabelValues(rejectConnections), Open: s.metrics.connections})
 	s.ln = ln
 	s.served = make(chan struct{})
-	if s.cfg.TLS == nil {
+	if s.cfg.ownH1() {
 		cfg := h1server.Config{
 			Handler:           s.srv.Handler,
 			ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,

@@ -35,7 +35,9 @@ func rawRequest(t *testing.T, addr, raw string) *http.Response {
 	return testkit.RawRequest(t, addr, raw)
 }
 
-func TestRejectProxyRequests(t *testing.T) {
+func TestRejectProxyRequests(t *testing.T) { forEachH1Server(t, testRejectProxyRequests) }
+
+func testRejectProxyRequests(t *testing.T, h1 string) {
 	tests := []struct {
 		name       string
 		raw        string
@@ -49,7 +51,7 @@ func TestRejectProxyRequests(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p, u := okBackend(t)
-			s, _, _ := startProxy(t, Config{}, p, u, nil)
+			s, _, _ := startProxy(t, Config{H1Server: h1}, p, u, nil)
 			resp := rawRequest(t, s.Addr().String(), tc.raw)
 			if resp.StatusCode != tc.wantCode {
 				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.wantCode)
@@ -65,7 +67,7 @@ func TestRejectProxyRequests(t *testing.T) {
 	}
 	t.Run("origin-form passes", func(t *testing.T) {
 		p, u := okBackend(t)
-		s, _, _ := startProxy(t, Config{}, p, u, nil)
+		s, _, _ := startProxy(t, Config{H1Server: h1}, p, u, nil)
 		resp := rawRequest(t, s.Addr().String(), "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1:7080\r\n\r\n")
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2))
 		if resp.StatusCode != 200 || string(b) != "ok" {
@@ -74,9 +76,11 @@ func TestRejectProxyRequests(t *testing.T) {
 	})
 }
 
-func TestServerLimits(t *testing.T) {
+func TestServerLimits(t *testing.T) { forEachH1Server(t, testServerLimits) }
+
+func testServerLimits(t *testing.T, h1 string) {
 	p, u := okBackend(t)
-	s, _, base := startProxy(t, Config{MaxHeaderBytes: 4 << 10, ReadHeaderTimeout: 200 * time.Millisecond}, p, u, nil)
+	s, _, base := startProxy(t, Config{H1Server: h1, MaxHeaderBytes: 4 << 10, ReadHeaderTimeout: 200 * time.Millisecond}, p, u, nil)
 	addr := s.Addr().String()
 	client := newClient(t, false)
 	stillServes := func(t *testing.T) {
@@ -127,9 +131,11 @@ func TestServerLimits(t *testing.T) {
 	})
 }
 
-func TestH2CPriorKnowledge(t *testing.T) {
+func TestH2CPriorKnowledge(t *testing.T) { forEachH1Server(t, testH2CPriorKnowledge) }
+
+func testH2CPriorKnowledge(t *testing.T, h1 string) {
 	p, u := okBackend(t)
-	_, _, base := startProxy(t, Config{}, p, u, nil)
+	_, _, base := startProxy(t, Config{H1Server: h1}, p, u, nil)
 	resp, err := newClient(t, true).Get(base + "/api/v1/pods")
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +151,10 @@ func TestH2CPriorKnowledge(t *testing.T) {
 // watch ends with a complete body while a short request in flight still
 // gets its answer, and Stop returns once it has.
 func TestStopEndsWatchesAndDrainsShortRequests(t *testing.T) {
+	forEachH1Server(t, testStopEndsWatchesAndDrainsShortRequests)
+}
+
+func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(map[bool]string{false: "http1", true: "h2c"}[h2c], func(t *testing.T) {
 			release := make(chan struct{})
@@ -171,7 +181,7 @@ func TestStopEndsWatchesAndDrainsShortRequests(t *testing.T) {
 			p := newFakePicker(addr)
 			u := newFakeUpstream()
 			u.set(addr, rt)
-			s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
+			s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -255,6 +265,10 @@ func TestStopEndsWatchesAndDrainsShortRequests(t *testing.T) {
 }
 
 func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
+	forEachH1Server(t, testStopCutsShortRequestsAtDeadline)
+}
+
+func testStopCutsShortRequestsAtDeadline(t *testing.T, h1 string) {
 	arrived := make(chan struct{})
 	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(arrived)
@@ -263,7 +277,7 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 	p := newFakePicker(addr)
 	u := newFakeUpstream()
 	u.set(addr, rt)
-	s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
+	s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -288,9 +302,11 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 	}
 }
 
-func TestServerStartStop(t *testing.T) {
+func TestServerStartStop(t *testing.T) { forEachH1Server(t, testServerStartStop) }
+
+func testServerStartStop(t *testing.T, h1 string) {
 	p, u := okBackend(t)
-	s := New(Config{ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
+	s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if s.Addr() != nil {
 		t.Error("Addr before Start is not nil")
 	}
@@ -303,7 +319,7 @@ func TestServerStartStop(t *testing.T) {
 	if err := s.Start(context.Background()); err == nil {
 		t.Error("second Start succeeded")
 	}
-	busy := New(Config{ListenAddress: s.Addr().String()}, proxy.New(proxy.Config{}, p, u, nil), nil)
+	busy := New(Config{H1Server: h1, ListenAddress: s.Addr().String()}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := busy.Start(context.Background()); err == nil || !strings.Contains(err.Error(), s.Addr().String()) {
 		t.Errorf("Start on a busy port = %v, want an error naming the address", err)
 	}
@@ -313,9 +329,38 @@ func TestServerStartStop(t *testing.T) {
 	if err := s.Stop(context.Background()); err != nil {
 		t.Errorf("second Stop = %v", err)
 	}
-	bad := New(Config{ListenAddress: "no-port"}, proxy.New(proxy.Config{}, p, u, nil), nil)
+	bad := New(Config{H1Server: h1, ListenAddress: "no-port"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := bad.Start(context.Background()); err == nil {
 		t.Error("Start with an invalid address succeeded")
+	}
+}
+
+// TestH1ServerChoice: Config.H1Server says who serves plaintext
+// HTTP/1.1: internal/h1server unless it says std, net/http's server, which
+// the tests run with forEachH1Server then reach; any other value is
+// refused naming the flag.
+func TestH1ServerChoice(t *testing.T) {
+	for _, tc := range []struct {
+		h1      string
+		wantOwn bool
+	}{{"", true}, {H1ServerOwn, true}, {H1ServerStd, false}} {
+		p, u := okBackend(t)
+		s, _, base := startProxy(t, Config{H1Server: tc.h1}, p, u, nil)
+		if own := s.h1 != nil; own != tc.wantOwn {
+			t.Errorf("H1Server %q: internal/h1server serves: %v, want %v", tc.h1, own, tc.wantOwn)
+		}
+		resp, err := newClient(t, false).Get(base + "/api/v1/pods")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("H1Server %q: status %d, want 200", tc.h1, resp.StatusCode)
+		}
+	}
+	if err := (Config{H1Server: "net/http"}).Validate(); err == nil || !strings.Contains(err.Error(), "--h1-server") {
+		t.Errorf("H1Server \"net/http\": Validate = %v, want an error naming --h1-server", err)
 	}
 }
 

@@ -38,7 +38,9 @@ func dialH2C(t *testing.T, addr string) *http2.Framer {
 // connection (what docs/security.md sums with the other bounds), and a
 // body of 3 MiB, kube-apiserver's largest, still goes through them to the
 // apiserver whole.
-func TestH2CRequestBodyWindows(t *testing.T) {
+func TestH2CRequestBodyWindows(t *testing.T) { forEachH1Server(t, testH2CRequestBodyWindows) }
+
+func testH2CRequestBodyWindows(t *testing.T, h1 string) {
 	const upload = 3 << 20
 	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, err := io.Copy(io.Discard, r.Body)
@@ -50,7 +52,7 @@ func TestH2CRequestBodyWindows(t *testing.T) {
 	}), false)
 	u := newFakeUpstream()
 	u.set(addr, rt)
-	s, _, base := startProxy(t, Config{}, newFakePicker(addr), u, nil)
+	s, _, base := startProxy(t, Config{H1Server: h1}, newFakePicker(addr), u, nil)
 
 	fr := dialH2C(t, s.Addr().String())
 	var stream, conn uint32

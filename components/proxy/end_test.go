@@ -27,7 +27,7 @@ type watchEndFixture struct {
 	inflight func() float64 // fanout_downstream_inflight_requests{kind=long}
 }
 
-func startWatchEnd(t *testing.T) *watchEndFixture {
+func startWatchEnd(t *testing.T, h1 string) *watchEndFixture {
 	t.Helper()
 	f := &watchEndFixture{finish: make(chan struct{})}
 	var watches atomic.Int32
@@ -53,7 +53,7 @@ func startWatchEnd(t *testing.T) *watchEndFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.s, f.h, f.base = startProxyOn(t, listener.Config{MaxLongRunning: 1}, lm, Config{Cost: f.tab}, f.p, u, f.m)
+	f.s, f.h, f.base = startProxyOn(t, listener.Config{MaxLongRunning: 1, H1Server: h1}, lm, Config{Cost: f.tab}, f.p, u, f.m)
 	f.inflight = listenerValue(t, lm, "fanout_downstream_inflight_requests", "long")
 	return f
 }
@@ -82,18 +82,23 @@ func (f *watchEndFixture) held(t *testing.T) held {
 
 // TestWatchEndReleasesOnce: however a watch ends (the client goes away,
 // the apiserver ends it, shutdown, the watch rebalancer), over HTTP/1.1
-// (the answer detached from its handler, h1stream.go) or h2c, its end
+// (the answer detached from its handler, h1stream.go; with --h1-server
+// std served by its handler to the end) or h2c, its end
 // gives back everything it held, once: the listener's slot and gauge, the
 // open long-running gauge, the cost table's open watch, the replay budget
 // and the balancer's Done. Released twice, a gauge would read -1 once the
 // server stopped and the slot would admit two watches at once; never, one
 // would stay at 1.
 func TestWatchEndReleasesOnce(t *testing.T) {
-	for _, h2c := range []bool{false, true} {
+	for _, mode := range []string{"h1", "h1-std", "h2c"} {
 		for _, how := range []string{"client leaves", "apiserver ends", "shutdown", "rebalanced"} {
-			name := map[bool]string{false: "h1", true: "h2c"}[h2c] + "/" + how
-			t.Run(name, func(t *testing.T) {
-				f := startWatchEnd(t)
+			t.Run(mode+"/"+how, func(t *testing.T) {
+				h2c := mode == "h2c"
+				h1 := listener.H1ServerOwn
+				if mode == "h1-std" {
+					h1 = listener.H1ServerStd
+				}
+				f := startWatchEnd(t, h1)
 				client := newClient(t, h2c)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
@@ -107,7 +112,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 				if _, err := br.ReadString('\n'); err != nil {
 					t.Fatal(err)
 				}
-				if !h2c {
+				if mode == "h1" {
 					waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watch's handler to return (its answer detached)")
 				}
 				if got, want := f.held(t), (held{slot: 1, openLong: 1, watchesOpen: 1, undone: 1}); got != want {
@@ -196,7 +201,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 // body reports an error (io.EOF included) and again when the caller closes
 // it; what it held is given back once.
 func TestRoundTripperWatchEndReleasesOnce(t *testing.T) {
-	f := startWatchEnd(t)
+	f := startWatchEnd(t, listener.H1ServerOwn)
 	client := &http.Client{Transport: f.h.RoundTripper()}
 	resp, err := client.Get("https://ignored.invalid/api/v1/pods?watch=true")
 	if err != nil {

@@ -169,7 +169,8 @@ func TestStopWaitsForTakenOverWatches(t *testing.T) {
 // every 5-10 minutes per watch with client-go's defaults) dials loopback
 // again instead of reusing the connection. "reused" and "new" are the
 // same GET through the Server over a kept-alive and over a fresh
-// connection; the difference is the dial.
+// connection; the difference is the dial. Each runs against both servers
+// of plaintext HTTP/1.1 (--h1-server).
 func BenchmarkRequestOnNewConnection(b *testing.B) {
 	addr, rt := newBackend(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "{}")
@@ -177,24 +178,28 @@ func BenchmarkRequestOnNewConnection(b *testing.B) {
 	p := newFakePicker(addr)
 	u := newFakeUpstream()
 	u.set(addr, rt)
-	h := New(Config{}, p, u, nil)
-	s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0"}, h, nil)
-	if err := s.Start(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	defer s.Stop(b.Context())
-	url := "http://" + s.Addr().String() + "/api/v1/namespaces/default/configmaps/x"
-	for _, fresh := range []bool{false, true} {
-		b.Run(map[bool]string{false: "reused", true: "new"}[fresh], func(b *testing.B) {
-			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: fresh}}
-			defer c.CloseIdleConnections()
-			for b.Loop() {
-				resp, err := c.Get(url)
-				if err != nil {
-					b.Fatal(err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
+	for _, h1 := range []string{listener.H1ServerOwn, listener.H1ServerStd} {
+		b.Run("h1-server="+h1, func(b *testing.B) {
+			h := New(Config{}, p, u, nil)
+			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", H1Server: h1}, h, nil)
+			if err := s.Start(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			defer s.Stop(b.Context())
+			url := "http://" + s.Addr().String() + "/api/v1/namespaces/default/configmaps/x"
+			for _, fresh := range []bool{false, true} {
+				b.Run(map[bool]string{false: "reused", true: "new"}[fresh], func(b *testing.B) {
+					c := &http.Client{Transport: &http.Transport{DisableKeepAlives: fresh}}
+					defer c.CloseIdleConnections()
+					for b.Loop() {
+						resp, err := c.Get(url)
+						if err != nil {
+							b.Fatal(err)
+						}
+						io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}
+				})
 			}
 		})
 	}

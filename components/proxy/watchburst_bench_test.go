@@ -15,7 +15,14 @@ import (
 // watch-list (sendInitialEvents) or a busy informer. It measures the
 // long-running copy path (copybuf.go): a small copy buffer must not cost
 // throughput when data is waiting. b.SetBytes makes -bench report MB/s.
+// It runs against both servers of plaintext HTTP/1.1 (--h1-server).
 func BenchmarkWatchBurst(b *testing.B) {
+	for _, h1 := range []string{listener.H1ServerOwn, listener.H1ServerStd} {
+		b.Run("h1-server="+h1, func(b *testing.B) { benchWatchBurst(b, h1) })
+	}
+}
+
+func benchWatchBurst(b *testing.B, h1 string) {
 	for _, size := range []int{512, 4 << 10, 32 << 10} {
 		b.Run(itoa(size)+"B-events", func(b *testing.B) {
 			ev := `{"type":"ADDED","object":{"x":"` + strings.Repeat("a", size-38) + `"}}` + "\n"
@@ -37,7 +44,7 @@ func BenchmarkWatchBurst(b *testing.B) {
 			u.set(addr, rt)
 			p := newFakePicker(addr)
 			h := New(Config{}, p, u, nil)
-			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0"}, h, nil)
+			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", H1Server: h1}, h, nil)
 			if err := s.Start(b.Context()); err != nil {
 				b.Fatal(err)
 			}

@@ -191,6 +191,12 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 			"h2c connections --max-header-bytes each for their life, HTTP/2 requests their header's size while they run. "+
 			"A header that finds the budget spent gets 431, an h2c connection is closed at once (fanout_header_budget_exhausted_total). "+
 			"auto: a sixteenth of the Go memory limit (--memory-limit), at least 4Mi and at most 64Mi (64Mi without a limit), and at least --max-header-bytes; 14.4Mi under a 256Mi container limit; off: no budget.")
+	fs.StringVar(&c.Listener.H1Server, "h1-server", c.Listener.H1Server,
+		"Server of plaintext HTTP/1.1 on --listen-address: own (fanout's) or std (net/http's, which then takes h2c too). "+
+			"std exists to measure the two against each other (issue 44) and lacks what own adds: --header-budget counts an HTTP/1.1 header only once it is read and while its request runs "+
+			"(a header being read is bounded by --max-header-bytes per connection only) and h2c connections hold none of it; "+
+			"a watch is not streamed apart from its handler, so each open HTTP/1.1 watch keeps two goroutines and its connection's buffers (nearly four times the memory per watch); "+
+			"the client leaving is noticed by a read per request, not one watcher for all connections. The limits, timeouts and shutdown are the same. Ignored with --listen-tls.")
 	fs.DurationVar(&c.Listener.ReadHeaderTimeout, "read-header-timeout", c.Listener.ReadHeaderTimeout,
 		"How long a client may take to send its request headers before the connection is closed (slowloris).")
 	fs.DurationVar(&c.Listener.RequestBodyTimeout, "request-body-timeout", c.Listener.RequestBodyTimeout,

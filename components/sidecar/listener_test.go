@@ -16,7 +16,7 @@ func TestListenerConfig(t *testing.T) {
 	o := parseFlags(t, "--listen-address", "127.0.0.1:7081",
 		"--max-connections", "1", "--max-inflight", "2", "--max-long-running", "3", "--max-concurrent-streams", "4",
 		"--max-header-bytes", "5", "--read-header-timeout", "6s", "--request-body-timeout", "7s", "--idle-timeout", "8s",
-		"--shutdown-grace", "9s")
+		"--shutdown-grace", "9s", "--h1-server", "std")
 	cfg, ca, err := listenerConfig(o)
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +25,7 @@ func TestListenerConfig(t *testing.T) {
 		ListenAddress: "127.0.0.1:7081", ShutdownGrace: 9 * time.Second,
 		MaxConnections: 1, MaxInflight: 2, MaxLongRunning: 3, MaxConcurrentStreams: 4, MaxHeaderBytes: 5,
 		ReadHeaderTimeout: 6 * time.Second, RequestBodyTimeout: 7 * time.Second, IdleTimeout: 8 * time.Second,
+		H1Server: listener.H1ServerStd,
 	}
 	if cfg.TLS != nil || ca != nil {
 		t.Error("TLS without --listen-tls")
