@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -356,11 +357,13 @@ func testPingDetectsDeadConnection(t *testing.T, client Client) {
 	}
 }
 
-func TestRetainDropsPools(t *testing.T) {
+func TestRetainDropsPools(t *testing.T) { forEachClient(t, testRetainDropsPools) }
+
+func testRetainDropsPools(t *testing.T, client Client) {
 	p := newPKI(t)
 	a := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	b := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 
 	rtA, rtB := tr.For(a.addr, AuthSidecar), tr.For(b.addr, AuthSidecar)
 	rtBp := tr.For(b.addr, AuthPassthrough)
@@ -395,6 +398,40 @@ func TestRetainDropsPools(t *testing.T) {
 	if tr.For(b.addr, AuthSidecar) == rtB || tr.For(b.addr, AuthPassthrough) == rtBp {
 		t.Errorf("For returned a dropped pool")
 	}
+}
+
+// TestRetainClosesBusyConnectionWhenItsStreamEnds: the connection of a
+// dropped endpoint that carries a watch stays for the watch, and closes
+// as the watch ends, not an IdleConnTimeout later.
+func TestRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T) {
+	forEachClient(t, testRetainClosesBusyConnectionWhenItsStreamEnds)
+}
+
+func testRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T, client Client) {
+	p := newPKI(t)
+	lines := make(chan string)
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
+	tr := newTransports(t, Config{Client: client, IdleConnTimeout: time.Hour}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	watch, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Body.Close()
+	tr.Retain(nil)
+
+	events := bufio.NewReader(watch.Body)
+	lines <- "one"
+	if got, err := events.ReadString('\n'); err != nil || got != "one\n" {
+		t.Fatalf("the watch on a dropped endpoint read %q, %v; want one", got, err)
+	}
+	if n := srv.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed while the watch was open", n)
+	}
+	close(lines)
+	if _, err := io.Copy(io.Discard, events); err != nil {
+		t.Fatalf("watch ended with %v", err)
+	}
+	waitFor(t, "the dropped endpoint's connection to close as its watch ended", func() bool { return srv.closed.Load() == 1 })
 }
 
 func TestCloseEndsConnections(t *testing.T) { forEachClient(t, testCloseEndsConnections) }
