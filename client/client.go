@@ -108,6 +108,7 @@ func engineConfig(cfg *rest.Config, o options) (engine.Config, error) {
 	c.Probe.Interval = o.probeInterval
 	c.WatchRebalance = o.watchRebalance
 	c.SkewRouting = o.skewRouting
+	c.Transport.Client = o.upstreamHTTP2
 	c.Balancer.Zone, c.Balancer.ZonePolicy, c.Balancer.ZoneMinEndpoints = o.zone.zone, o.zone.policy, o.zone.min
 	c.EndpointZones = o.zone.endpoints
 	c.Proxy.EndpointHeader = o.endpointHeader

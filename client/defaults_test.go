@@ -21,6 +21,7 @@ import (
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/engine"
 	"github.com/fanout-dev/fanout/components/sidecar"
+	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
@@ -129,6 +130,7 @@ func TestSidecarAndLibraryRunTheSameEngine(t *testing.T) {
 		{"probe interval", []string{"--probe-interval=5s"}, []Option{WithProbeInterval(5 * time.Second)}},
 		{"no watch rebalancing", []string{"--watch-rebalance=false"}, []Option{WithWatchRebalancing(false)}},
 		{"endpoint header", []string{"--debug-endpoint-header"}, []Option{WithEndpointHeader(true)}},
+		{"net/http's HTTP/2 client", []string{"--upstream-http2=std"}, []Option{WithUpstreamHTTP2(transport.ClientStd)}},
 		{"zones", []string{"--zone=a", "--zone-policy=spill-over", "--zone-min-endpoints=1", "--endpoint-zones=127.0.0.0/8=a"},
 			[]Option{WithZone("a", balancer.ZonePolicySpillOver), WithZoneMinEndpoints(1), WithEndpointZones("127.0.0.0/8=a")}},
 	} {

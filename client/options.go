@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/fanout-dev/fanout/components/engine"
+	"github.com/fanout-dev/fanout/components/transport"
 )
 
 // Option configures New and Wrap.
@@ -25,6 +26,7 @@ type options struct {
 	startWait      time.Duration
 	zone           zoneOptions
 	endpointHeader bool
+	upstreamHTTP2  transport.Client
 	// tune edits the engine's Config last; tests shorten timings with it.
 	tune func(*engine.Config)
 }
@@ -48,6 +50,7 @@ func defaults() options {
 		probeInterval:  d.Probe.Interval,
 		watchRebalance: d.WatchRebalance,
 		skewRouting:    d.SkewRouting,
+		upstreamHTTP2:  d.Transport.Client,
 		startWait:      DefaultStartWait,
 		zone:           zoneOptions{policy: d.Balancer.ZonePolicy, min: d.Balancer.ZoneMinEndpoints},
 	}
@@ -109,6 +112,12 @@ func WithProbeInterval(d time.Duration) Option { return func(o *options) { o.pro
 // channel close, as when an apiserver ends a watch; turn rebalancing off
 // if the program treats that as an error.
 func WithWatchRebalancing(on bool) Option { return func(o *options) { o.watchRebalance = on } }
+
+// WithUpstreamHTTP2 chooses the HTTP/2 client of the connections to the
+// apiservers, as the sidecar's --upstream-http2: transport.ClientOwn (the
+// default) or transport.ClientStd, net/http's, which exists to compare the
+// two and has no answer window budget.
+func WithUpstreamHTTP2(c transport.Client) Option { return func(o *options) { o.upstreamHTTP2 = c } }
 
 // WithSkewRouting turns off (or on, the default) reading each apiserver's
 // discovery to route requests by what it serves during an upgrade, and

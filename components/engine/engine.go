@@ -117,6 +117,7 @@ func Defaults() Config {
 		Cost:           cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop},
 		SkewRouting:    true,
 		APIs:           apis.Config{Interval: apis.DefaultInterval},
+		Transport:      transport.Config{Client: transport.ClientOwn},
 	}
 }
 
@@ -141,6 +142,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.APIs.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Transport.Client.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.Probe.Interval < 0 {

@@ -178,6 +178,8 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 		"Most bytes that kube-apiserver's answers hold in fanout beyond 2 KiB of HTTP/2 window and 2 KiB of copy buffer per request, all requests together: what answers a client does not read can make fanout hold is 4 KiB per request plus this. "+
 			"A short request's stream starts with a 64 KiB window from the budget while it has room, and a stream whose reader keeps up grows its window (up to 1 MiB) with bytes of the budget and gives them back as it stops needing them, and a short answer is copied to the client with a 32 KiB buffer of the budget; when the budget is spent streams keep the window they have and copies use 2 KiB buffers (fanout_answer_window_budget_exhausted_total). "+
 			"auto: a 128th of the Go memory limit (--memory-limit), at least 1Mi and at most 64Mi (64Mi without a limit); 1.8Mi under a 256Mi container limit; off: no budget, every stream gets 1 MiB up front.")
+	fs.StringVar((*string)(&c.Engine.Transport.Client), "upstream-http2", string(c.Engine.Transport.Client),
+		"HTTP/2 client of the connections to kube-apiserver: own (fanout's) or std (net/http's); std exists to compare the two (issue 44) and has no --answer-window-budget: every stream gets a 1 MiB window up front.")
 	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,
 		"Most short requests (everything but watch, logs, exec, attach, port-forward, proxy) served at once; more are answered 429 with Retry-After: 1, which client-go retries (fanout_rejected_total{reason=\"short_inflight\"}).")
 	fs.IntVar(&c.Listener.MaxLongRunning, "max-long-running", c.Listener.MaxLongRunning,

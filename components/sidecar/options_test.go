@@ -45,6 +45,7 @@ func TestValidate(t *testing.T) {
 		{"listen-tls", func(o *Config) { o.ListenTLS, o.WriteKubeconfig = true, "/shared/kubeconfig" }, ""},
 		{"max-connections auto", func(o *Config) { o.Listener.MaxConnections = 0 }, ""},
 		{"negative max-connections", func(o *Config) { o.Listener.MaxConnections = -1 }, "max connections -1"},
+		{"unknown upstream HTTP/2 client", func(o *Config) { o.Engine.Transport.Client = "x/net" }, "--upstream-http2 must be"},
 		{"negative max-inflight", func(o *Config) { o.Listener.MaxInflight = -1 }, "--max-inflight must be positive"},
 		{"zero max-long-running", func(o *Config) { o.Listener.MaxLongRunning = 0 }, "--max-long-running must be positive"},
 		{"zero body timeout", func(o *Config) { o.Listener.RequestBodyTimeout = 0 }, "--request-body-timeout must be positive"},

@@ -16,7 +16,9 @@ import "github.com/fanout-dev/fanout/internal/h2conn"
 // was written (h2conn.ErrConnClosing) is tried on another connection
 // first (conns.go). http2.GoAwayError is not unprocessed: the client
 // gives it only to streams the GOAWAY's LastStreamID says the server
-// received.
+// received. net/http's client (ClientStd) has its errors mapped to these
+// by stdConn (stdconn.go) before they get here; its REFUSED_STREAM is an
+// http2.StreamError to errors.As.
 func classify(endpoint string, err error) error {
 	if err == nil || IsUnprocessed(err) {
 		return err

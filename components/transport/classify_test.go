@@ -59,7 +59,9 @@ func TestClassify(t *testing.T) {
 
 // TestHTTP2ErrorsClassified drives the client's connections into the
 // failures that decide whether a request may be retried elsewhere.
-func TestHTTP2ErrorsClassified(t *testing.T) {
+func TestHTTP2ErrorsClassified(t *testing.T) { forEachClient(t, testHTTP2ErrorsClassified) }
+
+func testHTTP2ErrorsClassified(t *testing.T, client Client) {
 	p := newPKI(t)
 	for _, tc := range []struct {
 		name string
@@ -113,7 +115,7 @@ func TestHTTP2ErrorsClassified(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newRawH2(t, p, true, tc.server)
-			tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+			tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 			req := newRequest(t, context.Background(), srv.addr, "/api/v1/namespaces/default/configmaps")
 			if tc.withBody {
 				req.Method = http.MethodPost

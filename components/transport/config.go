@@ -84,6 +84,32 @@ type Config struct {
 
 	// Now is the clock, replaced in tests. Default time.Now.
 	Now func() time.Time
+
+	// Client is the HTTP/2 client of the upstream connections
+	// (--upstream-http2): ClientOwn (the default) or ClientStd. It exists
+	// to measure one against the other; ClientStd has no answer window
+	// budget (AnswerWindowBudget and WindowBudget do not apply to it).
+	Client Client
+}
+
+// Client names an HTTP/2 client implementation (Config.Client).
+type Client string
+
+const (
+	// ClientOwn is fanout's own HTTP/2 client, internal/h2conn.
+	ClientOwn Client = "own"
+	// ClientStd is net/http's, one http.ClientConn per connection
+	// (Transport.NewClientConn).
+	ClientStd Client = "std"
+)
+
+// Validate says what is wrong with c, in terms of the flag.
+func (c Client) Validate() error {
+	switch c {
+	case "", ClientOwn, ClientStd:
+		return nil
+	}
+	return fmt.Errorf("--upstream-http2 must be %q or %q, got %q", ClientOwn, ClientStd, string(c))
 }
 
 // Defaults of Config. The connection's own are those of fanout's HTTP/2
@@ -126,6 +152,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
+	}
+	if err := c.Client.Validate(); err != nil {
+		return c, fmt.Errorf("transport: Config.Client: %w", err)
+	}
+	if c.Client == "" {
+		c.Client = ClientOwn
 	}
 	h, err := c.conn().WithDefaults()
 	if err != nil {

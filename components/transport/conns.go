@@ -14,9 +14,38 @@ import (
 // A generation's connections: every request a pool sends to its
 // apiserver goes through one of them (upgrades excepted: upgrade.go dials
 // HTTP/1.1). Each is a connection of fanout's own HTTP/2 client
-// (internal/h2conn); this file picks one below the server's stream limit
+// (internal/h2conn) or, with Config.Client ClientStd, of net/http's
+// (stdconn.go); this file picks one below the server's stream limit
 // for a request, dials one (shared by the requests that wait for it) when
 // none can take it, and drops those that went away or closed.
+
+// upstreamConn is one HTTP/2 connection of a generation: *h2conn.Conn or
+// *stdConn. Its methods are safe for concurrent use.
+type upstreamConn interface {
+	// CanTakeStream reports whether a RoundTrip now would likely get a
+	// stream. It is called with h2Conns.mu held, so it calls back
+	// nothing.
+	CanTakeStream() bool
+	// InFlight is how many streams the connection carries.
+	InFlight() int
+	// RoundTrip sends req. An error for which notWritten holds means
+	// nothing of req was written: another connection may take it.
+	RoundTrip(*http.Request) (*http.Response, error)
+	// CloseWhenIdle makes the connection take no new stream and close
+	// once its last stream ends. It may call back into the pool (remove).
+	CloseWhenIdle()
+}
+
+var (
+	_ upstreamConn = (*h2conn.Conn)(nil)
+	_ upstreamConn = (*stdConn)(nil)
+)
+
+// notWritten reports whether err, from upstreamConn.RoundTrip, says that
+// nothing of the request was written.
+func notWritten(err error) bool {
+	return errors.Is(err, h2conn.ErrConnClosing) || errors.Is(err, errStdNotWritten)
+}
 
 // maxConnsPerPool bounds the connections of one generation. fanout's
 // own limits allow about 5,100 streams in flight (--max-inflight and
@@ -32,13 +61,13 @@ type h2Conns struct {
 	g *generation
 
 	mu      sync.Mutex
-	conns   []*h2conn.Conn
+	conns   []upstreamConn
 	dialing *h2Dial // a dial in progress that requests wait on
 }
 
 type h2Dial struct {
 	done chan struct{}
-	cc   *h2conn.Conn
+	cc   upstreamConn
 	err  error
 }
 
@@ -53,7 +82,7 @@ func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		res, err := send(cc, req)
-		if errors.Is(err, h2conn.ErrConnClosing) {
+		if notWritten(err) {
 			if ctx.Err() == nil && tries < maxConnTries {
 				// Nothing was written: another connection may take it.
 				continue
@@ -72,9 +101,12 @@ func (cs *h2Conns) roundTrip(req *http.Request) (*http.Response, error) {
 // treat as long-running) starts with a larger window while the answer
 // window budget has room, so that its answer needs no round trip to grow
 // it; a watch does not, as an idle one would hold it until its next event.
-func send(cc *h2conn.Conn, req *http.Request) (*http.Response, error) {
-	if r := reqinfo.RequestFrom(req.Context()); r != nil && !r.LongRunning {
-		return cc.RoundTripShort(req)
+// (net/http's client, --upstream-http2 std, has no such start.)
+func send(cc upstreamConn, req *http.Request) (*http.Response, error) {
+	if own, ok := cc.(*h2conn.Conn); ok {
+		if r := reqinfo.RequestFrom(req.Context()); r != nil && !r.LongRunning {
+			return own.RoundTripShort(req)
+		}
 	}
 	return cc.RoundTrip(req)
 }
@@ -89,9 +121,9 @@ const maxConnTries = 3
 // stream limit.
 var errPoolFull = fmt.Errorf("all %d connections at the server's stream limit (SETTINGS_MAX_CONCURRENT_STREAMS); try another endpoint", maxConnsPerPool)
 
-func (cs *h2Conns) get(ctx context.Context) (*h2conn.Conn, error) {
+func (cs *h2Conns) get(ctx context.Context) (upstreamConn, error) {
 	cs.mu.Lock()
-	var useless []*h2conn.Conn
+	var useless []upstreamConn
 	for i := 0; i < len(cs.conns); i++ {
 		cc := cs.conns[i]
 		if cc.CanTakeStream() {
@@ -147,18 +179,14 @@ func (cs *h2Conns) dial(d *h2Dial) {
 		case <-d.done:
 		}
 	}()
-	nc, err := g.dialTLS(ctx)
-	cancel()
-	var cc *h2conn.Conn
-	if err == nil {
-		cfg := g.p.t.cfg.conn()
-		cfg.OnGoAway, cfg.OnClose = cs.remove, cs.remove
-		cc, err = h2conn.New(nc, cfg)
-		if err != nil {
-			nc.Close()
-			err = &UnprocessedError{Endpoint: g.p.key.address, Err: err}
-		}
+	var cc upstreamConn
+	var err error
+	if g.std != nil {
+		cc, err = cs.dialStd(ctx)
+	} else {
+		cc, err = cs.dialOwn(ctx)
 	}
+	cancel()
 	cs.mu.Lock()
 	cs.dialing = nil
 	if cc != nil {
@@ -169,7 +197,25 @@ func (cs *h2Conns) dial(d *h2Dial) {
 	close(d.done)
 }
 
-func (cs *h2Conns) remove(cc *h2conn.Conn) {
+// dialOwn dials a connection of fanout's own client.
+func (cs *h2Conns) dialOwn(ctx context.Context) (upstreamConn, error) {
+	g := cs.g
+	nc, err := g.dialTLS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg := g.p.t.cfg.conn()
+	remove := func(cc *h2conn.Conn) { cs.remove(cc) }
+	cfg.OnGoAway, cfg.OnClose = remove, remove
+	cc, err := h2conn.New(nc, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, &UnprocessedError{Endpoint: g.p.key.address, Err: err}
+	}
+	return cc, nil
+}
+
+func (cs *h2Conns) remove(cc upstreamConn) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	for i, c := range cs.conns {
@@ -184,7 +230,7 @@ func (cs *h2Conns) remove(cc *h2conn.Conn) {
 // others close when their last stream ends.
 func (cs *h2Conns) closeIdle() {
 	cs.mu.Lock()
-	conns := append([]*h2conn.Conn(nil), cs.conns...)
+	conns := append([]upstreamConn(nil), cs.conns...)
 	cs.mu.Unlock()
 	for _, cc := range conns {
 		cc.CloseWhenIdle()
@@ -193,7 +239,7 @@ func (cs *h2Conns) closeIdle() {
 
 // closeAll closes conns once nothing holds the pool's lock: their
 // OnClose (remove) takes it.
-func closeAll(conns []*h2conn.Conn) {
+func closeAll(conns []upstreamConn) {
 	for _, cc := range conns {
 		cc.CloseWhenIdle()
 	}

@@ -14,13 +14,15 @@ import (
 // dials again; the connection before, which can take no stream, is closed
 // then rather than kept for the idle timeout, so 100 requests leave at
 // most a few open.
-func TestStreamlessConnectionsClosed(t *testing.T) {
+func TestStreamlessConnectionsClosed(t *testing.T) { forEachClient(t, testStreamlessConnectionsClosed) }
+
+func testStreamlessConnectionsClosed(t *testing.T, client Client) {
 	p := newPKI(t)
 	srv := newRawH2(t, p, true, respond200)
 	srv.mu.Lock()
 	srv.serverSettings = []http2.Setting{{ID: http2.SettingMaxConcurrentStreams, Val: 0}}
 	srv.mu.Unlock()
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 	rt := tr.For(srv.addr, AuthSidecar)
 	for range 100 {
 		// Errors are allowed (a connection whose SETTINGS came first
@@ -44,7 +46,9 @@ func TestStreamlessConnectionsClosed(t *testing.T) {
 // connection, and holds every stream it takes, gets at most
 // maxConnsPerPool connections however many requests come; the requests
 // past the cap fail as unprocessed (another endpoint may take them).
-func TestConnectionsPerPoolCapped(t *testing.T) {
+func TestConnectionsPerPoolCapped(t *testing.T) { forEachClient(t, testConnectionsPerPoolCapped) }
+
+func testConnectionsPerPoolCapped(t *testing.T, client Client) {
 	p := newPKI(t)
 	held := make(chan struct{}, 1)
 	var mu sync.Mutex
@@ -64,7 +68,7 @@ func TestConnectionsPerPoolCapped(t *testing.T) {
 	srv.mu.Lock()
 	srv.serverSettings = []http2.Setting{{ID: http2.SettingMaxConcurrentStreams, Val: 1}}
 	srv.mu.Unlock()
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 	rt := tr.For(srv.addr, AuthSidecar)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

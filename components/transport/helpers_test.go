@@ -340,3 +340,11 @@ func h2Options(auth tls.ClientAuthType, maxStreams int) []testkit.APIServerOptio
 	}
 	return opts
 }
+
+// forEachClient runs test with each HTTP/2 client a pool can use
+// (Config.Client), as subtests named after it.
+func forEachClient(t *testing.T, test func(t *testing.T, client Client)) {
+	for _, c := range []Client{ClientOwn, ClientStd} {
+		t.Run(string(c), func(t *testing.T) { test(t, c) })
+	}
+}

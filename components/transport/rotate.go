@@ -37,6 +37,9 @@ type generation struct {
 	p *pool
 	// h2 is the generation's set of HTTP/2 connections (conns.go).
 	h2 *h2Conns
+	// std makes h2's connections with net/http's HTTP/2 client when
+	// Config.Client is ClientStd (stdconn.go); nil otherwise.
+	std *http.Transport
 	// cert is the client certificate that was current when the
 	// generation was made; the pool compares it with the current one.
 	cert *tls.Certificate
@@ -51,6 +54,9 @@ type generation struct {
 func (p *pool) newGeneration(cert *tls.Certificate) *generation {
 	g := &generation{p: p, cert: cert, born: p.t.cfg.Now()}
 	g.h2 = &h2Conns{g: g}
+	if p.t.cfg.Client == ClientStd {
+		g.std = g.newStdTransport()
+	}
 	return g
 }
 

@@ -41,12 +41,16 @@ var streamingHandler = testkit.Streaming
 // while a watch on the old connection carries on; the old connection
 // closes once the watch ends.
 func TestRotatedCertificateDrainsOldConnections(t *testing.T) {
+	forEachClient(t, testRotatedCertificateDrainsOldConnections)
+}
+
+func testRotatedCertificateDrainsOldConnections(t *testing.T, client Client) {
 	p := newPKI(t)
 	bob := p.ca.Client("bob")
 	lines := make(chan string)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
 	creds := newCreds(p.ca.Pool, &p.alice.TLS, "")
-	tr := newTransports(t, Config{}, creds)
+	tr := newTransports(t, Config{Client: client}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
 	watch, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
@@ -123,6 +127,10 @@ func TestRotatedCertificateDrainsOldConnections(t *testing.T) {
 // request sent after a rotation presents the new certificate, or one
 // that replaced it while the request ran, never an older one.
 func TestRotationUnderConcurrentRequests(t *testing.T) {
+	forEachClient(t, testRotationUnderConcurrentRequests)
+}
+
+func testRotationUnderConcurrentRequests(t *testing.T, client Client) {
 	p := newPKI(t)
 	pairs := []*tls.Certificate{&p.alice.TLS}
 	cns := []string{"alice"}
@@ -142,7 +150,7 @@ func TestRotationUnderConcurrentRequests(t *testing.T) {
 		echo.ServeHTTP(w, r)
 	}))
 	creds := newCreds(p.ca.Pool, pairs[0], "")
-	tr := newTransports(t, Config{}, creds)
+	tr := newTransports(t, Config{Client: client}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
 	// Rotation i stores pairs[i%len(pairs)]: begun is raised before the

@@ -180,8 +180,9 @@ func (t *Transports) Close() {
 	t.drainers.Wait()
 }
 
-// pool is the round tripper of one (endpoint, mode): a set of fanout's
-// HTTP/2 client connections (conns.go, internal/h2conn), which always
+// pool is the round tripper of one (endpoint, mode): a set of HTTP/2
+// client connections (conns.go: fanout's own, internal/h2conn, or
+// net/http's with Config.Client ClientStd), which always
 // reach the endpoint. In AuthSidecar mode the set is replaced by a new
 // generation when the client certificate rotates (see rotate.go).
 type pool struct {

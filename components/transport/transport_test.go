@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -19,6 +20,10 @@ import (
 )
 
 func TestSidecarPresentsCertificateAndToken(t *testing.T) {
+	forEachClient(t, testSidecarPresentsCertificateAndToken)
+}
+
+func testSidecarPresentsCertificateAndToken(t *testing.T, client Client) {
 	p := newPKI(t)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	for _, tc := range []struct {
@@ -28,7 +33,7 @@ func TestSidecarPresentsCertificateAndToken(t *testing.T) {
 		{name: "certificate and token", token: "s3cr3t", wantAuth: "Bearer s3cr3t"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, tc.token))
+			tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, tc.token))
 			req := newRequest(t, context.Background(), srv.addr, "/api")
 			res, err := roundTrip(tr.For(srv.addr, AuthSidecar), req)
 			if err != nil {
@@ -108,7 +113,9 @@ func TestForCachesPoolPerEndpointAndMode(t *testing.T) {
 	}
 }
 
-func TestDialFailuresAreUnprocessed(t *testing.T) {
+func TestDialFailuresAreUnprocessed(t *testing.T) { forEachClient(t, testDialFailuresAreUnprocessed) }
+
+func testDialFailuresAreUnprocessed(t *testing.T, client Client) {
 	p := newPKI(t)
 	other := testkit.NewCA(t)
 	h2 := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
@@ -152,7 +159,7 @@ func TestDialFailuresAreUnprocessed(t *testing.T) {
 			if tc.certErr != nil {
 				creds.certErr.Store(&tc.certErr)
 			}
-			tr := newTransports(t, Config{ServerName: tc.serverName}, creds)
+			tr := newTransports(t, Config{Client: client, ServerName: tc.serverName}, creds)
 			_, err := roundTrip(tr.For(tc.addr, AuthSidecar), newRequest(t, context.Background(), tc.addr, "/"))
 			if err == nil {
 				t.Fatal("RoundTrip succeeded, want a dial error")
@@ -180,12 +187,14 @@ func TestDialFailuresAreUnprocessed(t *testing.T) {
 	}
 }
 
-func TestRotatedCredentialsApply(t *testing.T) {
+func TestRotatedCredentialsApply(t *testing.T) { forEachClient(t, testRotatedCredentialsApply) }
+
+func testRotatedCredentialsApply(t *testing.T, client Client) {
 	p := newPKI(t)
 	bob := p.ca.Client("bob")
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	creds := newCreds(p.ca.Pool, &p.alice.TLS, "one")
-	tr := newTransports(t, Config{}, creds)
+	tr := newTransports(t, Config{Client: client}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
 	check := func(wantCN, wantAuth string) {
@@ -224,11 +233,15 @@ func TestRotatedCredentialsApply(t *testing.T) {
 // TestManyWatchesOpenMoreConnections: kube-apiserver allows 100 streams
 // per connection; a client with 150 watches must get all 150 answered.
 func TestManyWatchesOpenMoreConnections(t *testing.T) {
+	forEachClient(t, testManyWatchesOpenMoreConnections)
+}
+
+func testManyWatchesOpenMoreConnections(t *testing.T, client Client) {
 	const streams, perConn = 150, 100
 	p := newPKI(t)
 	release := make(chan struct{})
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, perConn, hangingHandler(release))
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 	rt := tr.For(srv.addr, AuthSidecar)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -289,7 +302,9 @@ func hangingHandler(release <-chan struct{}) http.Handler {
 // TestPingDetectsDeadConnection: an apiserver that vanishes without a
 // FIN must be noticed by the HTTP/2 health check, ending the watch on it
 // and leaving new requests to a fresh connection.
-func TestPingDetectsDeadConnection(t *testing.T) {
+func TestPingDetectsDeadConnection(t *testing.T) { forEachClient(t, testPingDetectsDeadConnection) }
+
+func testPingDetectsDeadConnection(t *testing.T, client Client) {
 	p := newPKI(t)
 	release := make(chan struct{})
 	defer close(release)
@@ -301,7 +316,7 @@ func TestPingDetectsDeadConnection(t *testing.T) {
 		io.WriteString(w, "ok")
 	}))
 	proxy := newFreezeProxy(t, srv.addr)
-	tr := newTransports(t, Config{ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 300 * time.Millisecond},
+	tr := newTransports(t, Config{Client: client, ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 300 * time.Millisecond},
 		newCreds(p.ca.Pool, &p.alice.TLS, ""))
 	rt := tr.For(proxy.addr, AuthSidecar)
 
@@ -342,11 +357,13 @@ func TestPingDetectsDeadConnection(t *testing.T) {
 	}
 }
 
-func TestRetainDropsPools(t *testing.T) {
+func TestRetainDropsPools(t *testing.T) { forEachClient(t, testRetainDropsPools) }
+
+func testRetainDropsPools(t *testing.T, client Client) {
 	p := newPKI(t)
 	a := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	b := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 
 	rtA, rtB := tr.For(a.addr, AuthSidecar), tr.For(b.addr, AuthSidecar)
 	rtBp := tr.For(b.addr, AuthPassthrough)
@@ -383,12 +400,48 @@ func TestRetainDropsPools(t *testing.T) {
 	}
 }
 
-func TestCloseEndsConnections(t *testing.T) {
+// TestRetainClosesBusyConnectionWhenItsStreamEnds: the connection of a
+// dropped endpoint that carries a watch stays for the watch, and closes
+// as the watch ends, not an IdleConnTimeout later.
+func TestRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T) {
+	forEachClient(t, testRetainClosesBusyConnectionWhenItsStreamEnds)
+}
+
+func testRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T, client Client) {
+	p := newPKI(t)
+	lines := make(chan string)
+	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
+	tr := newTransports(t, Config{Client: client, IdleConnTimeout: time.Hour}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	watch, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Body.Close()
+	tr.Retain(nil)
+
+	events := bufio.NewReader(watch.Body)
+	lines <- "one"
+	if got, err := events.ReadString('\n'); err != nil || got != "one\n" {
+		t.Fatalf("the watch on a dropped endpoint read %q, %v; want one", got, err)
+	}
+	if n := srv.closed.Load(); n != 0 {
+		t.Fatalf("%d connections closed while the watch was open", n)
+	}
+	close(lines)
+	if _, err := io.Copy(io.Discard, events); err != nil {
+		t.Fatalf("watch ended with %v", err)
+	}
+	waitFor(t, "the dropped endpoint's connection to close as its watch ended", func() bool { return srv.closed.Load() == 1 })
+}
+
+func TestCloseEndsConnections(t *testing.T) { forEachClient(t, testCloseEndsConnections) }
+
+func testCloseEndsConnections(t *testing.T, client Client) {
 	p := newPKI(t)
 	release := make(chan struct{})
 	defer close(release)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, hangingHandler(release))
-	tr, err := New(Config{ServerName: serverName}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr, err := New(Config{Client: client, ServerName: serverName}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,9 +469,13 @@ func TestCloseEndsConnections(t *testing.T) {
 }
 
 func TestMetricsCountDialsAndConnections(t *testing.T) {
+	forEachClient(t, testMetricsCountDialsAndConnections)
+}
+
+func testMetricsCountDialsAndConnections(t *testing.T, client Client) {
 	p := newPKI(t)
 	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, echoHandler())
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
 	for _, mode := range []AuthMode{AuthSidecar, AuthPassthrough} {
 		for range 3 {
 			if _, err := roundTrip(tr.For(srv.addr, mode), newRequest(t, context.Background(), srv.addr, "/")); err != nil {
@@ -453,6 +510,7 @@ func TestConfigDefaults(t *testing.T) {
 		MaxReceiveBufferPerConnection: 1000 << 20,
 		AnswerWindowBudget:            AutoAnswerWindowBudget(debug.SetMemoryLimit(-1)),
 		IdleConnTimeout:               90 * time.Second,
+		Client:                        ClientOwn,
 	}
 	if got.Now == nil {
 		t.Error("Now not defaulted")
@@ -472,6 +530,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"connection window too large", Config{ServerName: "k", MaxReceiveBufferPerConnection: 1 << 31}, "2^31-1"},
 		// x/net adds the initial 65,535 bytes in an int32: this would wrap.
 		{"connection window plus the initial window too large", Config{ServerName: "k", MaxReceiveBufferPerConnection: 1<<31 - 1}, "2^31-1"},
+		{"unknown HTTP/2 client", Config{ServerName: "k", Client: "x/net"}, "--upstream-http2 must be"},
 		{"stream window above connection window", Config{ServerName: "k", MaxReceiveBufferPerStream: 4 << 20, MaxReceiveBufferPerConnection: 1 << 20}, "exceeds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,55 @@
+//go:build linux
+
+package transport
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net/http"
+	"syscall"
+	"testing"
+)
+
+// BenchmarkPoolRoundTrip prices a short GET through a pool, with each
+// HTTP/2 client (Config.Client), to an in-process TLS HTTP/2 server whose
+// side is counted too: cpu-ns/op is the process's CPU (user and system)
+// per request, both sides. It compares the clients on the same path
+// fanout's requests take; the proxy's benchmark at a fixed rate is the
+// one that decides.
+func BenchmarkPoolRoundTrip(b *testing.B) {
+	p := newPKI(b)
+	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"kind":"ConfigMap"}`)
+	}))
+	url := "https://" + srv.addr + "/api/v1/namespaces/default/configmaps/x"
+	for _, c := range []Client{ClientOwn, ClientStd} {
+		b.Run(string(c), func(b *testing.B) {
+			tr := newTransports(b, Config{Client: c}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+			rt := tr.For(srv.addr, AuthSidecar)
+			b.ReportAllocs()
+			b.SetParallelism(4)
+			start := cpuNanos()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+					res, err := rt.RoundTrip(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+				}
+			})
+			b.ReportMetric(float64(cpuNanos()-start)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+func cpuNanos() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}

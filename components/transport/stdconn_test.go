@@ -1,0 +1,67 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestStdErrorsRecognised provokes the errors net/http's HTTP/2 client
+// gives a request it wrote nothing of, which stdConn knows only by their
+// text: a RoundTrip on a connection the server closed, before any stream
+// and after one. Each must come out as not written (the pool tries
+// another connection) or, with a body net/http has closed, unprocessed.
+// The GOAWAY errors are TestHTTP2ErrorsClassified's.
+func TestStdErrorsRecognised(t *testing.T) {
+	p := newPKI(t)
+	srv := newRawH2(t, p, true, respond200)
+	tr := newTransports(t, Config{Client: ClientStd}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	g := tr.For(srv.addr, AuthSidecar).(*pool).gen.Load()
+	sc := &stdConn{cs: g.h2}
+	closeServerSide := func(cc *http.ClientConn) {
+		srv.mu.Lock()
+		for _, c := range srv.conns {
+			c.Close()
+		}
+		srv.mu.Unlock()
+		waitFor(t, "the client to see its connection closed", func() bool { return cc.Err() != nil })
+	}
+	for _, tc := range []struct {
+		name        string
+		streamFirst bool
+		want        string
+	}{
+		{"closed before any stream", false, stdNotEstablished},
+		{"closed after a stream", true, stdUnusable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cc, err := g.std.NewClientConn(context.Background(), "https", srv.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			if tc.streamFirst {
+				if _, err := roundTrip(cc, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			closeServerSide(cc)
+			_, err = cc.RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("RoundTrip on a closed connection: %v, want %q (has net/http reworded it?)", err, tc.want)
+			}
+			if got := sc.classify(newRequest(t, context.Background(), srv.addr, "/"), err); !notWritten(got) {
+				t.Errorf("classify(%v) = %v, want it not written", err, got)
+			}
+			post := newRequest(t, context.Background(), srv.addr, "/")
+			post.Body = io.NopCloser(strings.NewReader("{}"))
+			got := sc.classify(post, err)
+			if !IsUnprocessed(got) || notWritten(got) || !errors.Is(got, err) {
+				t.Errorf("classify(%v) with a body = %v, want an UnprocessedError (the pool cannot resend the body)", err, got)
+			}
+		})
+	}
+}
