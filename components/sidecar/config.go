@@ -179,7 +179,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 			"A short request's stream starts with a 64 KiB window from the budget while it has room, and a stream whose reader keeps up grows its window (up to 1 MiB) with bytes of the budget and gives them back as it stops needing them, and a short answer is copied to the client with a 32 KiB buffer of the budget; when the budget is spent streams keep the window they have and copies use 2 KiB buffers (fanout_answer_window_budget_exhausted_total). "+
 			"auto: a 128th of the Go memory limit (--memory-limit), at least 1Mi and at most 64Mi (64Mi without a limit); 1.8Mi under a 256Mi container limit; off: no budget, every stream gets 1 MiB up front.")
 	fs.StringVar((*string)(&c.Engine.Transport.Client), "upstream-http2", string(c.Engine.Transport.Client),
-		"HTTP/2 client of the connections to kube-apiserver: own (fanout's) or std (net/http's); std exists to compare the two (issue 44) and has no --answer-window-budget: every stream gets a 1 MiB window up front.")
+		"HTTP/2 client of the connections to kube-apiserver: own (fanout's) or std (net/http's); std is for measuring the two against each other (docs/benchmarks.md#own-protocol-stacks-against-the-standard-library), not for production: it has no --answer-window-budget, so every stream gets a 1 MiB window up front and unread answers are bounded per stream only.")
 	fs.IntVar(&c.Listener.MaxInflight, "max-inflight", c.Listener.MaxInflight,
 		"Most short requests (everything but watch, logs, exec, attach, port-forward, proxy) served at once; more are answered 429 with Retry-After: 1, which client-go retries (fanout_rejected_total{reason=\"short_inflight\"}).")
 	fs.IntVar(&c.Listener.MaxLongRunning, "max-long-running", c.Listener.MaxLongRunning,
@@ -195,7 +195,7 @@ func (c *Config) AddFlags(fs *pflag.FlagSet) {
 			"auto: a sixteenth of the Go memory limit (--memory-limit), at least 4Mi and at most 64Mi (64Mi without a limit), and at least --max-header-bytes; 14.4Mi under a 256Mi container limit; off: no budget.")
 	fs.StringVar(&c.Listener.H1Server, "h1-server", c.Listener.H1Server,
 		"Server of plaintext HTTP/1.1 on --listen-address: own (fanout's) or std (net/http's, which then takes h2c too). "+
-			"std exists to measure the two against each other (issue 44) and lacks what own adds: --header-budget counts an HTTP/1.1 header only once it is read and while its request runs "+
+			"std is for measuring the two against each other (docs/benchmarks.md#own-protocol-stacks-against-the-standard-library), not for production: it lacks what own adds: --header-budget counts an HTTP/1.1 header only once it is read and while its request runs "+
 			"(a header being read is bounded by --max-header-bytes per connection only) and h2c connections hold none of it; "+
 			"a watch is not streamed apart from its handler, so each open HTTP/1.1 watch keeps two goroutines and its connection's buffers (nearly four times the memory per watch); "+
 			"the client leaving is noticed by a read per request, not one watcher for all connections. The limits, timeouts and shutdown are the same. Ignored with --listen-tls.")

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"syscall"
 	"testing"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // BenchmarkPoolRoundTrip prices a short GET through a pool, with each
@@ -18,7 +20,7 @@ import (
 // fanout's requests take; the proxy's benchmark at a fixed rate is the
 // one that decides.
 func BenchmarkPoolRoundTrip(b *testing.B) {
-	p := newPKI(b)
+	p := testkit.NewPKI(b, serverName)
 	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"kind":"ConfigMap"}`)
@@ -26,7 +28,7 @@ func BenchmarkPoolRoundTrip(b *testing.B) {
 	url := "https://" + srv.addr + "/api/v1/namespaces/default/configmaps/x"
 	for _, c := range []Client{ClientOwn, ClientStd} {
 		b.Run(string(c), func(b *testing.B) {
-			tr := newTransports(b, Config{Client: c}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+			tr := newTransports(b, Config{Client: c}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 			rt := tr.For(srv.addr, AuthSidecar)
 			b.ReportAllocs()
 			b.SetParallelism(4)

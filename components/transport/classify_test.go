@@ -14,6 +14,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fanout-dev/fanout/internal/h2conn"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestClassify(t *testing.T) {
@@ -62,7 +63,7 @@ func TestClassify(t *testing.T) {
 func TestHTTP2ErrorsClassified(t *testing.T) { forEachClient(t, testHTTP2ErrorsClassified) }
 
 func testHTTP2ErrorsClassified(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	for _, tc := range []struct {
 		name string
 		// server answers the first HEADERS frame; true closes the connection.
@@ -115,7 +116,7 @@ func testHTTP2ErrorsClassified(t *testing.T, client Client) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newRawH2(t, p, true, tc.server)
-			tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+			tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 			req := newRequest(t, context.Background(), srv.addr, "/api/v1/namespaces/default/configmaps")
 			if tc.withBody {
 				req.Method = http.MethodPost
@@ -142,7 +143,7 @@ func testHTTP2ErrorsClassified(t *testing.T, client Client) {
 // an answer window budget (the default) streams start at the 2 KiB floor
 // instead.
 func TestReceiveWindowsAdvertised(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	for _, tc := range []struct {
 		name                 string
 		cfg                  Config
@@ -157,7 +158,7 @@ func TestReceiveWindowsAdvertised(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newRawH2(t, p, true, respond200)
-			tr := newTransports(t, tc.cfg, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+			tr := newTransports(t, tc.cfg, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 			if _, err := roundTrip(tr.For(srv.addr, AuthSidecar), newRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatalf("RoundTrip: %v", err)
 			}

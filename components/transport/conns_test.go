@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http2"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestStreamlessConnectionsClosed: an apiserver whose SETTINGS allow no
@@ -17,12 +19,12 @@ import (
 func TestStreamlessConnectionsClosed(t *testing.T) { forEachClient(t, testStreamlessConnectionsClosed) }
 
 func testStreamlessConnectionsClosed(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newRawH2(t, p, true, respond200)
 	srv.mu.Lock()
 	srv.serverSettings = []http2.Setting{{ID: http2.SettingMaxConcurrentStreams, Val: 0}}
 	srv.mu.Unlock()
-	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	rt := tr.For(srv.addr, AuthSidecar)
 	for range 100 {
 		// Errors are allowed (a connection whose SETTINGS came first
@@ -49,7 +51,7 @@ func testStreamlessConnectionsClosed(t *testing.T, client Client) {
 func TestConnectionsPerPoolCapped(t *testing.T) { forEachClient(t, testConnectionsPerPoolCapped) }
 
 func testConnectionsPerPoolCapped(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	held := make(chan struct{}, 1)
 	var mu sync.Mutex
 	streams := map[*http2.Framer]int{}
@@ -68,7 +70,7 @@ func testConnectionsPerPoolCapped(t *testing.T, client Client) {
 	srv.mu.Lock()
 	srv.serverSettings = []http2.Setting{{ID: http2.SettingMaxConcurrentStreams, Val: 1}}
 	srv.mu.Unlock()
-	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	rt := tr.For(srv.addr, AuthSidecar)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

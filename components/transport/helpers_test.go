@@ -30,18 +30,6 @@ func TestMain(m *testing.M) {
 // verified, not the dial address.
 const serverName = "kubernetes"
 
-// pki is a CA with a serving certificate and a client certificate.
-type pki struct {
-	ca      *testkit.CA
-	serving testkit.KeyPair
-	alice   testkit.KeyPair
-}
-
-func newPKI(t testing.TB) *pki {
-	ca := testkit.NewCA(t)
-	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
-}
-
 // fakeCreds is a Credentials whose material tests swap at will.
 type fakeCreds struct {
 	roots     *x509.CertPool
@@ -79,21 +67,21 @@ type h2Server struct {
 }
 
 // newH2Server starts an HTTP/2 server serving a certificate for
-// serverName from p.ca and checking
-// client certificates against p.ca with policy auth. maxStreams > 0 sets
+// serverName from p.CA and checking
+// client certificates against p.CA with policy auth. maxStreams > 0 sets
 // SETTINGS_MAX_CONCURRENT_STREAMS. GET /readyz is the kit's; the tests
 // here send none.
-func newH2Server(t testing.TB, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
+func newH2Server(t testing.TB, p *testkit.PKI, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
 	t.Helper()
-	s := testkit.NewAPIServer(t, p.ca, h, h2Options(auth, maxStreams)...)
+	s := testkit.NewAPIServer(t, p.CA, h, h2Options(auth, maxStreams)...)
 	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened, closed: &s.Closed}
 }
 
 // newHTTP1Server starts a TLS server that offers only ALPN http/1.1 and
 // returns its address.
-func newHTTP1Server(t *testing.T, p *pki) string {
+func newHTTP1Server(t *testing.T, p *testkit.PKI) string {
 	t.Helper()
-	s := testkit.NewAPIServer(t, p.ca, echoHandler(), testkit.WithNames(serverName),
+	s := testkit.NewAPIServer(t, p.CA, echoHandler(), testkit.WithNames(serverName),
 		testkit.WithClientAuth(tls.NoClientCert), testkit.WithALPN("http/1.1"))
 	return s.Addr()
 }
@@ -200,9 +188,9 @@ type rawH2 struct {
 }
 
 // newRawH2 listens with TLS; alpn false makes it negotiate no protocol.
-func newRawH2(t *testing.T, p *pki, alpn bool, onHeaders func(*http2.Framer, uint32) bool) *rawH2 {
+func newRawH2(t *testing.T, p *testkit.PKI, alpn bool, onHeaders func(*http2.Framer, uint32) bool) *rawH2 {
 	t.Helper()
-	cfg := p.ca.ServerTLSConfig(p.serving, tls.NoClientCert)
+	cfg := p.CA.ServerTLSConfig(p.Serving, tls.NoClientCert)
 	if alpn {
 		cfg.NextProtos = []string{http2.NextProtoTLS}
 	}

@@ -45,11 +45,11 @@ func TestRotatedCertificateDrainsOldConnections(t *testing.T) {
 }
 
 func testRotatedCertificateDrainsOldConnections(t *testing.T, client Client) {
-	p := newPKI(t)
-	bob := p.ca.Client("bob")
+	p := testkit.NewPKI(t, serverName)
+	bob := p.CA.Client("bob")
 	lines := make(chan string)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
-	creds := newCreds(p.ca.Pool, &p.alice.TLS, "")
+	creds := newCreds(p.CA.Pool, &p.Alice.TLS, "")
 	tr := newTransports(t, Config{Client: client}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
@@ -131,11 +131,11 @@ func TestRotationUnderConcurrentRequests(t *testing.T) {
 }
 
 func testRotationUnderConcurrentRequests(t *testing.T, client Client) {
-	p := newPKI(t)
-	pairs := []*tls.Certificate{&p.alice.TLS}
+	p := testkit.NewPKI(t, serverName)
+	pairs := []*tls.Certificate{&p.Alice.TLS}
 	cns := []string{"alice"}
 	for _, cn := range []string{"bob", "carol", "dave"} {
-		kp := p.ca.Client(cn)
+		kp := p.CA.Client(cn)
 		pairs = append(pairs, &kp.TLS)
 		cns = append(cns, cn)
 	}
@@ -149,7 +149,7 @@ func testRotationUnderConcurrentRequests(t *testing.T, client Client) {
 		seenMu.Unlock()
 		echo.ServeHTTP(w, r)
 	}))
-	creds := newCreds(p.ca.Pool, pairs[0], "")
+	creds := newCreds(p.CA.Pool, pairs[0], "")
 	tr := newTransports(t, Config{Client: client}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
@@ -245,8 +245,8 @@ func unauthorizedUnless(user func() string) http.Handler {
 // certificate is theirs, and says whether sending again could help. The
 // transport never sends twice itself.
 func TestRenewAfterUnauthorized(t *testing.T) {
-	p := newPKI(t)
-	bob := p.ca.Client("bob")
+	p := testkit.NewPKI(t, serverName)
+	bob := p.CA.Client("bob")
 	for _, tc := range []struct {
 		name string
 		// onReload is what the re-read finds.
@@ -297,11 +297,11 @@ func TestRenewAfterUnauthorized(t *testing.T) {
 				}
 				unauthorizedUnless(func() string { return tc.accepted }).ServeHTTP(w, r)
 			}))
-			cert := &p.alice.TLS
+			cert := &p.Alice.TLS
 			if tc.noCert {
 				cert = nil
 			}
-			fc := newCreds(p.ca.Pool, cert, "")
+			fc := newCreds(p.CA.Pool, cert, "")
 			creds := &reloadingCreds{fakeCreds: fc, onReload: func() { tc.onReload(fc) }}
 			var now atomic.Int64
 			now.Store(time.Now().UnixNano())
@@ -342,9 +342,9 @@ func TestRenewAfterUnauthorized(t *testing.T) {
 // TestRenewAfterUnauthorizedIgnoresOtherAnswers: only a 401 the transport
 // got on a client-certificate connection renews anything.
 func TestRenewAfterUnauthorizedIgnoresOtherAnswers(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, echoHandler())
-	fc := newCreds(p.ca.Pool, &p.alice.TLS, "")
+	fc := newCreds(p.CA.Pool, &p.Alice.TLS, "")
 	creds := &reloadingCreds{fakeCreds: fc}
 	tr := newTransports(t, Config{}, creds)
 	res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
@@ -361,12 +361,12 @@ func TestRenewAfterUnauthorizedIgnoresOtherAnswers(t *testing.T) {
 // TestCloseEndsDrainers: Close while a retired generation still carries a
 // stream ends the stream and the drainer (goleak checks the goroutine).
 func TestCloseEndsDrainers(t *testing.T) {
-	p := newPKI(t)
-	bob := p.ca.Client("bob")
+	p := testkit.NewPKI(t, serverName)
+	bob := p.CA.Client("bob")
 	lines := make(chan string)
 	defer close(lines)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
-	creds := newCreds(p.ca.Pool, &p.alice.TLS, "")
+	creds := newCreds(p.CA.Pool, &p.Alice.TLS, "")
 	tr, err := New(Config{ServerName: serverName}, creds)
 	if err != nil {
 		t.Fatal(err)

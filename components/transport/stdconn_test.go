@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestStdErrorsRecognised provokes the errors net/http's HTTP/2 client
@@ -16,9 +18,9 @@ import (
 // another connection) or, with a body net/http has closed, unprocessed.
 // The GOAWAY errors are TestHTTP2ErrorsClassified's.
 func TestStdErrorsRecognised(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newRawH2(t, p, true, respond200)
-	tr := newTransports(t, Config{Client: ClientStd}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: ClientStd}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	g := tr.For(srv.addr, AuthSidecar).(*pool).gen.Load()
 	sc := &stdConn{cs: g.h2}
 	closeServerSide := func(cc *http.ClientConn) {

@@ -24,7 +24,7 @@ func TestSidecarPresentsCertificateAndToken(t *testing.T) {
 }
 
 func testSidecarPresentsCertificateAndToken(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	for _, tc := range []struct {
 		name, token, wantAuth string
@@ -33,7 +33,7 @@ func testSidecarPresentsCertificateAndToken(t *testing.T, client Client) {
 		{name: "certificate and token", token: "s3cr3t", wantAuth: "Bearer s3cr3t"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, tc.token))
+			tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, tc.token))
 			req := newRequest(t, context.Background(), srv.addr, "/api")
 			res, err := roundTrip(tr.For(srv.addr, AuthSidecar), req)
 			if err != nil {
@@ -59,10 +59,10 @@ func testSidecarPresentsCertificateAndToken(t *testing.T, client Client) {
 }
 
 func TestPassthroughSendsNoCertificate(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	// kube-apiserver asks for a certificate but does not require one.
 	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, echoHandler())
-	creds := newCreds(p.ca.Pool, &p.alice.TLS, "sidecar-token")
+	creds := newCreds(p.CA.Pool, &p.Alice.TLS, "sidecar-token")
 	tr := newTransports(t, Config{}, creds)
 
 	req := newRequest(t, context.Background(), srv.addr, "/api")
@@ -83,8 +83,8 @@ func TestPassthroughSendsNoCertificate(t *testing.T) {
 }
 
 func TestForCachesPoolPerEndpointAndMode(t *testing.T) {
-	p := newPKI(t)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	p := testkit.NewPKI(t, serverName)
+	tr := newTransports(t, Config{}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 
 	const n = 32
 	got := make([]http.RoundTripper, n)
@@ -116,7 +116,7 @@ func TestForCachesPoolPerEndpointAndMode(t *testing.T) {
 func TestDialFailuresAreUnprocessed(t *testing.T) { forEachClient(t, testDialFailuresAreUnprocessed) }
 
 func testDialFailuresAreUnprocessed(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	other := testkit.NewCA(t)
 	h2 := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 
@@ -153,9 +153,9 @@ func testDialFailuresAreUnprocessed(t *testing.T, client Client) {
 		t.Run(tc.name, func(t *testing.T) {
 			roots := tc.roots
 			if roots == nil {
-				roots = p.ca.Pool
+				roots = p.CA.Pool
 			}
-			creds := newCreds(roots, &p.alice.TLS, "")
+			creds := newCreds(roots, &p.Alice.TLS, "")
 			if tc.certErr != nil {
 				creds.certErr.Store(&tc.certErr)
 			}
@@ -190,10 +190,10 @@ func testDialFailuresAreUnprocessed(t *testing.T, client Client) {
 func TestRotatedCredentialsApply(t *testing.T) { forEachClient(t, testRotatedCredentialsApply) }
 
 func testRotatedCredentialsApply(t *testing.T, client Client) {
-	p := newPKI(t)
-	bob := p.ca.Client("bob")
+	p := testkit.NewPKI(t, serverName)
+	bob := p.CA.Client("bob")
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
-	creds := newCreds(p.ca.Pool, &p.alice.TLS, "one")
+	creds := newCreds(p.CA.Pool, &p.Alice.TLS, "one")
 	tr := newTransports(t, Config{Client: client}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
@@ -238,10 +238,10 @@ func TestManyWatchesOpenMoreConnections(t *testing.T) {
 
 func testManyWatchesOpenMoreConnections(t *testing.T, client Client) {
 	const streams, perConn = 150, 100
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	release := make(chan struct{})
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, perConn, hangingHandler(release))
-	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	rt := tr.For(srv.addr, AuthSidecar)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -305,7 +305,7 @@ func hangingHandler(release <-chan struct{}) http.Handler {
 func TestPingDetectsDeadConnection(t *testing.T) { forEachClient(t, testPingDetectsDeadConnection) }
 
 func testPingDetectsDeadConnection(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	release := make(chan struct{})
 	defer close(release)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -317,7 +317,7 @@ func testPingDetectsDeadConnection(t *testing.T, client Client) {
 	}))
 	proxy := newFreezeProxy(t, srv.addr)
 	tr := newTransports(t, Config{Client: client, ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 300 * time.Millisecond},
-		newCreds(p.ca.Pool, &p.alice.TLS, ""))
+		newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	rt := tr.For(proxy.addr, AuthSidecar)
 
 	res, err := rt.RoundTrip(newRequest(t, context.Background(), proxy.addr, "/watch"))
@@ -360,10 +360,10 @@ func testPingDetectsDeadConnection(t *testing.T, client Client) {
 func TestRetainDropsPools(t *testing.T) { forEachClient(t, testRetainDropsPools) }
 
 func testRetainDropsPools(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	a := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	b := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
-	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 
 	rtA, rtB := tr.For(a.addr, AuthSidecar), tr.For(b.addr, AuthSidecar)
 	rtBp := tr.For(b.addr, AuthPassthrough)
@@ -408,10 +408,10 @@ func TestRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T) {
 }
 
 func testRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	lines := make(chan string)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
-	tr := newTransports(t, Config{Client: client, IdleConnTimeout: time.Hour}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client, IdleConnTimeout: time.Hour}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	watch, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
 		t.Fatal(err)
@@ -437,11 +437,11 @@ func testRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T, client Client
 func TestCloseEndsConnections(t *testing.T) { forEachClient(t, testCloseEndsConnections) }
 
 func testCloseEndsConnections(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	release := make(chan struct{})
 	defer close(release)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, hangingHandler(release))
-	tr, err := New(Config{Client: client, ServerName: serverName}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr, err := New(Config{Client: client, ServerName: serverName}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,9 +473,9 @@ func TestMetricsCountDialsAndConnections(t *testing.T) {
 }
 
 func testMetricsCountDialsAndConnections(t *testing.T, client Client) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, echoHandler())
-	tr := newTransports(t, Config{Client: client}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	for _, mode := range []AuthMode{AuthSidecar, AuthPassthrough} {
 		for range 3 {
 			if _, err := roundTrip(tr.For(srv.addr, mode), newRequest(t, context.Background(), srv.addr, "/")); err != nil {
@@ -579,8 +579,8 @@ func BenchmarkFor(b *testing.B) {
 // gauge of every endpoint in the set exist, at zero, before its first
 // dial, for each mode, and go when it leaves the set.
 func TestEndpointSeriesFromRetain(t *testing.T) {
-	p := newPKI(t)
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	p := testkit.NewPKI(t, serverName)
+	tr := newTransports(t, Config{}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	const x, y = "10.9.9.1:6443", "10.9.9.2:6443"
 	tr.Retain([]string{x, y})
 	for _, addr := range []string{x, y} {

@@ -14,8 +14,8 @@ import (
 )
 
 func TestDialUpgrade(t *testing.T) {
-	p := newPKI(t)
-	srv := testkit.NewAPIServer(t, p.ca, echoHandler(), testkit.WithNames(serverName), testkit.WithALPN("h2", "http/1.1"))
+	p := testkit.NewPKI(t, serverName)
+	srv := testkit.NewAPIServer(t, p.CA, echoHandler(), testkit.WithNames(serverName), testkit.WithALPN("h2", "http/1.1"))
 	addr := srv.Addr()
 	tests := []struct {
 		name   string
@@ -27,7 +27,7 @@ func TestDialUpgrade(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, "tok"))
+			tr := newTransports(t, Config{}, newCreds(p.CA.Pool, &p.Alice.TLS, "tok"))
 			c, err := tr.DialUpgrade(context.Background(), addr, tc.mode)
 			if err != nil {
 				t.Fatal(err)
@@ -58,16 +58,16 @@ func TestDialUpgrade(t *testing.T) {
 }
 
 func TestDialUpgradeErrorsAreUnprocessed(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	closed := ln.Addr().String()
 	ln.Close()
-	untrusted := newH2Server(t, newPKI(t), tls.NoClientCert, 0, echoHandler())
+	untrusted := newH2Server(t, testkit.NewPKI(t, serverName), tls.NoClientCert, 0, echoHandler())
 
-	tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	for name, addr := range map[string]string{"refused": closed, "untrusted certificate": untrusted.addr} {
 		t.Run(name, func(t *testing.T) {
 			_, err := tr.DialUpgrade(context.Background(), addr, AuthSidecar)
@@ -90,7 +90,7 @@ type failingToken struct{ *fakeCreds }
 func (failingToken) Token() (string, error) { return "", errors.New("token file unreadable") }
 
 func TestAuthorizeUpgrade(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	tests := []struct {
 		name    string
 		mode    AuthMode
@@ -106,7 +106,7 @@ func TestAuthorizeUpgrade(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTransports(t, Config{}, newCreds(p.ca.Pool, &p.alice.TLS, tc.token))
+			tr := newTransports(t, Config{}, newCreds(p.CA.Pool, &p.Alice.TLS, tc.token))
 			h := http.Header{}
 			if tc.in != "" {
 				h.Set("Authorization", tc.in)
@@ -121,7 +121,7 @@ func TestAuthorizeUpgrade(t *testing.T) {
 		})
 	}
 	t.Run("token error", func(t *testing.T) {
-		tr := newTransports(t, Config{}, failingToken{newCreds(p.ca.Pool, &p.alice.TLS, "")})
+		tr := newTransports(t, Config{}, failingToken{newCreds(p.CA.Pool, &p.Alice.TLS, "")})
 		err := tr.AuthorizeUpgrade(http.Header{}, AuthSidecar)
 		if err == nil || !strings.Contains(err.Error(), "token file unreadable") {
 			t.Errorf("err = %v, want the token error", err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fanout-dev/fanout/internal/h2conn"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestAutoAnswerWindowBudget: auto is a 128th of the Go memory limit
@@ -32,7 +33,7 @@ func TestAutoAnswerWindowBudget(t *testing.T) {
 		}
 	}
 
-	creds := newCreds(newPKI(t).ca.Pool, nil, "")
+	creds := newCreds(testkit.NewPKI(t, serverName).CA.Pool, nil, "")
 	tr, err := New(Config{ServerName: serverName, AnswerWindowBudget: 3 << 20}, creds)
 	if err != nil {
 		t.Fatal(err)
@@ -64,13 +65,13 @@ func TestAutoAnswerWindowBudget(t *testing.T) {
 // opens (h2conn's RoundTripShort), a watch's does not; both give back all
 // when their bodies close.
 func TestShortRequestsStartWithALargerWindow(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	}))
-	tr := newTransports(t, Config{AnswerWindowBudget: 1 << 20}, newCreds(p.ca.Pool, &p.alice.TLS, ""))
+	tr := newTransports(t, Config{AnswerWindowBudget: 1 << 20}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	for _, tc := range []struct {
 		path string
 		want int64

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // Tests of the request bodies fanout's HTTP/2 client sends (writeBody in
@@ -120,7 +122,7 @@ type bodyServer struct {
 	readErrs chan error
 }
 
-func newBodyServer(t *testing.T, p *pki) *bodyServer {
+func newBodyServer(t *testing.T, p *testkit.PKI) *bodyServer {
 	t.Helper()
 	s := &bodyServer{readErrs: make(chan error, 10)}
 	s.h2Server = newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -192,7 +194,7 @@ func postSum(t *testing.T, rt http.RoundTripper, addr string, body io.ReadCloser
 // length is known and without when it is not.
 func TestH2ClientBodyLarge(t *testing.T) {
 	const size = 3 << 20
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -226,7 +228,7 @@ func TestH2ClientBodyLarge(t *testing.T) {
 // connection (and its connection window) and all arrive whole.
 func TestH2ClientBodyConcurrent(t *testing.T) {
 	const size, n = 3 << 20, 4
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -267,7 +269,7 @@ func TestH2ClientBodyConcurrent(t *testing.T) {
 // cleanly: the length is unknown, so only the reset tells), and leaves the
 // connection usable.
 func TestH2ClientBodyReadError(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -310,7 +312,7 @@ func TestH2ClientBodyReadError(t *testing.T) {
 // not come.
 func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 	const size = 8 << 20
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 
 	t.Run("net/http server", func(t *testing.T) {
 		srv := newBodyServer(t, p)
@@ -399,7 +401,7 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 // ContentLength 0 says Content-Length: 0, as x/net does, so the server
 // need not wait for a body.
 func TestH2ClientBodyEmpty(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -529,7 +531,7 @@ func (w *windowScript) serve(c *scriptConn, id uint32, path string) {
 // body arrives whole and no DATA frame ever exceeds a window.
 func TestH2ClientBodySmallWindows(t *testing.T) {
 	const size = 100000
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	ws := &windowScript{initial: 1000, streamGrant: 777, connGrant: 3000, results: make(chan windowResult, 1), connWindow: InitialWindow}
 	srv := newScriptH2(t, p, ws.serve)
 	tr := newClients(t, p, Config{})
@@ -591,7 +593,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 // producer likes (forever for a client that waits for the answer), the
 // body is never closed, and RST_STREAM CANCEL never goes out.
 func TestH2ClientBodyBlockedReadEndsWithStream(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -644,7 +646,7 @@ func TestH2ClientBodyBlockedReadEndsWithStream(t *testing.T) {
 // x/net does): a header that cannot be sent, a dial that fails, a context
 // done before the request went out.
 func TestH2ClientBodyClosedOnError(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
 	tr := newClients(t, p, Config{})
 
@@ -689,7 +691,7 @@ func TestH2ClientBodyClosedOnError(t *testing.T) {
 // lowers the initial window to 500 (the stream's window: -500); only
 // once the client acknowledged that does the body return its io.EOF.
 func TestH2ClientBodyWindowBelowZero(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	acked := make(chan struct{})
 	result := make(chan string, 1)
 	srv := newScriptH2(t, p, func(c *scriptConn, id uint32, path string) {

@@ -60,9 +60,9 @@ type scriptConn struct {
 	enc *hpack.Encoder
 }
 
-func newScriptH2(t *testing.T, p *pki, serve func(c *scriptConn, id uint32, path string)) *scriptH2 {
+func newScriptH2(t *testing.T, p *testkit.PKI, serve func(c *scriptConn, id uint32, path string)) *scriptH2 {
 	t.Helper()
-	cfg := p.ca.ServerTLSConfig(p.serving, tls.NoClientCert)
+	cfg := p.CA.ServerTLSConfig(p.Serving, tls.NoClientCert)
 	cfg.NextProtos = []string{http2.NextProtoTLS}
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
@@ -180,7 +180,7 @@ type watchServer struct {
 	running atomic.Int32       // handlers of /watch or /hang currently blocked
 }
 
-func newWatchServer(t *testing.T, p *pki, auth tls.ClientAuthType, maxStreams int) *watchServer {
+func newWatchServer(t *testing.T, p *testkit.PKI, auth tls.ClientAuthType, maxStreams int) *watchServer {
 	t.Helper()
 	s := &watchServer{started: make(chan chan struct{}, 100)}
 	s.h2Server = newH2Server(t, p, auth, maxStreams, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -246,7 +246,7 @@ func settledGoroutines() int {
 // Also with four such streams read at once on one connection.
 func TestH2ClientFlowControlSlowReader(t *testing.T) {
 	const window = 64 << 10
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	var mu sync.Mutex
 	written := map[string]*atomic.Int64{}
 	counter := func(path string) *atomic.Int64 {
@@ -351,7 +351,7 @@ func TestH2ClientFlowControlSlowReader(t *testing.T) {
 // closed unread. Three rounds hold 180,000 of the 196,607-byte connection
 // window unless Close returns it.
 func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	flushed := make(chan struct{}, 1)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/big" {
@@ -393,7 +393,7 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 // the stream (the server's handler sees its context end); before the
 // answer's HEADERS, RoundTrip itself returns.
 func TestH2ClientCancelWhileStreaming(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -454,7 +454,7 @@ func TestH2ClientCancelWhileStreaming(t *testing.T) {
 // stream, so the server's handler sees its context end; Read after Close
 // fails; the connection carries on.
 func TestH2ClientCloseResetsStream(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -487,7 +487,7 @@ func TestH2ClientCloseResetsStream(t *testing.T) {
 // stream the GOAWAY names as received gets its answer. Either way the
 // connection takes no new stream: the next request dials.
 func TestH2ClientGoAway(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newScriptH2(t, p, func(c *scriptConn, id uint32, path string) {
 		switch path {
 		case "/below":
@@ -556,7 +556,7 @@ func TestH2ClientGoAway(t *testing.T) {
 // SETTINGS_MAX_CONCURRENT_STREAMS at 1, a second request while the first
 // is held open goes to a second connection, and both are answered.
 func TestH2ClientMaxConcurrentStreamsOpensConnections(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 1)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -597,7 +597,7 @@ func TestH2ClientMaxConcurrentStreamsOpensConnections(t *testing.T) {
 // TestH2ClientTrailers: after the body's EOF, res.Trailer holds the
 // declared trailer the server sent, and one sent with http.TrailerPrefix.
 func TestH2ClientTrailers(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Trailer", "X-Checksum")
 		w.WriteHeader(http.StatusOK)
@@ -643,7 +643,7 @@ func TestH2ClientTrailers(t *testing.T) {
 // proves the client read them. The body is not read yet, so the trailer's
 // value must not be there.
 func TestH2ClientTrailersFilledOnlyAtEOF(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newScriptH2(t, p, func(c *scriptConn, id uint32, path string) {
 		if path == "/trailers" {
 			c.headers(id, false, ":status", "200", "trailer", "X-Checksum")
@@ -683,7 +683,7 @@ func TestH2ClientTrailersFilledOnlyAtEOF(t *testing.T) {
 // for gzip on the caller's behalf and gets the answer decompressed; a
 // request that asked for gzip itself gets the compressed bytes.
 func TestH2ClientTransparentGzip(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	plain := bytes.Repeat([]byte(`{"kind":"ConfigMap","metadata":{"name":"x"}}`+"\n"), 200)
 	var zbuf bytes.Buffer
 	zw := gzip.NewWriter(&zbuf)
@@ -775,7 +775,7 @@ func TestH2ClientTransparentGzip(t *testing.T) {
 // before the final answer are skipped; the final status, headers and
 // body arrive.
 func TestH2ClientSkipsInformationalAnswers(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newScriptH2(t, p, func(c *scriptConn, id uint32, path string) {
 		c.headers(id, false, ":status", "103", "link", "</style.css>; rel=preload")
 		c.headers(id, false, ":status", "100")
@@ -807,7 +807,7 @@ func TestH2ClientSkipsInformationalAnswers(t *testing.T) {
 // with or without a stream on it; a silent connection whose PINGs are
 // answered stays.
 func TestH2ClientHealthCheck(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	cfg := Config{ReadIdleTimeout: 200 * time.Millisecond, PingTimeout: time.Second}
 
 	t.Run("frozen with a watch", func(t *testing.T) {
@@ -887,7 +887,7 @@ func TestH2ClientHealthCheck(t *testing.T) {
 // flight on a cut host once took 12.9 s to fail (TestResilience's
 // network cut wants at most 10 s).
 func TestH2ClientSilenceBoundWhateverThePhase(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	const (
 		readIdle = 1500 * time.Millisecond
 		ping     = 500 * time.Millisecond
@@ -965,7 +965,7 @@ func TestH2ClientSilenceBoundWhateverThePhase(t *testing.T) {
 // TestH2ClientIdleConnTimeout: a connection that carries no stream for
 // IdleConnTimeout is closed; one carrying a (silent) watch is not.
 func TestH2ClientIdleConnTimeout(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	lines := make(chan string)
 	srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, streamingHandler(lines))
 	tr := newClients(t, p, Config{IdleConnTimeout: 150 * time.Millisecond})
@@ -1017,8 +1017,8 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 // CONTINUATION frames and arrives whole: a frame over 16 KiB would be a
 // FRAME_SIZE_ERROR.
 func TestH2ClientLargeHeaderBlock(t *testing.T) {
-	p := newPKI(t)
-	srv := testkit.NewAPIServer(t, p.ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p := testkit.NewPKI(t, serverName)
+	srv := testkit.NewAPIServer(t, p.CA, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sum := sha256.Sum256([]byte(r.Header.Get("X-Big")))
 		w.Header().Set("X-Big-Sum", hex.EncodeToString(sum[:]))
 		io.WriteString(w, "ok")
@@ -1057,12 +1057,12 @@ func TestH2ClientLargeHeaderBlock(t *testing.T) {
 // one goroutine per stream more.
 func TestH2ClientNoGoroutinePerStream(t *testing.T) {
 	const n = 50
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
 	tr := newClients(t, p, Config{})
 	fanout := tr.For(srv.addr)
 	xnet := &http2.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: p.ca.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.alice.TLS},
+		RootCAs: p.CA.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.Alice.TLS},
 	}}
 	defer xnet.CloseIdleConnections()
 
@@ -1117,7 +1117,7 @@ func TestH2ClientNoGoroutinePerStream(t *testing.T) {
 // ends the connection with COMPRESSION_ERROR (x/net checks every field
 // before encoding any).
 func TestH2ClientInvalidHeaderKeepsConnectionUsable(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
@@ -1149,7 +1149,7 @@ func TestH2ClientInvalidHeaderKeepsConnectionUsable(t *testing.T) {
 // io.ErrUnexpectedEOF), and one that runs past it must fail: a truncated
 // answer relayed as complete is a corrupt one.
 func TestH2ClientBodyLengthMismatch(t *testing.T) {
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newScriptH2(t, p, func(c *scriptConn, id uint32, path string) {
 		switch path {
 		case "/short":

@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // BenchmarkUpstreamRoundTrip prices a short GET from fanout to an
@@ -30,7 +32,7 @@ import (
 // The difference bounds what a client of fanout's own could save
 // (docs/footprint.md, "Where the goals stand").
 func BenchmarkUpstreamRoundTrip(b *testing.B) {
-	p := newPKI(b)
+	p := testkit.NewPKI(b, serverName)
 	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"kind":"ConfigMap"}`)
@@ -59,7 +61,7 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 
 	b.Run("floor", func(b *testing.B) {
 		c, err := dialFloor(srv.addr, &tls.Config{
-			RootCAs: p.ca.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.alice.TLS},
+			RootCAs: p.CA.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.Alice.TLS},
 			NextProtos: []string{http2.NextProtoTLS},
 		})
 		if err != nil {

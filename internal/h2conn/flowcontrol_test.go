@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // floodServer serves /flood, which writes as fast as the client's
@@ -18,7 +20,7 @@ type floodServer struct {
 	flooded atomic.Int64
 }
 
-func newFloodServer(t *testing.T, p *pki, maxStreams int) *floodServer {
+func newFloodServer(t *testing.T, p *testkit.PKI, maxStreams int) *floodServer {
 	t.Helper()
 	s := &floodServer{}
 	chunk := make([]byte, 16<<10)
@@ -78,7 +80,7 @@ func TestUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 		{"16 MiB connection window", Config{MaxReceiveBufferPerConnection: 16 << 20}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPKI(t)
+			p := testkit.NewPKI(t, serverName)
 			srv := newFloodServer(t, p, 100)
 			tr := newClients(t, p, tc.cfg)
 			rt := tr.For(srv.addr)

@@ -24,18 +24,6 @@ func TestMain(m *testing.M) {
 // serverName is the SAN of every test serving certificate.
 const serverName = "kubernetes"
 
-// pki is a CA with a serving certificate and a client certificate.
-type pki struct {
-	ca      *testkit.CA
-	serving testkit.KeyPair
-	alice   testkit.KeyPair
-}
-
-func newPKI(t testing.TB) *pki {
-	ca := testkit.NewCA(t)
-	return &pki{ca: ca, serving: ca.Serving(serverName), alice: ca.Client("alice", "system:masters")}
-}
-
 // h2Server is the kit's fake apiserver, named as the tests here use it.
 type h2Server struct {
 	*testkit.APIServer
@@ -44,13 +32,13 @@ type h2Server struct {
 }
 
 // newH2Server starts an HTTP/2 server serving a certificate for
-// serverName from p.ca and checking
-// client certificates against p.ca with policy auth. maxStreams > 0 sets
+// serverName from p.CA and checking
+// client certificates against p.CA with policy auth. maxStreams > 0 sets
 // SETTINGS_MAX_CONCURRENT_STREAMS. GET /readyz is the kit's; the tests
 // here send none.
-func newH2Server(t testing.TB, p *pki, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
+func newH2Server(t testing.TB, p *testkit.PKI, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
 	t.Helper()
-	s := testkit.NewAPIServer(t, p.ca, h, h2Options(auth, maxStreams)...)
+	s := testkit.NewAPIServer(t, p.CA, h, h2Options(auth, maxStreams)...)
 	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened}
 }
 
@@ -83,10 +71,10 @@ type clients struct {
 	all   []*Conn // every connection made, closed when the test ends
 }
 
-func newClients(t testing.TB, p *pki, cfg Config) *clients {
+func newClients(t testing.TB, p *testkit.PKI, cfg Config) *clients {
 	c := &clients{
 		tls: &tls.Config{
-			RootCAs: p.ca.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.alice.TLS},
+			RootCAs: p.CA.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.Alice.TLS},
 			NextProtos: []string{http2.NextProtoTLS},
 		},
 		cfg:   cfg,

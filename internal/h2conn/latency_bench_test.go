@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fanout-dev/fanout/internal/budget"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // BenchmarkAnswerLatency times one answer of each size over a connection
@@ -27,7 +28,7 @@ import (
 //	go test -run '^$' -bench BenchmarkAnswerLatency -benchtime 20x ./internal/h2conn/
 func BenchmarkAnswerLatency(b *testing.B) {
 	const rtt = time.Millisecond
-	p := newPKI(b)
+	p := testkit.NewPKI(b, serverName)
 	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 100, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		size, _ := strconv.Atoi(r.URL.Query().Get("size"))
 		w.Header().Set("Content-Length", strconv.Itoa(size))
@@ -73,7 +74,7 @@ func BenchmarkAnswerLatency(b *testing.B) {
 
 // dialDelayed opens a Conn to addr whose writes reach the server delay
 // after they are made.
-func dialDelayed(b *testing.B, p *pki, addr string, delay time.Duration, cfg Config) *Conn {
+func dialDelayed(b *testing.B, p *testkit.PKI, addr string, delay time.Duration, cfg Config) *Conn {
 	b.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -81,7 +82,7 @@ func dialDelayed(b *testing.B, p *pki, addr string, delay time.Duration, cfg Con
 	}
 	dc := &delayedConn{Conn: nc, delay: delay, q: make(chan delayedWrite, 1024), done: make(chan struct{})}
 	go dc.send()
-	tc := tls.Client(dc, &tls.Config{RootCAs: p.ca.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.alice.TLS}, NextProtos: []string{http2.NextProtoTLS}})
+	tc := tls.Client(dc, &tls.Config{RootCAs: p.CA.Pool, ServerName: serverName, Certificates: []tls.Certificate{p.Alice.TLS}, NextProtos: []string{http2.NextProtoTLS}})
 	if err := tc.Handshake(); err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/fanout-dev/fanout/internal/budget"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // windowOf is what a stream holds and was granted: its unread data, its
@@ -63,7 +64,7 @@ func TestWindowBudgetBoundsUnreadAnswersInSum(t *testing.T) {
 	used := prometheus.NewGauge(prometheus.GaugeOpts{Name: "used"})
 	exhausted := prometheus.NewCounter(prometheus.CounterOpts{Name: "exhausted"})
 	b := budget.New(limit, used, exhausted)
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newFloodServer(t, p, 100)
 	rt := newClients(t, p, Config{WindowBudget: b, MaxReceiveBufferPerStream: window}).For(srv.addr)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -149,7 +150,7 @@ func TestWindowBudgetBoundsUnreadAnswersInSum(t *testing.T) {
 func TestWindowBudgetGivenBackOnEveryEnd(t *testing.T) {
 	const resetAfter = 2 << 20
 	release := make(chan struct{})
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	chunk := make([]byte, 16<<10)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 100, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -234,7 +235,7 @@ func TestWindowBudgetGivenBackOnEveryEnd(t *testing.T) {
 // window grown from the 2 KiB floor with a budget that has room.
 func BenchmarkLargeAnswer(b *testing.B) {
 	const size = 100 << 20
-	p := newPKI(b)
+	p := testkit.NewPKI(b, serverName)
 	chunk := make([]byte, 32<<10)
 	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 100, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -277,7 +278,7 @@ func BenchmarkLargeAnswer(b *testing.B) {
 // getting its events once every unread stream's window is used up.
 func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 	const floods = 24
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newFloodServer(t, p, 100)
 	rt := newClients(t, p, Config{WindowBudget: budget.New(64<<20, nil, nil)}).For(srv.addr)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -334,7 +335,7 @@ func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 // and so does a short one the budget cannot spare.
 func TestShortAnswerWindow(t *testing.T) {
 	const short = 64 << 10
-	p := newPKI(t)
+	p := testkit.NewPKI(t, serverName)
 	srv := newFloodServer(t, p, 100)
 	for _, tc := range []struct {
 		name   string

@@ -53,6 +53,21 @@ type KeyPair struct {
 	Leaf *x509.Certificate
 }
 
+// PKI is a CA with a serving certificate for one name and the client
+// certificate of "alice" in system:masters: what a test of a client of
+// kube-apiserver presents and verifies.
+type PKI struct {
+	CA      *CA
+	Serving KeyPair
+	Alice   KeyPair
+}
+
+// NewPKI makes a PKI whose serving certificate is for serverName.
+func NewPKI(tb testing.TB, serverName string) *PKI {
+	ca := NewCA(tb)
+	return &PKI{CA: ca, Serving: ca.Serving(serverName), Alice: ca.Client("alice", "system:masters")}
+}
+
 // validity keeps test certificates valid across clock skew and long test
 // runs, while being obviously not meant to last.
 const validity = 24 * time.Hour

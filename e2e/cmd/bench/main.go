@@ -367,7 +367,7 @@ func run(o Options, out, fanoutBin string, keep bool) error {
 		return fmt.Errorf("interrupted; %s not written", out)
 	}
 	r.Finished = time.Now()
-	if err := os.WriteFile(out, []byte(Render(r)), 0o644); err != nil {
+	if err := os.WriteFile(out, []byte(Render(r)+keptSection(out)), 0o644); err != nil {
 		return err
 	}
 	logf("wrote %s in %s", out, r.Finished.Sub(r.Started).Round(time.Second))
@@ -504,4 +504,24 @@ func settings(o Options) []string {
 		out = append(out, fmt.Sprintf("costbalance: %d ConfigMaps of 1 KiB; client A %g GET/s + %g LIST/s, client B %g LIST/s; %s per target after a %s warm-up", o.CostObjects, o.CostGetRate, o.CostListRateA, o.CostListRateB, o.CostPhase, o.Warmup))
 	}
 	return out
+}
+
+// keptMarker starts the part of a report that is written by hand (a
+// decision taken on a run of its own, with the table that decided it):
+// it runs to the end of the file, and a new report of the same file
+// keeps it.
+const keptMarker = "<!-- Kept by fanout-bench: written by hand, from here to the end. -->"
+
+// keptSection is what of the report at path a new one keeps: from
+// keptMarker to the end, "" when there is none (or no file).
+func keptSection(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	i := strings.Index(string(b), keptMarker)
+	if i < 0 {
+		return ""
+	}
+	return "\n" + string(b[i:])
 }
