@@ -38,16 +38,7 @@ func TestHeaderBudgetOverH2C(t *testing.T) {
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr}
-	get := func(query string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/namespaces/default/configmaps?"+query, nil)
-		req.Header.Set("X-Filler", strings.Repeat("f", filler))
-		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	get := func(query string) *http.Response { return getWithFiller(t, c, base, query, filler) }
 	used := func() int64 { return int64(testutil.ToFloat64(m.headerUsed)) }
 
 	held := get("block=1")
@@ -99,16 +90,7 @@ func TestHeaderBudgetStdServer(t *testing.T) {
 			m := newMetrics()
 			_, _, base := startProxy(t, Config{H1Server: H1ServerStd, MaxHeaderBytes: 64 << 10, HeaderBudget: limit}, p, u, m)
 			c := newClient(t, h2c)
-			get := func(query string) *http.Response {
-				t.Helper()
-				req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/namespaces/default/configmaps?"+query, nil)
-				req.Header.Set("X-Filler", strings.Repeat("f", filler))
-				resp, err := c.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return resp
-			}
+			get := func(query string) *http.Response { return getWithFiller(t, c, base, query, filler) }
 			used := func() int64 { return int64(testutil.ToFloat64(m.headerUsed)) }
 
 			held := get("block=1")
@@ -163,4 +145,17 @@ func TestAutoHeaderBudget(t *testing.T) {
 	if err := (Config{HeaderBudget: 512 << 10, MaxHeaderBytes: 64 << 10}).Validate(); err != nil {
 		t.Errorf("a header budget over --max-header-bytes: %v", err)
 	}
+}
+
+// getWithFiller GETs configmaps with query through base, its header padded
+// by an X-Filler of filler bytes.
+func getWithFiller(t *testing.T, c *http.Client, base, query string, filler int) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/namespaces/default/configmaps?"+query, nil)
+	req.Header.Set("X-Filler", strings.Repeat("f", filler))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
-	"syscall"
 	"testing"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
@@ -32,7 +31,7 @@ func BenchmarkPoolRoundTrip(b *testing.B) {
 			rt := tr.For(srv.addr, AuthSidecar)
 			b.ReportAllocs()
 			b.SetParallelism(4)
-			start := cpuNanos()
+			defer testkit.ReportCPU(b)()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
@@ -45,13 +44,6 @@ func BenchmarkPoolRoundTrip(b *testing.B) {
 					res.Body.Close()
 				}
 			})
-			b.ReportMetric(float64(cpuNanos()-start)/float64(b.N), "cpu-ns/op")
 		})
 	}
-}
-
-func cpuNanos() int64 {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -44,7 +43,7 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 		rt := tr.For(srv.addr)
 		b.ReportAllocs()
 		b.SetParallelism(4)
-		defer reportCPU(b)()
+		defer testkit.ReportCPU(b)()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				req, _ := http.NewRequest(http.MethodGet, "https://"+srv.addr+path, nil)
@@ -70,7 +69,7 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 		defer c.close()
 		b.ReportAllocs()
 		b.SetParallelism(4)
-		defer reportCPU(b)()
+		defer testkit.ReportCPU(b)()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				status, body, err := c.get(srv.addr, path)
@@ -81,18 +80,6 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 			}
 		})
 	})
-}
-
-// reportCPU adds the process's CPU time per operation (user and system,
-// client and server together) to the benchmark's figures.
-func reportCPU(b *testing.B) func() {
-	cpu := func() int64 {
-		var ru syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return ru.Utime.Nano() + ru.Stime.Nano()
-	}
-	start := cpu()
-	return func() { b.ReportMetric(float64(cpu()-start)/float64(b.N), "cpu-ns/op") }
 }
 
 // floorConn is BenchmarkUpstreamRoundTrip's least client.
