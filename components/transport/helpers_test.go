@@ -102,13 +102,6 @@ func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	return tr
 }
 
-// Requests as every test here sends them (see testkit).
-var (
-	newRequest = testkit.NewRequest
-	roundTrip  = testkit.RoundTrip
-	waitFor    = testkit.WaitFor
-)
-
 // metricValue returns the value of the series name{labels} gathered from
 // tr's collectors, and whether it exists.
 func metricValue(t *testing.T, tr *Transports, name string, labels map[string]string) (float64, bool) {
@@ -301,17 +294,6 @@ func respond200(fr *http2.Framer, id uint32) bool {
 	enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndStream: true, EndHeaders: true})
 	return false
-}
-
-// freezeProxy is testkit.FreezeProxy, named as the tests here use it.
-type freezeProxy struct {
-	*testkit.FreezeProxy
-	addr string
-}
-
-func newFreezeProxy(t *testing.T, target string) *freezeProxy {
-	p := testkit.NewFreezeProxy(t, target)
-	return &freezeProxy{FreezeProxy: p, addr: p.Addr}
 }
 
 // onlyReader hides a body's type so net/http cannot set GetBody: x/net
