@@ -226,26 +226,8 @@ func TestRebalanceWithReflector(t *testing.T) {
 // in reg, 0 when absent.
 func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					if c := m.GetCounter(); c != nil {
-						return c.GetValue()
-					}
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := testkit.Series(t, reg, name, map[string]string{label: value})
+	return v
 }
 
 // staticLoads is a LoadSource whose loads never change.

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -106,46 +104,7 @@ func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 // tr's collectors, and whether it exists.
 func metricValue(t *testing.T, tr *Transports, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	for _, c := range tr.Collectors() {
-		reg.MustRegister(c)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !labelsMatch(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount()), true
-			}
-		}
-	}
-	return 0, false
-}
-
-func labelsMatch(m *dto.Metric, want map[string]string) bool {
-	got := map[string]string{}
-	for _, lp := range m.GetLabel() {
-		got[lp.GetName()] = lp.GetValue()
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return false
-		}
-	}
-	return true
+	return testkit.Series(t, testkit.Registry(t, tr.Collectors()...), name, labels)
 }
 
 func connGauge(t *testing.T, tr *Transports, addr string, mode AuthMode) float64 {
