@@ -14,8 +14,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
@@ -90,41 +88,15 @@ func expiry(t *testing.T, m *Metrics, kind string) float64 {
 	return gather(t, m, "fanout_certificate_expiration_timestamp_seconds", map[string]string{"kind": kind})
 }
 
+// gather returns the value of name{labels} in m, or -1 if m has no such
+// series.
 func gather(t *testing.T, m *Metrics, name string, labels map[string]string) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := testkit.Series(t, testkit.Registry(t, m), name, labels)
+	if !ok {
+		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, mm := range mf.GetMetric() {
-			if matches(mm, labels) {
-				if mm.Counter != nil {
-					return mm.Counter.GetValue()
-				}
-				return mm.Gauge.GetValue()
-			}
-		}
-	}
-	return -1
-}
-
-func matches(m *dto.Metric, want map[string]string) bool {
-	n := 0
-	for _, lp := range m.GetLabel() {
-		if v, ok := want[lp.GetName()]; ok {
-			if v != lp.GetValue() {
-				return false
-			}
-			n++
-		}
-	}
-	return n == len(want)
+	return v
 }
 
 func certCN(c *Credentials) string {

@@ -31,9 +31,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// waitLimit bounds every wait: a hang detector, not a speed target.
-const waitLimit = 30 * time.Second
-
 // apiserver is the kit's fake kube-apiserver serving ConfigMaps in
 // "default" (get, list, watch); the kit answers /readyz, counts and
 // records who asked.
@@ -249,7 +246,7 @@ func TestInformerAndWatch(t *testing.T) {
 		if cm, ok := ev.Object.(*corev1.ConfigMap); ev.Type != watch.Added || !ok || cm.Name != "from-watch" {
 			t.Fatalf("first watch event = %v %#v, want ADDED from-watch", ev.Type, ev.Object)
 		}
-	case <-time.After(waitLimit):
+	case <-time.After(testkit.WaitLimit):
 		t.Fatal("no watch event")
 	}
 	if open := totalLong(b); open != 1 {
@@ -260,10 +257,10 @@ func TestInformerAndWatch(t *testing.T) {
 	inf := factory.Core().V1().ConfigMaps().Informer()
 	stop := make(chan struct{})
 	factory.Start(stop)
-	if !cache.WaitForCacheSync(stopAfter(stop, waitLimit), inf.HasSynced) {
+	if !cache.WaitForCacheSync(stopAfter(stop, testkit.WaitLimit), inf.HasSynced) {
 		t.Fatal("informer did not sync")
 	}
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.WaitLimit)
 	for len(inf.GetStore().ListKeys()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -280,7 +277,7 @@ func TestInformerAndWatch(t *testing.T) {
 		for open {
 			_, open = <-w.ResultChan()
 		}
-	case <-time.After(waitLimit):
+	case <-time.After(testkit.WaitLimit):
 		t.Fatal("Close left the watch open")
 	}
 	w.Stop()

@@ -72,14 +72,14 @@ func TestSlowWatchConsumersDoNotBlockOtherRequests(t *testing.T) {
 	// Wait until the apiserver cannot send more: every watch holds what
 	// its window allows.
 	var last int64 = -1
-	for deadline := time.Now().Add(waitLimit); ; time.Sleep(500 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.WaitLimit); ; time.Sleep(500 * time.Millisecond) {
 		n := sent.Load()
 		if n == last && n > 0 {
 			break
 		}
 		last = n
 		if time.Now().After(deadline) {
-			t.Fatalf("the watches were still receiving after %s (%d bytes)", waitLimit, n)
+			t.Fatalf("the watches were still receiving after %s (%d bytes)", testkit.WaitLimit, n)
 		}
 	}
 	getCtx, getCancel := context.WithTimeout(ctx, 5*time.Second)

@@ -180,7 +180,7 @@ func testWatchRebalancing(t *testing.T, on bool) {
 	}
 	defer closer.Close()
 	b := closer.(*Balancer)
-	waitFor(t, "apiservers 2 and 3 out", func() bool { return readyCount(b) == 1 })
+	testkit.WaitFor(t, "apiservers 2 and 3 out", func() bool { return readyCount(b) == 1 })
 
 	const watches = 6
 	stop := make(chan struct{})
@@ -189,7 +189,7 @@ func testWatchRebalancing(t *testing.T, on bool) {
 		f := informers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(wrapped), 0, informers.WithNamespace("default"))
 		inf := f.Core().V1().ConfigMaps().Informer()
 		f.Start(stop)
-		if !cache.WaitForCacheSync(stopAfter(stop, waitLimit), inf.HasSynced) {
+		if !cache.WaitForCacheSync(stopAfter(stop, testkit.WaitLimit), inf.HasSynced) {
 			t.Fatal("informer did not sync")
 		}
 		factories = append(factories, f)
@@ -200,13 +200,13 @@ func testWatchRebalancing(t *testing.T, on bool) {
 			f.Shutdown()
 		}
 	}()
-	waitFor(t, "every watch on apiserver 1", func() bool { return w.servers[0].open.Load() == watches })
+	testkit.WaitFor(t, "every watch on apiserver 1", func() bool { return w.servers[0].open.Load() == watches })
 	synced := w.initial()
 
 	for _, s := range w.servers[1:] {
 		s.SetReadyz(http.StatusOK)
 	}
-	waitFor(t, "apiservers 2 and 3 back", func() bool { return readyCount(b) == 3 })
+	testkit.WaitFor(t, "apiservers 2 and 3 back", func() bool { return readyCount(b) == 3 })
 	ticker := time.NewTicker(20 * time.Millisecond)
 	defer ticker.Stop()
 	spread := func() bool {
@@ -215,10 +215,10 @@ func testWatchRebalancing(t *testing.T, on bool) {
 	}
 	if on {
 		start := time.Now()
-		deadline := start.Add(waitLimit)
+		deadline := start.Add(testkit.WaitLimit)
 		for !spread() {
 			if time.Now().After(deadline) {
-				t.Fatalf("watches per apiserver %v after %s, want them spread over the three", w.open(), waitLimit)
+				t.Fatalf("watches per apiserver %v after %s, want them spread over the three", w.open(), testkit.WaitLimit)
 			}
 			<-ticker.C
 			w.tick()
@@ -269,15 +269,4 @@ func readyCount(b *Balancer) int {
 		}
 	}
 	return n
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", waitLimit, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // shutdownArgs make the apiservers shut down the way a careful rollout
@@ -596,7 +597,7 @@ type slowest struct {
 }
 
 func (s *slowest) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+	return testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		start := time.Now()
 		resp, err := rt.RoundTrip(r)
 		if d := time.Since(start); r.URL.Query().Get("watch") == "" {
@@ -609,10 +610,6 @@ func (s *slowest) wrap(rt http.RoundTripper) http.RoundTripper {
 		return resp, err
 	})
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // silence tracks, per informer, the longest gap between two events.
 type silence struct {

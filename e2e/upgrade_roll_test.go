@@ -29,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // envUpgradeFrom names the release TestUpgradeRoll upgrades from (make
@@ -478,7 +479,7 @@ type wireCounts struct {
 }
 
 func (w *wireCounts) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+	return testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(r)
 		if w.stopped.Load() {
 			return resp, err

@@ -12,11 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-)
 
-// waitLimit bounds the waits in these tests: a bound for hangs, not a
-// speed target.
-const waitLimit = 30 * time.Second
+	"github.com/fanout-dev/fanout/internal/testkit"
+)
 
 // startCapped starts an admin server with the default cap serving h on
 // loopback and returns its address; the server stops when the test ends.
@@ -27,7 +25,7 @@ func startCapped(t *testing.T, h http.Handler) (*Server, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
 		defer cancel()
 		if err := s.Stop(ctx); err != nil {
 			t.Errorf("Stop: %v", err)
@@ -43,7 +41,7 @@ func dialAdmin(t *testing.T, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(waitLimit))
+	c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	return c
 }
 
@@ -160,7 +158,7 @@ func TestAdminConnectionCap(t *testing.T) {
 	for i := range DefaultMaxConnections {
 		select {
 		case <-started:
-		case <-time.After(waitLimit):
+		case <-time.After(testkit.WaitLimit):
 			t.Fatalf("%d of %d requests within the cap reached the handler", i, DefaultMaxConnections)
 		}
 	}
@@ -171,7 +169,7 @@ func TestAdminConnectionCap(t *testing.T) {
 	if err := get(extra, "/healthz"); err == nil {
 		t.Fatalf("connection %d was served while %d requests were in flight; the admin server holds at most %d", DefaultMaxConnections+1, DefaultMaxConnections, DefaultMaxConnections)
 	} else if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("connection over the cap: no answer and not closed within %v", waitLimit)
+		t.Fatalf("connection over the cap: no answer and not closed within %v", testkit.WaitLimit)
 	}
 	if got := testutil.ToFloat64(s.evicted); got != 0 {
 		t.Errorf("fanout_admin_connections_evicted_total = %v with every connection busy, want 0", got)

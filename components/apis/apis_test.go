@@ -84,16 +84,12 @@ func (s *fakeAPIServer) requests() []string {
 type handlers map[string]http.Handler
 
 func (h handlers) For(addr string, _ transport.AuthMode) http.RoundTripper {
-	return rtFunc(func(r *http.Request) (*http.Response, error) {
+	return testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		rec := httptest.NewRecorder()
 		h[addr].ServeHTTP(rec, r)
 		return rec.Result(), nil
 	})
 }
-
-type rtFunc func(*http.Request) (*http.Response, error)
-
-func (f rtFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // tables records what the discoverer publishes.
 type tables struct {

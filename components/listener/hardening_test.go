@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestIsLoopbackHost(t *testing.T) {
@@ -66,9 +69,9 @@ func testHostCheck(t *testing.T, h1 string) {
 		{"any Host with AllowAnyHost", Config{H1Server: h1, AllowAnyHost: true}, "GET /api/v1/pods HTTP/1.1\r\nHost: fanout.example:7080\r\n\r\n", http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, u := okBackend(t)
+			p, u := proxytest.OKBackend(t)
 			s, _, _ := startProxy(t, tc.cfg, p, u, nil)
-			resp := rawRequest(t, s.Addr().String(), tc.raw)
+			resp := testkit.RawRequest(t, s.Addr().String(), tc.raw)
 			if resp.StatusCode != tc.wantCode {
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
@@ -79,12 +82,12 @@ func testHostCheck(t *testing.T, h1 string) {
 				resp.Body.Close()
 				return
 			}
-			st := readStatus(t, resp)
+			st := testkit.ReadStatus(t, resp)
 			if st.Reason != metav1.StatusReasonForbidden || !strings.Contains(st.Message, "loopback") || !strings.Contains(st.Message, "--allow-remote") {
 				t.Errorf("Status %s %q: want Forbidden, saying the listener takes loopback Hosts and naming --allow-remote", st.Reason, st.Message)
 			}
-			if calls := u.callList(); len(calls) != 0 {
-				t.Errorf("a refused request reached the apiserver %s", calls[0].addr)
+			if calls := u.Calls(); len(calls) != 0 {
+				t.Errorf("a refused request reached the apiserver %s", calls[0].Addr)
 			}
 		})
 	}
@@ -94,9 +97,9 @@ func testHostCheck(t *testing.T, h1 string) {
 func TestHostCheckH2C(t *testing.T) { forEachH1Server(t, testHostCheckH2C) }
 
 func testHostCheckH2C(t *testing.T, h1 string) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	_, _, base := startProxy(t, Config{H1Server: h1}, p, u, nil)
-	client := newClient(t, true)
+	client := testkit.NewClient(t, true)
 	for host, want := range map[string]int{"127.0.0.1": http.StatusOK, "evil.example:7080": http.StatusForbidden} {
 		req, err := http.NewRequest(http.MethodGet, base+"/api/v1/pods", nil)
 		if err != nil {

@@ -53,7 +53,7 @@ func TestHeaderBudgetOverH2C(t *testing.T) {
 		g.open()
 		t.Fatalf("a header past the budget: %d, want 431", refused.StatusCode)
 	}
-	if st := readStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
+	if st := testkit.ReadStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
 		t.Errorf("the 431 says %q, want it to name --header-budget", st.Message)
 	}
 	if got := testutil.ToFloat64(m.headerExhausted); got != 1 {
@@ -89,7 +89,7 @@ func TestHeaderBudgetStdServer(t *testing.T) {
 			g, p, u := newGateBackend(t)
 			m := newMetrics()
 			_, _, base := startProxy(t, Config{H1Server: H1ServerStd, MaxHeaderBytes: 64 << 10, HeaderBudget: limit}, p, u, m)
-			c := newClient(t, h2c)
+			c := testkit.NewClient(t, h2c)
 			get := func(query string) *http.Response { return getWithFiller(t, c, base, query, filler) }
 			used := func() int64 { return int64(testutil.ToFloat64(m.headerUsed)) }
 
@@ -104,7 +104,7 @@ func TestHeaderBudgetStdServer(t *testing.T) {
 				g.open()
 				t.Fatalf("a header past the budget: %d, want 431", refused.StatusCode)
 			}
-			if st := readStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
+			if st := testkit.ReadStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
 				t.Errorf("the 431 says %q, want it to name --header-budget", st.Message)
 			}
 			select {

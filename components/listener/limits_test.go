@@ -22,7 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // gateBackend answers "ok" at once, except paths containing "block", which
@@ -35,10 +37,10 @@ type gateBackend struct {
 	bodies  []string
 }
 
-func newGateBackend(t *testing.T) (*gateBackend, *fakePicker, *fakeUpstream) {
+func newGateBackend(t *testing.T) (*gateBackend, *proxytest.Picker, *proxytest.Upstream) {
 	t.Helper()
 	g := &gateBackend{started: make(chan string, 100), release: make(chan struct{})}
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		g.mu.Lock()
 		g.bodies = append(g.bodies, string(b))
@@ -59,9 +61,9 @@ func newGateBackend(t *testing.T) (*gateBackend, *fakePicker, *fakeUpstream) {
 		io.WriteString(w, "ok")
 	}), false)
 	t.Cleanup(g.open)
-	u := newFakeUpstream()
-	u.set(addr, rt)
-	return g, newFakePicker(addr), u
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
+	return g, proxytest.NewPicker(addr), u
 }
 
 func (g *gateBackend) open() { g.once.Do(func() { close(g.release) }) }
@@ -71,7 +73,7 @@ func (g *gateBackend) waitStarted(t *testing.T) {
 	t.Helper()
 	select {
 	case <-g.started:
-	case <-time.After(waitLimit):
+	case <-time.After(testkit.WaitLimit):
 		t.Fatal("a request within the limits did not reach the apiserver")
 	}
 }
@@ -90,7 +92,7 @@ func testInflightBudgets(t *testing.T, h1 string) {
 			g, p, u := newGateBackend(t)
 			m, _ := NewMetrics(nil)
 			_, _, base := startProxy(t, Config{H1Server: h1, MaxInflight: 2, MaxLongRunning: 3}, p, u, m)
-			client := newClient(t, h2c)
+			client := testkit.NewClient(t, h2c)
 			get := func(path string) *http.Response {
 				t.Helper()
 				resp, err := client.Get(base + path)
@@ -109,7 +111,7 @@ func testInflightBudgets(t *testing.T, h1 string) {
 				if resp.Header.Get("Retry-After") != "1" {
 					t.Errorf("429 without Retry-After: 1 (got %q); client-go would not retry it", resp.Header.Get("Retry-After"))
 				}
-				st := readStatus(t, resp)
+				st := testkit.ReadStatus(t, resp)
 				if st.Reason != metav1.StatusReasonTooManyRequests || !strings.Contains(st.Message, kind+" requests in flight") {
 					t.Errorf("Status = %q %q", st.Reason, st.Message)
 				}
@@ -158,7 +160,7 @@ func testInflightBudgets(t *testing.T, h1 string) {
 				io.Copy(io.Discard, r.Body)
 				r.Body.Close()
 			}
-			deadline := time.Now().Add(waitLimit)
+			deadline := time.Now().Add(testkit.WaitLimit)
 			for testutil.ToFloat64(m.inflight.WithLabelValues("short")) != 0 && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
@@ -170,7 +172,7 @@ func testInflightBudgets(t *testing.T, h1 string) {
 func TestConnectionLimit(t *testing.T) { forEachH1Server(t, testConnectionLimit) }
 
 func testConnectionLimit(t *testing.T, h1 string) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	m, _ := NewMetrics(nil)
 	s, _, _ := startProxy(t, Config{H1Server: h1, MaxConnections: 2}, p, u, m)
 	addr := s.Addr().String()
@@ -181,7 +183,7 @@ func testConnectionLimit(t *testing.T, h1 string) {
 		if err != nil {
 			return nil, err
 		}
-		c.SetDeadline(time.Now().Add(waitLimit))
+		c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 		io.WriteString(c, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
@@ -213,7 +215,7 @@ func testConnectionLimit(t *testing.T, h1 string) {
 	// A closed connection frees its slot.
 	held[0].Close()
 	var err error
-	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.WaitLimit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		var c net.Conn
 		if c, err = keepAlive(); err == nil {
 			held[0] = c
@@ -241,7 +243,7 @@ func testRequestBodyTimeout(t *testing.T, h1 string) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(waitLimit))
+		c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 		start := time.Now()
 		io.WriteString(c, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -249,7 +251,7 @@ func testRequestBodyTimeout(t *testing.T, h1 string) {
 			resp.Body.Close()
 			t.Fatalf("stalled body answered %d; want the connection closed", resp.StatusCode)
 		}
-		if el := time.Since(start); el > waitLimit/2 {
+		if el := time.Since(start); el > testkit.WaitLimit/2 {
 			t.Fatalf("the stalled body was held for %v", el)
 		}
 		if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {
@@ -277,7 +279,7 @@ func testRequestBodyTimeout(t *testing.T, h1 string) {
 			_, p, u := newGateBackend(t)
 			m, _ := NewMetrics(nil)
 			_, _, base := startProxy(t, Config{H1Server: h1, RequestBodyTimeout: timeout}, p, u, m)
-			client := newClient(t, tc.h2c)
+			client := testkit.NewClient(t, tc.h2c)
 			for range 2 {
 				var body io.Reader = strings.NewReader(`{"kind":"ConfigMap"}`)
 				if tc.chunked {
@@ -315,7 +317,7 @@ func testRequestBodyTimeout(t *testing.T, h1 string) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			c.SetDeadline(time.Now().Add(waitLimit))
+			c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 			start := time.Now()
 			io.WriteString(c, raw)
 			// The event waited for: the connection is reset.
@@ -324,7 +326,7 @@ func testRequestBodyTimeout(t *testing.T, h1 string) {
 				resp.Body.Close()
 				t.Fatalf("%q: a body not in by the deadline answered %d; want the connection closed", raw[:30], resp.StatusCode)
 			}
-			if el := time.Since(start); el < timeout || el > waitLimit/2 {
+			if el := time.Since(start); el < timeout || el > testkit.WaitLimit/2 {
 				t.Errorf("%q: cut after %v, want at the %v deadline", raw[:30], el, timeout)
 			}
 			if got := testutil.ToFloat64(m.rejected.WithLabelValues(rejectBodyTimeout)); got != 1 {

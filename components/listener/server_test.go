@@ -16,24 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/proxy"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
-
-// okBackend answers every request with 200 "ok".
-func okBackend(t *testing.T) (*fakePicker, *fakeUpstream) {
-	t.Helper()
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "ok")
-	}), false)
-	u := newFakeUpstream()
-	u.set(addr, rt)
-	return newFakePicker(addr), u
-}
-
-// rawRequest is testkit.RawRequest.
-func rawRequest(t *testing.T, addr, raw string) *http.Response {
-	return testkit.RawRequest(t, addr, raw)
-}
 
 func TestRejectProxyRequests(t *testing.T) { forEachH1Server(t, testRejectProxyRequests) }
 
@@ -50,25 +35,25 @@ func testRejectProxyRequests(t *testing.T, h1 string) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, u := okBackend(t)
+			p, u := proxytest.OKBackend(t)
 			s, _, _ := startProxy(t, Config{H1Server: h1}, p, u, nil)
-			resp := rawRequest(t, s.Addr().String(), tc.raw)
+			resp := testkit.RawRequest(t, s.Addr().String(), tc.raw)
 			if resp.StatusCode != tc.wantCode {
 				t.Fatalf("status = %d, want %d", resp.StatusCode, tc.wantCode)
 			}
-			st := readStatus(t, resp)
+			st := testkit.ReadStatus(t, resp)
 			if st.Reason != tc.wantReason || !strings.Contains(st.Message, "fanout is not an open proxy") {
 				t.Errorf("Status = %q %q, want %q and 'fanout is not an open proxy'", st.Reason, st.Message, tc.wantReason)
 			}
-			if len(u.callList()) != 0 {
+			if len(u.Calls()) != 0 {
 				t.Error("a proxy request reached the upstream")
 			}
 		})
 	}
 	t.Run("origin-form passes", func(t *testing.T) {
-		p, u := okBackend(t)
+		p, u := proxytest.OKBackend(t)
 		s, _, _ := startProxy(t, Config{H1Server: h1}, p, u, nil)
-		resp := rawRequest(t, s.Addr().String(), "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1:7080\r\n\r\n")
+		resp := testkit.RawRequest(t, s.Addr().String(), "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1:7080\r\n\r\n")
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 2))
 		if resp.StatusCode != 200 || string(b) != "ok" {
 			t.Errorf("origin-form request: %d %q, want 200 ok", resp.StatusCode, b)
@@ -79,10 +64,10 @@ func testRejectProxyRequests(t *testing.T, h1 string) {
 func TestServerLimits(t *testing.T) { forEachH1Server(t, testServerLimits) }
 
 func testServerLimits(t *testing.T, h1 string) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	s, _, base := startProxy(t, Config{H1Server: h1, MaxHeaderBytes: 4 << 10, ReadHeaderTimeout: 200 * time.Millisecond}, p, u, nil)
 	addr := s.Addr().String()
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	stillServes := func(t *testing.T) {
 		t.Helper()
 		resp, err := client.Get(base + "/api/v1/pods")
@@ -97,14 +82,14 @@ func testServerLimits(t *testing.T, h1 string) {
 
 	t.Run("oversized headers get 431", func(t *testing.T) {
 		big := strings.Repeat("a", 64<<10)
-		resp := rawRequest(t, addr, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "+big+"\r\n\r\n")
+		resp := testkit.RawRequest(t, addr, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: "+big+"\r\n\r\n")
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("status = %d, want 431", resp.StatusCode)
 		}
 		stillServes(t)
 	})
 	t.Run("garbage gets 400", func(t *testing.T) {
-		resp := rawRequest(t, addr, "\x16\x03\x01garbage that is no HTTP\r\n\r\n")
+		resp := testkit.RawRequest(t, addr, "\x16\x03\x01garbage that is no HTTP\r\n\r\n")
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("status = %d, want 400", resp.StatusCode)
 		}
@@ -117,11 +102,11 @@ func testServerLimits(t *testing.T, h1 string) {
 		}
 		defer conn.Close()
 		io.WriteString(conn, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n") // and never the blank line
-		conn.SetReadDeadline(time.Now().Add(waitLimit))
+		conn.SetReadDeadline(time.Now().Add(testkit.WaitLimit))
 		b, err := io.ReadAll(conn)
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			t.Fatalf("the server kept a client that never finished its headers for %v", waitLimit)
+			t.Fatalf("the server kept a client that never finished its headers for %v", testkit.WaitLimit)
 		}
 		// net/http closes silently or answers 408; never 200.
 		if len(b) > 0 && !strings.HasPrefix(string(b), "HTTP/1.1 408") {
@@ -134,9 +119,9 @@ func testServerLimits(t *testing.T, h1 string) {
 func TestH2CPriorKnowledge(t *testing.T) { forEachH1Server(t, testH2CPriorKnowledge) }
 
 func testH2CPriorKnowledge(t *testing.T, h1 string) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	_, _, base := startProxy(t, Config{H1Server: h1}, p, u, nil)
-	resp, err := newClient(t, true).Get(base + "/api/v1/pods")
+	resp, err := testkit.NewClient(t, true).Get(base + "/api/v1/pods")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +145,7 @@ func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 			release := make(chan struct{})
 			shortArrived := make(chan struct{})
 			watchEnded := make(chan struct{})
-			addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Query().Get("watch") == "" {
 					close(shortArrived)
 					select {
@@ -178,16 +163,16 @@ func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 				<-r.Context().Done()
 				close(watchEnded)
 			}), false)
-			p := newFakePicker(addr)
-			u := newFakeUpstream()
-			u.set(addr, rt)
+			p := proxytest.NewPicker(addr)
+			u := proxytest.NewUpstream()
+			u.Set(addr, rt)
 			s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			defer s.Stop(context.Background())
 			base := "http://" + s.Addr().String()
-			client := newClient(t, h2c)
+			client := testkit.NewClient(t, h2c)
 
 			watch, err := client.Get(base + "/api/v1/pods?watch=true")
 			if err != nil {
@@ -220,11 +205,11 @@ func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 				resp.Body.Close()
 				shortCh <- result{string(b), err}
 			}()
-			wait(t, shortArrived, "the short request to reach the apiserver")
+			testkit.Wait(t, shortArrived, "the short request to reach the apiserver")
 
 			stopErr := make(chan error, 1)
 			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+				ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
 				defer cancel()
 				stopErr <- s.Stop(ctx)
 			}()
@@ -236,7 +221,7 @@ func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 			if got := events + string(rest); got != `{"type":"ADDED","n":1}`+"\n"+`{"type":"ADDED","n":2}`+"\n" {
 				t.Errorf("watch body = %q, want exactly the two events", got)
 			}
-			wait(t, watchEnded, "the apiserver side of the watch to end")
+			testkit.Wait(t, watchEnded, "the apiserver side of the watch to end")
 			select {
 			case err := <-stopErr:
 				t.Fatalf("Stop returned %v while a short request was in flight", err)
@@ -253,13 +238,13 @@ func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 				if err != nil {
 					t.Errorf("Stop = %v, want nil after a clean drain", err)
 				}
-			case <-time.After(waitLimit):
+			case <-time.After(testkit.WaitLimit):
 				t.Fatal("Stop did not return after the last request finished")
 			}
 			if _, err := client.Get(base + "/api/v1/pods"); err == nil {
 				t.Error("the server still accepts requests after Stop")
 			}
-			p.checkDoneOnce(t)
+			p.CheckDoneOnce(t)
 		})
 	}
 }
@@ -270,26 +255,26 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 
 func testStopCutsShortRequestsAtDeadline(t *testing.T, h1 string) {
 	arrived := make(chan struct{})
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(arrived)
 		<-r.Context().Done() // never answers on its own
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	errCh := make(chan error, 1)
 	go func() {
-		resp, err := newClient(t, false).Get("http://" + s.Addr().String() + "/api/v1/pods")
+		resp, err := testkit.NewClient(t, false).Get("http://" + s.Addr().String() + "/api/v1/pods")
 		if err == nil {
 			resp.Body.Close()
 		}
 		errCh <- err
 	}()
-	wait(t, arrived, "the request to reach the apiserver")
+	testkit.Wait(t, arrived, "the request to reach the apiserver")
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if err := s.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
@@ -297,7 +282,7 @@ func testStopCutsShortRequestsAtDeadline(t *testing.T, h1 string) {
 	}
 	select {
 	case <-errCh:
-	case <-time.After(waitLimit):
+	case <-time.After(testkit.WaitLimit):
 		t.Fatal("the cut request never ended for the client")
 	}
 }
@@ -305,7 +290,7 @@ func testStopCutsShortRequestsAtDeadline(t *testing.T, h1 string) {
 func TestServerStartStop(t *testing.T) { forEachH1Server(t, testServerStartStop) }
 
 func testServerStartStop(t *testing.T, h1 string) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if s.Addr() != nil {
 		t.Error("Addr before Start is not nil")
@@ -344,12 +329,12 @@ func TestH1ServerChoice(t *testing.T) {
 		h1      string
 		wantOwn bool
 	}{{"", true}, {H1ServerOwn, true}, {H1ServerStd, false}} {
-		p, u := okBackend(t)
+		p, u := proxytest.OKBackend(t)
 		s, _, base := startProxy(t, Config{H1Server: tc.h1}, p, u, nil)
 		if own := s.h1 != nil; own != tc.wantOwn {
 			t.Errorf("H1Server %q: internal/h1server serves: %v, want %v", tc.h1, own, tc.wantOwn)
 		}
-		resp, err := newClient(t, false).Get(base + "/api/v1/pods")
+		resp, err := testkit.NewClient(t, false).Get(base + "/api/v1/pods")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // dialH2C opens an h2c connection to addr by prior knowledge, closed when
@@ -22,7 +25,7 @@ func dialH2C(t *testing.T, addr string) *http2.Framer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(waitLimit))
+	c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +45,7 @@ func TestH2CRequestBodyWindows(t *testing.T) { forEachH1Server(t, testH2CRequest
 
 func testH2CRequestBodyWindows(t *testing.T, h1 string) {
 	const upload = 3 << 20
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, err := io.Copy(io.Discard, r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -50,9 +53,9 @@ func testH2CRequestBodyWindows(t *testing.T, h1 string) {
 		}
 		fmt.Fprint(w, n)
 	}), false)
-	u := newFakeUpstream()
-	u.set(addr, rt)
-	s, _, base := startProxy(t, Config{H1Server: h1}, newFakePicker(addr), u, nil)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
+	s, _, base := startProxy(t, Config{H1Server: h1}, proxytest.NewPicker(addr), u, nil)
 
 	fr := dialH2C(t, s.Addr().String())
 	var stream, conn uint32
@@ -79,7 +82,7 @@ func testH2CRequestBodyWindows(t *testing.T, h1 string) {
 		t.Errorf("h2c windows: %d per stream, %d per connection; want the 64 KiB and 256 KiB docs/security.md sums", stream, conn)
 	}
 
-	resp, err := newClient(t, true).Post(base+"/api/v1/namespaces/default/configmaps", "application/json", bytes.NewReader(make([]byte, upload)))
+	resp, err := testkit.NewClient(t, true).Post(base+"/api/v1/namespaces/default/configmaps", "application/json", bytes.NewReader(make([]byte, upload)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/internal/logging"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -79,7 +80,7 @@ func testShortRequestAllocations(t *testing.T, cfg Config) {
 	const payload = `{"kind":"ConfigMap"}`
 	body := &recycledBody{}
 	resp := &http.Response{}
-	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	rt := testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		body.Reset(payload)
 		clear(resp.Header)
 		*resp = http.Response{StatusCode: 200, Header: resp.Header, Body: body, ContentLength: int64(len(payload)), Request: r}

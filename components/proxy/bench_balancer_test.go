@@ -9,6 +9,7 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkServeShortBalancer(b *testing.B) {
 		eps = append(eps, resolver.Endpoint{Address: a})
 	}
 	bal.Update(eps)
-	rt := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	rt := testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), ContentLength: 2, Request: r}, nil
 	})
 	h := New(Config{}, bal, oneUpstream{rt}, nil)

@@ -10,7 +10,9 @@ import (
 
 	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/logging"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // BenchmarkServeShort measures the proxy's own cost per short request:
@@ -42,9 +44,9 @@ func BenchmarkServeShortLogged(b *testing.B) {
 
 func benchServeShort(b *testing.B, cfg Config) {
 	const addr = "10.0.0.1:6443"
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), ContentLength: 2, Request: r}, nil
 	}))
 	h := New(cfg, p, u, nil)
@@ -53,12 +55,8 @@ func benchServeShort(b *testing.B, cfg Config) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.ServeHTTP(httptest.NewRecorder(), req)
-		p.mu.Lock()
-		p.picks = p.picks[:0] // keep the recorder from growing
-		p.mu.Unlock()
-		u.mu.Lock()
-		u.calls = u.calls[:0]
-		u.mu.Unlock()
+		p.Forget() // keep the records from growing
+		u.Forget()
 	}
 }
 
@@ -69,9 +67,9 @@ func benchServeShort(b *testing.B, cfg Config) {
 // HTTP/1.1 request takes its header's size from the header budget.
 func BenchmarkServeShortChain(b *testing.B) {
 	const addr = "10.0.0.1:6443"
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), ContentLength: 2, Request: r}, nil
 	}))
 	for _, h1 := range []string{listener.H1ServerOwn, listener.H1ServerStd} {
@@ -83,12 +81,8 @@ func BenchmarkServeShortChain(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				s.Handler().ServeHTTP(httptest.NewRecorder(), req)
-				p.mu.Lock()
-				p.picks = p.picks[:0]
-				p.mu.Unlock()
-				u.mu.Lock()
-				u.calls = u.calls[:0]
-				u.mu.Unlock()
+				p.Forget() // keep the records from growing
+				u.Forget()
 			}
 		})
 	}

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -56,12 +58,12 @@ func TestDeclaredBodiesCostWhatArrived(t *testing.T) {
 	)
 	for _, h2c := range []bool{false, true} {
 		t.Run(fmt.Sprintf("h2c=%v", h2c), func(t *testing.T) {
-			p, u := okBackend(t)
+			p, u := proxytest.OKBackend(t)
 			// The body deadline must not cut the requests while they are
-			// measured; waitLimit bounds the test anyway.
+			// measured; testkit.WaitLimit bounds the test anyway.
 			h := New(Config{}, p, u, nil)
 			waiting := make(chan struct{}, requests)
-			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", RequestBodyTimeout: 2 * waitLimit},
+			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", RequestBodyTimeout: 2 * testkit.WaitLimit},
 				signalingHandler{h, func(w http.ResponseWriter, r *http.Request) {
 					r.Body = &readSignal{ReadCloser: r.Body, waiting: waiting}
 					h.ServeHTTP(w, r)
@@ -70,7 +72,7 @@ func TestDeclaredBodiesCostWhatArrived(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+				ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
 				defer cancel()
 				if err := s.Stop(ctx); err != nil {
 					t.Errorf("Stop: %v", err)
@@ -93,7 +95,7 @@ func TestDeclaredBodiesCostWhatArrived(t *testing.T) {
 			for i := range requests {
 				select {
 				case <-waiting:
-				case <-time.After(waitLimit):
+				case <-time.After(testkit.WaitLimit):
 					t.Fatalf("only %d of %d requests reached their body read", i, requests)
 				}
 			}

@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/budget"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // sizedPool records the size of every buffer it hands out.
@@ -45,12 +47,12 @@ func (p *sizedPool) got() []int {
 // buffer for as long as it is open, so long-running responses get 512-byte
 // ones and short ones keep 32 KiB.
 func TestLongRunningResponsesUseSmallCopyBuffers(t *testing.T) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	_, h, base := startProxy(t, Config{}, p, u, nil)
 	short := &sizedPool{inner: h.proxy.BufferPool}
 	long := &sizedPool{inner: h.longProxy.BufferPool}
 	h.proxy.BufferPool, h.longProxy.BufferPool = short, long
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for _, path := range []string{"/api/v1/namespaces/default/configmaps/x", "/api/v1/namespaces/default/configmaps?watch=true"} {
 		resp, err := client.Get(base + path)
 		if err != nil {
@@ -77,7 +79,7 @@ func TestAnswerCopyBuffersComeFromTheBudget(t *testing.T) {
 		clients = 10
 		large   = 4 // copy buffers the budget lends
 	)
-	p, u := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p, u := proxytest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Far more than the socket buffers between fanout and a client
 		// that reads nothing: the copy blocks with its buffer held.
 		w.Header().Set("Content-Length", strconv.Itoa(1<<30))
@@ -107,7 +109,7 @@ func TestAnswerCopyBuffersComeFromTheBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "every answer's copy to have its buffer", func() bool { return len(sizes.got()) == clients })
+	testkit.WaitFor(t, "every answer's copy to have its buffer", func() bool { return len(sizes.got()) == clients })
 	var got [2]int // 32 KiB, 2 KiB
 	for _, n := range sizes.got() {
 		switch n {
@@ -128,5 +130,5 @@ func TestAnswerCopyBuffersComeFromTheBudget(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	eventually(t, "the budget to be given back", func() bool { return answers.Used() == 0 && testutil.ToFloat64(used) == 0 })
+	testkit.WaitFor(t, "the budget to be given back", func() bool { return answers.Used() == 0 && testutil.ToFloat64(used) == 0 })
 }

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/components/cost"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	fwatch "github.com/fanout-dev/fanout/components/watch"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 const costUA = "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/0123abc/system:serviceaccount:kube-system:configmap-controller"
@@ -18,7 +20,7 @@ const costUA = "kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/0123abc
 // for a watch, the open gauge and the events passed on.
 func TestCostTable(t *testing.T) {
 	release := make(chan struct{})
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Query().Get("watch") == "true":
 			w.Header().Set("Content-Type", "application/json")
@@ -40,11 +42,11 @@ func TestCostTable(t *testing.T) {
 			io.WriteString(w, "0123456789")
 		}
 	}), false)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	// The first endpoint is not there: every request is retried once, on
 	// addr.
-	p := newFakePicker("10.255.0.1:6443", addr)
+	p := proxytest.NewPicker("10.255.0.1:6443", addr)
 	tab, err := cost.New(cost.Config{Size: 100, MetricsTop: 10}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +56,7 @@ func TestCostTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, base := startProxy(t, Config{Cost: tab, Rebalancer: reb}, p, u, nil)
-	_, _, noneBase := startProxy(t, Config{Cost: tab}, newFakePicker(), newFakeUpstream(), nil)
+	_, _, noneBase := startProxy(t, Config{Cost: tab}, proxytest.NewPicker(), proxytest.NewUpstream(), nil)
 
 	do := func(method, url, body string) *http.Response {
 		t.Helper()
@@ -102,7 +104,7 @@ func TestCostTable(t *testing.T) {
 	drain(watch)
 	// The watch's end is reported once the handler is done with it, after
 	// the client has read its last byte: wait for it.
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.WaitLimit)
 	for w = find("watch"); w.WatchesOpen != 0 && time.Now().Before(deadline); w = find("watch") {
 		time.Sleep(time.Millisecond)
 	}

@@ -5,6 +5,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // fakeDiscovery answers GET /apis itself, as apis.Discoverer does while
@@ -23,10 +26,10 @@ func (fakeDiscovery) Answer(r *http.Request) *http.Response {
 // sidecar and of the library's RoundTripper without an endpoint being
 // picked; a request it leaves goes to the apiserver.
 func TestDiscoveryAnswer(t *testing.T) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	m, _ := NewMetrics(nil)
 	_, h, base := startProxy(t, Config{Discovery: fakeDiscovery{}}, p, u, m)
-	c := newClient(t, false)
+	c := testkit.NewClient(t, false)
 	get := func(do func(*http.Request) (*http.Response, error), path string) string {
 		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		resp, err := do(req)
@@ -47,7 +50,7 @@ func TestDiscoveryAnswer(t *testing.T) {
 			t.Errorf("%s: /version answered %q, want the apiserver's", name, got)
 		}
 	}
-	if n := len(p.records()); n != 2 {
+	if n := len(p.Records()); n != 2 {
 		t.Errorf("%d picks, want 2 (the two /version requests)", n)
 	}
 }

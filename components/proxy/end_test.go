@@ -10,6 +10,8 @@ import (
 
 	"github.com/fanout-dev/fanout/components/cost"
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // watchEndFixture is a proxy behind a listener with one --max-long-running
@@ -20,7 +22,7 @@ type watchEndFixture struct {
 	s        *listener.Server
 	h        *Handler
 	base     string
-	p        *fakePicker
+	p        *proxytest.Picker
 	m        *Metrics
 	tab      *cost.Table
 	finish   chan struct{}
@@ -31,7 +33,7 @@ func startWatchEnd(t *testing.T, h1 string) *watchEndFixture {
 	t.Helper()
 	f := &watchEndFixture{finish: make(chan struct{})}
 	var watches atomic.Int32
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		finish := f.finish
 		if watches.Add(1) > 1 {
 			finish = nil
@@ -43,9 +45,9 @@ func startWatchEnd(t *testing.T, h1 string) *watchEndFixture {
 		case <-finish:
 		}
 	}), false)
-	f.p = newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	f.p = proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	f.m, _ = NewMetrics(nil)
 	lm, _ := listener.NewMetrics(nil)
 	var err error
@@ -74,8 +76,8 @@ func (f *watchEndFixture) held(t *testing.T) held {
 	for _, r := range f.tab.Snapshot().Rows {
 		h.watchesOpen += float64(r.WatchesOpen)
 	}
-	for _, r := range f.p.records() {
-		h.undone += 1 - len(r.dones)
+	for _, r := range f.p.Records() {
+		h.undone += 1 - len(r.Dones)
 	}
 	return h
 }
@@ -99,7 +101,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 					h1 = listener.H1ServerStd
 				}
 				f := startWatchEnd(t, h1)
-				client := newClient(t, h2c)
+				client := testkit.NewClient(t, h2c)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.base+"/api/v1/pods?watch=true", nil)
@@ -113,7 +115,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 					t.Fatal(err)
 				}
 				if mode == "h1" {
-					waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watch's handler to return (its answer detached)")
+					testkit.WaitFor(t, "the watch's handler to return (its answer detached)", func() bool { return handlersServingLong() == 0 })
 				}
 				if got, want := f.held(t), (held{slot: 1, openLong: 1, watchesOpen: 1, undone: 1}); got != want {
 					t.Fatalf("while the watch is open: %+v, want %+v", got, want)
@@ -126,7 +128,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 				case "apiserver ends":
 					close(f.finish)
 				case "shutdown":
-					stopCtx, stop := context.WithTimeout(context.Background(), waitLimit)
+					stopCtx, stop := context.WithTimeout(context.Background(), testkit.WaitLimit)
 					defer stop()
 					if err := f.s.Stop(stopCtx); err != nil {
 						t.Fatalf("Stop: %v", err)
@@ -156,7 +158,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 				// The slot is the first thing taken and the last given
 				// back (reqinfo.Request.End runs the last registered
 				// first): once it is, the end has run.
-				waitFor(t, func() bool { return f.inflight() == 0 }, "the watch's slot to be given back")
+				testkit.WaitFor(t, "the watch's slot to be given back", func() bool { return f.inflight() == 0 })
 				if got := f.held(t); got != (held{}) {
 					t.Errorf("after the watch ended: %+v, want nothing held", got)
 				}
@@ -180,7 +182,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 					if third.StatusCode != http.StatusTooManyRequests {
 						t.Errorf("a second watch at once with one slot: %d, want 429: the slot was given back twice", third.StatusCode)
 					}
-					stopCtx, stop := context.WithTimeout(context.Background(), waitLimit)
+					stopCtx, stop := context.WithTimeout(context.Background(), testkit.WaitLimit)
 					defer stop()
 					if err := f.s.Stop(stopCtx); err != nil {
 						t.Fatalf("Stop: %v", err)

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // flushRecorder counts the flushes that reach the connection's writer and
@@ -112,7 +115,7 @@ func TestFlushWriterIsInertAfterStop(t *testing.T) {
 // at a buffer boundary, delivers every event without waiting for the next.
 func TestWatchEventsLargerThanTheCopyBufferArriveWhole(t *testing.T) {
 	next := make(chan string)
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
@@ -126,10 +129,10 @@ func TestWatchEventsLargerThanTheCopyBufferArriveWhole(t *testing.T) {
 			}
 		}
 	}), false)
-	u := newFakeUpstream()
-	u.set(addr, rt)
-	_, _, base := startProxy(t, Config{}, newFakePicker(addr), u, nil)
-	resp, err := newClient(t, false).Get(base + "/api/v1/namespaces/default/configmaps?watch=true")
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
+	_, _, base := startProxy(t, Config{}, proxytest.NewPicker(addr), u, nil)
+	resp, err := testkit.NewClient(t, false).Get(base + "/api/v1/namespaces/default/configmaps?watch=true")
 	if err != nil {
 		t.Fatal(err)
 	}

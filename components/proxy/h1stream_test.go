@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // handlersServingLong counts the goroutines inside Handler.serveLong: a
@@ -30,7 +32,7 @@ func handlersServingLong() int {
 func TestH1WatchIsTakenOver(t *testing.T) {
 	more := make(chan struct{})
 	end := make(chan struct{})
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"ADDED","n":1}`+"\n")
 		w.(http.Flusher).Flush()
 		select {
@@ -45,13 +47,13 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	m, _ := NewMetrics(nil)
 	lm, _ := listener.NewMetrics(nil)
 	s, _, base := startProxyOn(t, listener.Config{MaxLongRunning: 1}, lm, Config{}, p, u, m)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	longInflight := listenerValue(t, lm, "fanout_downstream_inflight_requests", "long")
 
 	resp, err := client.Get(base + "/api/v1/pods?watch=true")
@@ -66,7 +68,7 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	if line, err := br.ReadString('\n'); err != nil || line != `{"type":"ADDED","n":1}`+"\n" {
 		t.Fatalf("first event: %q, %v", line, err)
 	}
-	waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watch's handler to return (its connection taken over)")
+	testkit.WaitFor(t, "the watch's handler to return (its connection taken over)", func() bool { return handlersServingLong() == 0 })
 
 	// The handler returned, the watch is open: it still counts.
 	if got := gaugeValue(t, m.openLong); got != 1 {
@@ -93,8 +95,7 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 		t.Errorf("after the apiserver ended the watch: %q, %v; want a clean end of the chunked body", rest, err)
 	}
 	waitDone(t, p, 1)
-	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 && longInflight() == 0 },
-		"the long-running gauges to return to 0")
+	testkit.WaitFor(t, "the long-running gauges to return to 0", func() bool { return gaugeValue(t, m.openLong) == 0 && longInflight() == 0 })
 	third, err := client.Get(base + "/api/v1/pods?watch=true")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	if third.StatusCode != http.StatusOK {
 		t.Errorf("a watch after the first ended got %d, want 200: its slot was not given back", third.StatusCode)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
 	defer cancel()
 	if err := s.Stop(ctx); err != nil {
 		t.Errorf("Stop: %v", err)
@@ -114,17 +115,17 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 // server streams detached: when it returns they have ended, completely
 // and accounted for.
 func TestStopWaitsForTakenOverWatches(t *testing.T) {
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"ADDED"}`+"\n")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	m, _ := NewMetrics(nil)
 	s, _, base := startProxy(t, Config{}, p, u, m)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	const n = 5
 	var bodies []*bufio.Reader
 	for range n {
@@ -139,9 +140,9 @@ func TestStopWaitsForTakenOverWatches(t *testing.T) {
 		}
 		bodies = append(bodies, br)
 	}
-	waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watches' handlers to return")
+	testkit.WaitFor(t, "the watches' handlers to return", func() bool { return handlersServingLong() == 0 })
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
 	defer cancel()
 	if err := s.Stop(ctx); err != nil {
 		t.Errorf("Stop = %v, want nil: the watches end at once", err)
@@ -149,12 +150,12 @@ func TestStopWaitsForTakenOverWatches(t *testing.T) {
 	if got := gaugeValue(t, m.openLong); got != 0 {
 		t.Errorf("fanout_open_long_running_requests = %v when Stop returned, want 0", got)
 	}
-	if got := len(p.records()); got != n {
+	if got := len(p.Records()); got != n {
 		t.Fatalf("%d picks, want %d", got, n)
 	}
-	for i, r := range p.records() {
-		if len(r.dones) != 1 {
-			t.Errorf("watch %d: Done called %d times when Stop returned, want 1", i, len(r.dones))
+	for i, r := range p.Records() {
+		if len(r.Dones) != 1 {
+			t.Errorf("watch %d: Done called %d times when Stop returned, want 1", i, len(r.Dones))
 		}
 	}
 	for i, br := range bodies {
@@ -172,12 +173,12 @@ func TestStopWaitsForTakenOverWatches(t *testing.T) {
 // connection; the difference is the dial. Each runs against both servers
 // of plaintext HTTP/1.1 (--h1-server).
 func BenchmarkRequestOnNewConnection(b *testing.B) {
-	addr, rt := newBackend(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "{}")
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	for _, h1 := range []string{listener.H1ServerOwn, listener.H1ServerStd} {
 		b.Run("h1-server="+h1, func(b *testing.B) {
 			h := New(Config{}, p, u, nil)
@@ -218,17 +219,17 @@ func TestClientLeavingEndsTakenOverWatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/pods?watch=1", nil)
-	resp, err := newClient(t, false).Do(req)
+	resp, err := testkit.NewClient(t, false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return handlersServingLong() == 0 }, "the watch's handler to return (its connection taken over)")
+	testkit.WaitFor(t, "the watch's handler to return (its connection taken over)", func() bool { return handlersServingLong() == 0 })
 	cancel()
 	resp.Body.Close()
-	wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
+	testkit.Wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
 	waitDone(t, p, 1)
-	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 }, "the open long-running gauge to return to 0")
+	testkit.WaitFor(t, "the open long-running gauge to return to 0", func() bool { return gaugeValue(t, m.openLong) == 0 })
 }

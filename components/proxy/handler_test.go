@@ -18,8 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestForwardsRequestAndReportsDone(t *testing.T) {
@@ -28,21 +30,21 @@ func TestForwardsRequestAndReportsDone(t *testing.T) {
 		tls                     bool
 	}
 	got := make(chan seen, 1)
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got <- seen{r.Method, r.RequestURI, r.Host, string(b), r.TLS != nil}
 		w.Header().Set("X-From", "apiserver")
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"kind":"Pod"}`)
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	clock := &stepClock{t: time.Unix(1000, 0), step: 10 * time.Millisecond}
 	_, _, base := startProxy(t, Config{Now: clock.Now}, p, u, nil)
 
 	target := "/api/v1/namespaces/a%2Fb/pods?labelSelector=app%3Dx&limit=5"
-	resp, err := newClient(t, false).Post(base+target, "application/json", strings.NewReader(`{"spec":{}}`))
+	resp, err := testkit.NewClient(t, false).Post(base+target, "application/json", strings.NewReader(`{"spec":{}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,16 +58,16 @@ func TestForwardsRequestAndReportsDone(t *testing.T) {
 	if s != want {
 		t.Errorf("apiserver saw %+v, want %+v", s, want)
 	}
-	if calls := u.callList(); len(calls) != 1 || calls[0] != (upstreamCall{addr, transport.AuthSidecar}) {
+	if calls := u.Calls(); len(calls) != 1 || calls[0] != (proxytest.Call{Addr: addr, Mode: transport.AuthSidecar}) {
 		t.Errorf("upstream calls = %+v, want one sidecar-mode call to %s", calls, addr)
 	}
 	waitDone(t, p, 1)
-	r := p.records()[0]
+	r := p.Records()[0]
 	// The API is kube-apiserver's reading of the decoded path.
-	if r.info != (balancer.PickInfo{Kind: balancer.Short, Class: balancer.ClassCreate, API: balancer.API{Version: "v1", Resource: "b"}}) {
-		t.Errorf("PickInfo = %+v, want a Short create pick with nothing to avoid", r.info)
+	if r.Info != (balancer.PickInfo{Kind: balancer.Short, Class: balancer.ClassCreate, API: balancer.API{Version: "v1", Resource: "b"}}) {
+		t.Errorf("PickInfo = %+v, want a Short create pick with nothing to avoid", r.Info)
 	}
-	d := r.dones[0]
+	d := r.Dones[0]
 	if d.Err != nil || d.Unavailable || d.StatusCode != http.StatusCreated || d.Latency != clock.step {
 		t.Errorf("DoneInfo = %+v, want status 201, no error and latency %v (one clock step from pick to headers)", d, clock.step)
 	}
@@ -73,13 +75,13 @@ func TestForwardsRequestAndReportsDone(t *testing.T) {
 
 // waitDone waits until n picks reported Done: the reverse proxy closes the
 // upstream body just after the client has the last byte.
-func waitDone(t *testing.T, p *fakePicker, n int) {
+func waitDone(t *testing.T, p *proxytest.Picker, n int) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.WaitLimit)
 	for {
 		done := 0
-		for _, r := range p.records() {
-			if len(r.dones) > 0 {
+		for _, r := range p.Records() {
+			if len(r.Dones) > 0 {
 				done++
 			}
 		}
@@ -97,7 +99,7 @@ func TestHeaders(t *testing.T) {
 	got := make(chan http.Header, 1)
 	// HTTP/1.1 upstream: an HTTP/2 transport would drop connection-specific
 	// headers by itself and hide a proxy that forwards them.
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := r.Header.Clone()
 		if len(r.TransferEncoding) > 0 {
 			h["Transfer-Encoding"] = r.TransferEncoding
@@ -108,9 +110,9 @@ func TestHeaders(t *testing.T) {
 		w.Header().Set("Keep-Alive", "timeout=5")
 		w.Header().Set("X-Kept", "yes")
 	}), true)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	_, _, base := startProxy(t, Config{}, p, u, nil)
 
 	req, _ := http.NewRequest("PUT", base+"/api/v1/namespaces/ns/configmaps/c", io.NopCloser(strings.NewReader("chunked body")))
@@ -134,7 +136,7 @@ func TestHeaders(t *testing.T) {
 		"Proxy-Connection":      {"keep-alive"},
 		"Upgrade":               {"h2c"},
 	}
-	resp, err := newClient(t, false).Do(req)
+	resp, err := testkit.NewClient(t, false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestHeaders(t *testing.T) {
 			t.Errorf("%s = %q reached the apiserver, want it dropped", k, v)
 		}
 	}
-	if calls := u.callList(); len(calls) != 1 || calls[0].mode != transport.AuthPassthrough {
+	if calls := u.Calls(); len(calls) != 1 || calls[0].Mode != transport.AuthPassthrough {
 		t.Errorf("upstream calls = %+v, want one passthrough call for a request with its own token", calls)
 	}
 	for _, k := range []string{"X-Resp-Hop", "Keep-Alive"} {
@@ -170,7 +172,7 @@ func TestWatchFlushesEachEvent(t *testing.T) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(fmt.Sprintf("h2c=%v", h2c), func(t *testing.T) {
 			more := make(chan struct{})
-			addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				io.WriteString(w, `{"type":"ADDED"}`+"\n")
 				w.(http.Flusher).Flush()
@@ -181,12 +183,12 @@ func TestWatchFlushesEachEvent(t *testing.T) {
 				}
 				io.WriteString(w, `{"type":"MODIFIED"}`+"\n")
 			}), false)
-			p := newFakePicker(addr)
-			u := newFakeUpstream()
-			u.set(addr, rt)
+			p := proxytest.NewPicker(addr)
+			u := proxytest.NewUpstream()
+			u.Set(addr, rt)
 			_, _, base := startProxy(t, Config{}, p, u, nil)
 
-			resp, err := newClient(t, h2c).Get(base + "/api/v1/pods?watch=true")
+			resp, err := testkit.NewClient(t, h2c).Get(base + "/api/v1/pods?watch=true")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +204,7 @@ func TestWatchFlushesEachEvent(t *testing.T) {
 				if line != `{"type":"ADDED"}`+"\n" {
 					t.Fatalf("first event = %q", line)
 				}
-			case <-time.After(waitLimit):
+			case <-time.After(testkit.WaitLimit):
 				close(more)
 				t.Fatal("the first event did not reach the client while the apiserver held the stream open: not flushed")
 			}
@@ -211,7 +213,7 @@ func TestWatchFlushesEachEvent(t *testing.T) {
 			if err != nil || string(rest) != `{"type":"MODIFIED"}`+"\n" {
 				t.Errorf("rest of watch = %q, %v", rest, err)
 			}
-			if r := p.records(); len(r) != 1 || r[0].info.Kind != balancer.Long {
+			if r := p.Records(); len(r) != 1 || r[0].Info.Kind != balancer.Long {
 				t.Errorf("picks = %+v, want one Long pick", r)
 			}
 		})
@@ -257,19 +259,19 @@ func TestRetry(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var hits atomic.Int32
-			good, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			good, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits.Add(1)
 				b, _ := io.ReadAll(r.Body)
 				fmt.Fprintf(w, "%s %s", r.Method, b)
 			}), false)
 			// dead sorts first, so the fake picker tries it first.
-			p := newFakePicker(dead, good)
-			u := newFakeUpstream()
-			u.set(dead, roundTripFunc(tc.deadRT))
+			p := proxytest.NewPicker(dead, good)
+			u := proxytest.NewUpstream()
+			u.Set(dead, testkit.RoundTripFunc(tc.deadRT))
 			if tc.otherDown {
-				u.set(good, roundTripFunc(tc.deadRT))
+				u.Set(good, testkit.RoundTripFunc(tc.deadRT))
 			} else {
-				u.set(good, rt)
+				u.Set(good, rt)
 			}
 			m, _ := NewMetrics(nil)
 			_, _, base := startProxy(t, Config{MaxReplayBody: 1024}, p, u, m)
@@ -282,7 +284,7 @@ func TestRetry(t *testing.T) {
 				}
 			}
 			req, _ := http.NewRequest(tc.method, base+"/api/v1/namespaces/ns/configmaps", body)
-			resp, err := newClient(t, false).Do(req)
+			resp, err := testkit.NewClient(t, false).Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +298,7 @@ func TestRetry(t *testing.T) {
 					t.Errorf("the retried request reached the apiserver as %q, want %q", b, want)
 				}
 			} else {
-				st := readStatus(t, resp)
+				st := testkit.ReadStatus(t, resp)
 				if !strings.Contains(st.Message, dead) {
 					t.Errorf("Status message %q does not name the failed endpoint %s", st.Message, dead)
 				}
@@ -309,7 +311,7 @@ func TestRetry(t *testing.T) {
 			}
 			waitDone(t, p, 1)
 
-			picks := p.records()
+			picks := p.Records()
 			wantPicks := 1
 			if tc.wantRetried {
 				wantPicks = 2
@@ -317,18 +319,18 @@ func TestRetry(t *testing.T) {
 			if len(picks) != wantPicks {
 				t.Fatalf("picks = %+v, want %d", picks, wantPicks)
 			}
-			if picks[0].addr != dead || picks[0].info.Avoid != "" {
+			if picks[0].Addr != dead || picks[0].Info.Avoid != "" {
 				t.Errorf("first pick = %+v, want %s with nothing avoided", picks[0], dead)
 			}
-			if d := picks[0].dones; len(d) != 1 || d[0].Err == nil || d[0].Unavailable != transport.IsUnprocessed(d[0].Err) {
+			if d := picks[0].Dones; len(d) != 1 || d[0].Err == nil || d[0].Unavailable != transport.IsUnprocessed(d[0].Err) {
 				t.Errorf("first Done = %+v, want the error, Unavailable only if unprocessed", d)
 			}
 			if tc.wantRetried {
-				if picks[1].info.Avoid != dead || picks[1].addr != good {
+				if picks[1].Info.Avoid != dead || picks[1].Addr != good {
 					t.Errorf("retry pick = %+v, want %s avoiding %s", picks[1], good, dead)
 				}
 				reason := reasonUnprocessed
-				if !transport.IsUnprocessed(picks[0].dones[0].Err) {
+				if !transport.IsUnprocessed(picks[0].Dones[0].Err) {
 					reason = reasonRead
 				}
 				if got := counterValue(t, m.retries.WithLabelValues(reason)); got != 1 {
@@ -358,7 +360,7 @@ func TestErrorsAnswerStatus(t *testing.T) {
 	timeoutErr := &net.OpError{Op: "read", Net: "tcp", Err: fakeTimeout{}}
 	tests := []struct {
 		name       string
-		picker     *fakePicker
+		picker     *proxytest.Picker
 		rt         http.RoundTripper
 		wantCode   int
 		wantReason metav1.StatusReason
@@ -367,7 +369,7 @@ func TestErrorsAnswerStatus(t *testing.T) {
 	}{
 		{
 			name:       "killed backend",
-			picker:     newFakePicker(killedAddr),
+			picker:     proxytest.NewPicker(killedAddr),
 			rt:         killedRT,
 			wantCode:   http.StatusBadGateway,
 			wantReason: metav1.StatusReasonInternalError,
@@ -376,23 +378,23 @@ func TestErrorsAnswerStatus(t *testing.T) {
 		},
 		{
 			name:       "no endpoints",
-			picker:     newFakePicker(),
+			picker:     proxytest.NewPicker(),
 			wantCode:   http.StatusServiceUnavailable,
 			wantReason: metav1.StatusReasonServiceUnavailable,
 			wantInMsg:  []string{"no kube-apiserver endpoint"},
 		},
 		{
 			name:     "timeout",
-			picker:   newFakePicker("192.0.2.7:6443"),
-			rt:       roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, timeoutErr }),
+			picker:   proxytest.NewPicker("192.0.2.7:6443"),
+			rt:       testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) { return nil, timeoutErr }),
 			wantCode: http.StatusGatewayTimeout, wantReason: metav1.StatusReasonTimeout,
 			wantInMsg: []string{"192.0.2.7:6443", "i/o timeout"},
 			wantDone:  &balancer.DoneInfo{Unavailable: false},
 		},
 		{
 			name:     "deadline exceeded",
-			picker:   newFakePicker("192.0.2.8:6443"),
-			rt:       roundTripFunc(func(*http.Request) (*http.Response, error) { return nil, context.DeadlineExceeded }),
+			picker:   proxytest.NewPicker("192.0.2.8:6443"),
+			rt:       testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) { return nil, context.DeadlineExceeded }),
 			wantCode: http.StatusGatewayTimeout, wantReason: metav1.StatusReasonTimeout,
 			wantInMsg: []string{"192.0.2.8:6443"},
 			wantDone:  &balancer.DoneInfo{Unavailable: false},
@@ -400,13 +402,13 @@ func TestErrorsAnswerStatus(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			u := newFakeUpstream()
+			u := proxytest.NewUpstream()
 			if tc.rt != nil {
-				u.set(tc.picker.eps[0].Address(), tc.rt)
+				u.Set(tc.picker.Addrs()[0], tc.rt)
 			}
 			m, _ := NewMetrics(nil)
 			_, _, base := startProxy(t, Config{}, tc.picker, u, m)
-			resp, err := newClient(t, false).Get(base + "/api/v1/pods")
+			resp, err := testkit.NewClient(t, false).Get(base + "/api/v1/pods")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -416,7 +418,7 @@ func TestErrorsAnswerStatus(t *testing.T) {
 			if tc.wantCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") == "" {
 				t.Errorf("503 without Retry-After: client-go would not retry it")
 			}
-			st := readStatus(t, resp)
+			st := testkit.ReadStatus(t, resp)
 			if st.Reason != tc.wantReason {
 				t.Errorf("reason = %q, want %q", st.Reason, tc.wantReason)
 			}
@@ -426,15 +428,15 @@ func TestErrorsAnswerStatus(t *testing.T) {
 				}
 			}
 			endpoint := ""
-			if len(tc.picker.eps) > 0 {
-				endpoint = tc.picker.eps[0].Address()
+			if len(tc.picker.Addrs()) > 0 {
+				endpoint = tc.picker.Addrs()[0]
 			}
 			if got := counterValue(t, m.requests.WithLabelValues("short", fmt.Sprint(tc.wantCode), endpoint)); got != 1 {
 				t.Errorf("fanout_requests_total{code=%d,endpoint=%q} = %v, want 1", tc.wantCode, endpoint, got)
 			}
 			if tc.wantDone != nil {
-				r := tc.picker.records()
-				if len(r) != 1 || len(r[0].dones) != 1 || r[0].dones[0].Err == nil || r[0].dones[0].Unavailable != tc.wantDone.Unavailable {
+				r := tc.picker.Records()
+				if len(r) != 1 || len(r[0].Dones) != 1 || r[0].Dones[0].Err == nil || r[0].Dones[0].Unavailable != tc.wantDone.Unavailable {
 					t.Errorf("picks = %+v, want one Done with an error and Unavailable=%v", r, tc.wantDone.Unavailable)
 				}
 			}
@@ -449,24 +451,24 @@ func (fakeTimeout) Timeout() bool   { return true }
 func (fakeTimeout) Temporary() bool { return true }
 
 func TestUpgradeNotImplemented(t *testing.T) {
-	p := newFakePicker("192.0.2.1:6443")
-	u := newFakeUpstream()
+	p := proxytest.NewPicker("192.0.2.1:6443")
+	u := proxytest.NewUpstream()
 	_, _, base := startProxy(t, Config{}, p, u, nil)
 	req, _ := http.NewRequest("POST", base+"/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "SPDY/3.1")
 	req.Header.Set("X-Stream-Protocol-Version", "v4.channel.k8s.io")
-	resp, err := newClient(t, false).Do(req)
+	resp, err := testkit.NewClient(t, false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusNotImplemented {
 		t.Fatalf("status = %d, want 501", resp.StatusCode)
 	}
-	if st := readStatus(t, resp); !strings.Contains(st.Message, "cannot dial HTTP/1.1 connections for upgrade requests") {
+	if st := testkit.ReadStatus(t, resp); !strings.Contains(st.Message, "cannot dial HTTP/1.1 connections for upgrade requests") {
 		t.Errorf("message = %q", st.Message)
 	}
-	if len(p.records()) != 0 || len(u.callList()) != 0 {
+	if len(p.Records()) != 0 || len(u.Calls()) != 0 {
 		t.Errorf("an upgrade reached the balancer or transport")
 	}
 }
@@ -481,7 +483,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/pods?watch=1", nil)
-			resp, err := newClient(t, h2c).Do(req)
+			resp, err := testkit.NewClient(t, h2c).Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -493,21 +495,10 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 			}
 			cancel()
 			resp.Body.Close()
-			wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
+			testkit.Wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
 			waitDone(t, p, 1)
-			waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 }, "the open long-running gauge to return to 0")
+			testkit.WaitFor(t, "the open long-running gauge to return to 0", func() bool { return gaugeValue(t, m.openLong) == 0 })
 		})
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -518,7 +509,7 @@ func TestStopLongRunning(t *testing.T) {
 	headersGo := make(chan struct{})
 	reqArrived := make(chan string, 2)
 	upstreamGone := make(chan string, 2)
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := r.URL.Query().Get("name")
 		reqArrived <- name
 		if name == "late" {
@@ -532,13 +523,13 @@ func TestStopLongRunning(t *testing.T) {
 		<-r.Context().Done()
 		upstreamGone <- name
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	h := New(Config{}, p, u, nil)
 	front := httptest.NewServer(h)
 	defer front.Close()
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 
 	early, err := client.Get(front.URL + "/api/v1/pods?watch=true&name=early")
 	if err != nil {
@@ -585,7 +576,7 @@ func TestStopLongRunning(t *testing.T) {
 	for range 2 {
 		select {
 		case <-upstreamGone:
-		case <-time.After(waitLimit):
+		case <-time.After(testkit.WaitLimit):
 			t.Fatal("the apiserver side of a stopped watch stayed open")
 		}
 	}
@@ -595,11 +586,11 @@ func TestStopLongRunning(t *testing.T) {
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("request after stop: %d, want 503", rec.Code)
 	}
-	if st := readStatus(t, rec.Result()); st.Reason != metav1.StatusReasonServiceUnavailable {
+	if st := testkit.ReadStatus(t, rec.Result()); st.Reason != metav1.StatusReasonServiceUnavailable {
 		t.Errorf("reason = %q, want ServiceUnavailable", st.Reason)
 	}
 	front.Close()
-	p.checkDoneOnce(t)
+	p.CheckDoneOnce(t)
 }
 
 // TestLongBodyClosedFromTwoGoroutines: a watch's body is closed by the
@@ -608,7 +599,7 @@ func TestStopLongRunning(t *testing.T) {
 // from). Under -race this fails if taking the body out of the
 // Handler's list (bodySet) is not synchronised.
 func TestLongBodyClosedFromTwoGoroutines(t *testing.T) {
-	h := New(Config{}, newFakePicker("a"), newFakeUpstream(), nil)
+	h := New(Config{}, proxytest.NewPicker("a"), proxytest.NewUpstream(), nil)
 	for range 100 {
 		b := h.watchBody(nil, io.NopCloser(strings.NewReader("")), &reqState{Request: new(reqinfo.Request), classified: classified{Kind: balancer.Long}}, balancer.Pick{}, balancer.DoneInfo{})
 		var wg sync.WaitGroup

@@ -11,8 +11,10 @@ import (
 	"testing"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestConnectionUpgradeNeedsUpgradeHeader: "Connection: upgrade" without
@@ -21,10 +23,10 @@ import (
 // cost a dedicated HTTP/1.1 connection and TLS handshake to an apiserver
 // (here, an Upstream that cannot dial upgrades would answer 501).
 func TestConnectionUpgradeNeedsUpgradeHeader(t *testing.T) {
-	p, u := okBackend(t)
+	p, u := proxytest.OKBackend(t)
 	s, _, _ := startProxy(t, Config{}, p, u, nil)
 	for _, conn := range []string{"upgrade", "Upgrade", "keep-alive, Upgrade"} {
-		resp := rawRequest(t, s.Addr().String(), "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "+conn+"\r\n\r\n")
+		resp := testkit.RawRequest(t, s.Addr().String(), "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "+conn+"\r\n\r\n")
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || string(b) != "ok" {
@@ -84,15 +86,15 @@ func TestIdentityHeadersStripped(t *testing.T) {
 		t.Run(fmt.Sprintf("plain, h2c=%v", h2c), func(t *testing.T) {
 			var mu sync.Mutex
 			var seen http.Header
-			addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				seen = r.Header.Clone()
 				mu.Unlock()
 				io.WriteString(w, "ok")
 			}), true) // HTTP/1.1 upstream: headers arrive as sent
-			u := newFakeUpstream()
-			u.set(addr, rt)
-			_, _, base := startProxy(t, Config{}, newFakePicker(addr), u, nil)
+			u := proxytest.NewUpstream()
+			u.Set(addr, rt)
+			_, _, base := startProxy(t, Config{}, proxytest.NewPicker(addr), u, nil)
 			req, err := http.NewRequest(http.MethodGet, base+"/api/v1/pods", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -103,7 +105,7 @@ func TestIdentityHeadersStripped(t *testing.T) {
 			for k, v := range impersonationHeaders {
 				req.Header.Set(k, v)
 			}
-			resp, err := newClient(t, h2c).Do(req)
+			resp, err := testkit.NewClient(t, h2c).Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

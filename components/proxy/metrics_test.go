@@ -13,7 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func counterValue(t *testing.T, c prometheus.Collector) float64 {
@@ -29,7 +31,7 @@ func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
 // TestMetrics runs a few requests through a proxy with a registry and
 // compares the exported series.
 func TestMetrics(t *testing.T) {
-	good, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	good, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/v1/missing" {
 			http.NotFound(w, r)
 			return
@@ -37,11 +39,11 @@ func TestMetrics(t *testing.T) {
 		io.WriteString(w, "ok")
 	}), false)
 	const dead = "192.0.2.1:6443"
-	p := newFakePicker(dead, good)
-	u := newFakeUpstream()
-	u.set(good, rt)
+	p := proxytest.NewPicker(dead, good)
+	u := proxytest.NewUpstream()
+	u.Set(good, rt)
 	var calls atomic.Int32
-	u.set(dead, roundTripFunc(func(*http.Request) (*http.Response, error) {
+	u.Set(dead, testkit.RoundTripFunc(func(*http.Request) (*http.Response, error) {
 		if calls.Add(1) == 1 {
 			return nil, &transport.UnprocessedError{Endpoint: dead, Err: errors.New("connection refused")}
 		}
@@ -53,7 +55,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, base := startProxy(t, Config{}, p, u, m)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for _, path := range []string{"/api/v1/pods", "/api/v1/pods"} {
 		resp, err := client.Get(base + path)
 		if err != nil {
@@ -62,9 +64,7 @@ func TestMetrics(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	p.mu.Lock()
-	p.eps = p.eps[1:] // only the good one left
-	p.mu.Unlock()
+	p.Remove(p.Addrs()[0]) // only the good one left
 	resp, err := client.Get(base + "/api/v1/missing")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
@@ -52,7 +53,7 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 					wantBody := rec.Body.String()
 
 					c := newRealCluster(t, Config{}, a.h, a.h)
-					client := newClient(t, false)
+					client := testkit.NewClient(t, false)
 					for i := range n {
 						req, _ := http.NewRequest(method, c.base+p.path, strings.NewReader("{}"))
 						resp, err := client.Do(req)
@@ -92,7 +93,7 @@ func TestRelayedAnswersDriveNothing(t *testing.T) {
 // client has it.
 func (c *realCluster) waitReported(t *testing.T, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.WaitLimit)
 	for {
 		var got uint64
 		for _, s := range c.b.Endpoints() {
@@ -113,7 +114,7 @@ func (c *realCluster) waitReported(t *testing.T, n uint64) {
 // write still moves it and drains the endpoint.
 func TestOwnAnswersStillDrive(t *testing.T) {
 	c := newRealCluster(t, Config{}, shutdown503(), echo)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for i := range 10 {
 		resp, err := client.Post(c.base+"/apis/apps/v1/namespaces/ns/deployments", "application/json", strings.NewReader("{}"))
 		if err != nil {
@@ -137,7 +138,7 @@ func TestThrottled429DoesNotMoveWrites(t *testing.T) {
 	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 		t.Run(method, func(t *testing.T) {
 			c := newRealCluster(t, Config{}, notReady, notReady)
-			client := newClient(t, false)
+			client := testkit.NewClient(t, false)
 			for i := range 5 {
 				req, _ := http.NewRequest(method, c.base+"/api/v1/namespaces/ns/configmaps/x", strings.NewReader("{}"))
 				resp, err := client.Do(req)
@@ -181,16 +182,16 @@ func TestRelayedBrokenConnection(t *testing.T) {
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			var hits atomic.Int32
-			good, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			good, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits.Add(1)
 				fmt.Fprint(w, "ok")
 			}), false)
-			p := newFakePicker(dead, good)
-			u := newFakeUpstream()
-			u.set(dead, roundTripFunc(processed))
-			u.set(good, rt)
+			p := proxytest.NewPicker(dead, good)
+			u := proxytest.NewUpstream()
+			u.Set(dead, testkit.RoundTripFunc(processed))
+			u.Set(good, rt)
 			_, _, base := startProxy(t, Config{}, p, u, nil)
-			resp, err := newClient(t, false).Get(base + tc.path)
+			resp, err := testkit.NewClient(t, false).Get(base + tc.path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,11 +204,11 @@ func TestRelayedBrokenConnection(t *testing.T) {
 				t.Errorf("status %d, want %d", resp.StatusCode, want)
 			}
 			waitDone(t, p, wantPicks)
-			picks := p.records()
+			picks := p.Records()
 			if len(picks) != wantPicks || int(hits.Load()) != wantPicks-1 {
 				t.Fatalf("%d picks, %d requests on the good endpoint; want %d and %d", len(picks), hits.Load(), wantPicks, wantPicks-1)
 			}
-			if d := picks[0].dones[0]; !d.Relayed || d.Failed || d.Unavailable {
+			if d := picks[0].Dones[0]; !d.Relayed || d.Failed || d.Unavailable {
 				t.Errorf("Done of the broken attempt = %+v, want Relayed and neither Failed nor Unavailable", d)
 			}
 		})
@@ -236,7 +237,7 @@ func TestRelayedUpgradesDriveNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(waitLimit))
+			_ = c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 			if err := (upgradeRequest{upgrade: "websocket"}).write(c, tc.path); err != nil {
 				t.Fatal(err)
 			}
@@ -248,8 +249,8 @@ func TestRelayedUpgradesDriveNothing(t *testing.T) {
 			if resp.StatusCode != http.StatusInternalServerError {
 				t.Fatalf("status %d, want the backend's 500", resp.StatusCode)
 			}
-			eventually(t, "Done", func() bool { return len(rig.picker.records()[0].dones) == 1 })
-			if d := rig.picker.records()[0].dones[0]; d.Relayed != tc.want || d.StatusCode != 500 {
+			testkit.WaitFor(t, "Done", func() bool { return len(rig.picker.Records()[0].Dones) == 1 })
+			if d := rig.picker.Records()[0].Dones[0]; d.Relayed != tc.want || d.StatusCode != 500 {
 				t.Errorf("Done = %+v, want status 500 with Relayed %v", d, tc.want)
 			}
 		})

@@ -24,7 +24,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	fwatch "github.com/fanout-dev/fanout/components/watch"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // watchBackend stands in for kube-apiserver: it serves ConfigMap watches
@@ -115,10 +117,10 @@ func (b *watchBackend) log() []string {
 func TestRebalanceWithReflector(t *testing.T) {
 	backend := &watchBackend{}
 	backend.rv.Store(100)
-	addr, rt := newBackend(t, backend, false)
-	up := newFakeUpstream()
-	up.set(addr, rt)
-	picker := newFakePicker(addr)
+	addr, rt := proxytest.NewBackend(t, backend, false)
+	up := proxytest.NewUpstream()
+	up.Set(addr, rt)
+	picker := proxytest.NewPicker(addr)
 	loads := staticLoads{
 		{Address: addr, Usable: true, OpenLong: 3},
 		{Address: "other:443", Usable: true},
@@ -166,7 +168,7 @@ func TestRebalanceWithReflector(t *testing.T) {
 
 	// The first tick records the other endpoint's readiness; the watch
 	// then passes on newer events and ages past MinAge.
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.WaitLimit)
 	r.Start()
 	defer r.Stop()
 	for metricValue(t, reg, "fanout_watch_rebalanced_total", "framing", "json") == 0 {
@@ -224,26 +226,8 @@ func TestRebalanceWithReflector(t *testing.T) {
 // in reg, 0 when absent.
 func metricValue(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					if c := m.GetCounter(); c != nil {
-						return c.GetValue()
-					}
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	v, _ := testkit.Series(t, reg, name, map[string]string{label: value})
+	return v
 }
 
 // staticLoads is a LoadSource whose loads never change.
@@ -288,10 +272,10 @@ func TestFreshnessRequestCarriesWatchCredentials(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	addr, rt := newBackend(t, backend, false)
-	up := newFakeUpstream()
-	up.set(addr, rt)
-	picker := newFakePicker(addr)
+	addr, rt := proxytest.NewBackend(t, backend, false)
+	up := proxytest.NewUpstream()
+	up.Set(addr, rt)
+	picker := proxytest.NewPicker(addr)
 	loads := staticLoads{
 		{Address: addr, Usable: true, OpenLong: 3},
 		{Address: "other:443", Usable: true, UsableSince: time.Now().Add(-time.Hour)},
@@ -324,10 +308,10 @@ func TestFreshnessRequestCarriesWatchCredentials(t *testing.T) {
 	// resourceVersion 100 the watch cannot beat without a newer event.
 	r.Start()
 	defer r.Stop()
-	deadline := time.Now().Add(waitLimit)
+	deadline := time.Now().Add(testkit.WaitLimit)
 	for metricValue(t, reg, "fanout_watch_freshness_requests_total", "result", "ok") == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no freshness request answered within %s; blocked not_caught_up %v", waitLimit,
+			t.Fatalf("no freshness request answered within %s; blocked not_caught_up %v", testkit.WaitLimit,
 				metricValue(t, reg, "fanout_watch_rebalance_blocked", "reason", "not_caught_up"))
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -343,8 +327,8 @@ func TestFreshnessRequestCarriesWatchCredentials(t *testing.T) {
 		t.Errorf("the quiet watch was ended (%v) although no event proved it caught up", n)
 	}
 	var modes []string
-	for _, c := range up.callList() {
-		modes = append(modes, c.mode.String())
+	for _, c := range up.Calls() {
+		modes = append(modes, c.Mode.String())
 	}
 	if strings.Join(modes, ",") != "passthrough,passthrough" {
 		t.Errorf("transport modes of the watch and its freshness request: %v, want passthrough for both", modes)

@@ -16,7 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // zeros is an endless body that holds no memory of its own.
@@ -29,7 +31,7 @@ func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 // answer.
 func waitReplayUsed(t *testing.T, h *Handler, want int64) {
 	t.Helper()
-	for deadline := time.Now().Add(waitLimit); h.replay.Used() != want; {
+	for deadline := time.Now().Add(testkit.WaitLimit); h.replay.Used() != want; {
 		if time.Now().After(deadline) {
 			t.Fatalf("replay budget in use: %d bytes, want %d", h.replay.Used(), want)
 		}
@@ -53,9 +55,9 @@ func TestReplayBudgetBoundsBodiesInSum(t *testing.T) {
 	)
 	arrived := make(chan struct{}, requests)
 	release := make(chan struct{})
-	p := newFakePicker("a:6443")
-	u := newFakeUpstream()
-	u.set("a:6443", roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	p := proxytest.NewPicker("a:6443")
+	u := proxytest.NewUpstream()
+	u.Set("a:6443", testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		n, err := io.Copy(io.Discard, r.Body)
 		if err != nil || n != body {
 			return nil, fmt.Errorf("apiserver read %d bytes of the body (%v), want %d", n, err, body)
@@ -66,7 +68,7 @@ func TestReplayBudgetBoundsBodiesInSum(t *testing.T) {
 	}))
 	m, _ := NewMetrics(nil)
 	_, h, base := startProxy(t, Config{ReplayBudget: budget}, p, u, m)
-	c := newClient(t, false)
+	c := testkit.NewClient(t, false)
 
 	heap := func() uint64 {
 		var ms runtime.MemStats
@@ -94,7 +96,7 @@ func TestReplayBudgetBoundsBodiesInSum(t *testing.T) {
 		})
 	}
 	for range requests {
-		wait(t, arrived, "every body at the apiserver")
+		testkit.Wait(t, arrived, "every body at the apiserver")
 	}
 	grown := int64(heap()) - int64(before)
 	used := h.replay.Used()
@@ -142,9 +144,9 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 	answer := func(r *http.Request) *http.Response {
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), ContentLength: 2, Request: r}
 	}
-	p := newFakePicker(dead, good)
-	u := newFakeUpstream()
-	u.set(dead, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	p := proxytest.NewPicker(dead, good)
+	u := proxytest.NewUpstream()
+	u.Set(dead, testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if r.URL.Path == "/hold" {
 			_, _ = io.Copy(io.Discard, r.Body)
 			holding <- struct{}{}
@@ -156,7 +158,7 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		return nil, &transport.UnprocessedError{Endpoint: dead, Err: errors.New("stream refused")}
 	}))
-	u.set(good, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	u.Set(good, testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		b, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		goodHits[string(b)]++
@@ -165,7 +167,7 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 	}))
 	m, _ := NewMetrics(nil)
 	_, h, base := startProxy(t, Config{ReplayBudget: budget}, p, u, m)
-	c := newClient(t, false)
+	c := testkit.NewClient(t, false)
 	post := func(path, body string) int {
 		resp, err := c.Post(base+path, "application/json", strings.NewReader(body))
 		if err != nil {
@@ -179,7 +181,7 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 	// One request holds the whole budget at the apiserver.
 	held := make(chan int, 1)
 	go func() { held <- post("/hold", strings.Repeat("h", budget)) }()
-	wait(t, holding, "the request holding the budget")
+	testkit.Wait(t, holding, "the request holding the budget")
 	if got := h.replay.Used(); got != budget {
 		t.Fatalf("the holding request took %d bytes of budget, want %d", got, budget)
 	}
@@ -221,9 +223,9 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 	const addr = "a:6443"
 	streaming := make(chan struct{}, 1)
 	thinking := make(chan struct{}, 1)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if r.Body != nil {
 			_, _ = io.Copy(io.Discard, r.Body)
 		}
@@ -248,7 +250,7 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 	}))
 	m, _ := NewMetrics(nil)
 	_, h, base := startProxy(t, Config{}, p, u, m)
-	c := newClient(t, false)
+	c := testkit.NewClient(t, false)
 	const body = "apiVersion: v1\nkind: ConfigMap\n"
 	path := "/api/v1/namespaces/ns/configmaps?end="
 
@@ -273,9 +275,9 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 			}
 		}()
 		if end == "think" {
-			wait(t, thinking, "the apiserver holding the request")
+			testkit.Wait(t, thinking, "the apiserver holding the request")
 		} else {
-			wait(t, streaming, "the answer streaming")
+			testkit.Wait(t, streaming, "the answer streaming")
 		}
 		if got := h.replay.Used(); got < int64(len(body)) {
 			t.Errorf("end=%s: %d bytes of budget in use while the request is open, want at least its %d-byte body", end, got, len(body))
@@ -316,7 +318,7 @@ func TestReplayBudgetGivenBackOnEveryEnd(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	wait(t, thinking, "the apiserver holding the watch")
+	testkit.Wait(t, thinking, "the apiserver holding the watch")
 	if got := h.replay.Used(); got != 0 {
 		t.Errorf("an open watch holds %d bytes of replay budget, want 0", got)
 	}
@@ -338,11 +340,11 @@ func TestAutoReplayBudget(t *testing.T) {
 		{4 << 30, DefaultReplayBudget},
 	} {
 		debug.SetMemoryLimit(tc.limit)
-		h := New(Config{}, newFakePicker(), newFakeUpstream(), nil)
+		h := New(Config{}, proxytest.NewPicker(), proxytest.NewUpstream(), nil)
 		if h.replay.Limit() != tc.want {
 			t.Errorf("Go memory limit %d: replay budget %d, want %d", tc.limit, h.replay.Limit(), tc.want)
 		}
-		if got := New(Config{ReplayBudget: 3 << 20}, newFakePicker(), newFakeUpstream(), nil).replay.Limit(); got != 3<<20 {
+		if got := New(Config{ReplayBudget: 3 << 20}, proxytest.NewPicker(), proxytest.NewUpstream(), nil).replay.Limit(); got != 3<<20 {
 			t.Errorf("Go memory limit %d: an explicit budget became %d", tc.limit, got)
 		}
 	}

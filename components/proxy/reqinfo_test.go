@@ -12,7 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestOneClassification: the handler acts on the classification in the
@@ -21,9 +23,9 @@ import (
 // for the path of a short GET shows which one they used.
 func TestOneClassification(t *testing.T) {
 	const addr = "10.0.0.1:6443"
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("{}")), Request: r}, nil
 	}))
 	m, _ := NewMetrics(nil)
@@ -42,8 +44,8 @@ func TestOneClassification(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
-	recs := p.records()
-	if len(recs) != 1 || recs[0].info.Kind != balancer.Long || recs[0].info.Class != balancer.ClassList {
+	recs := p.Records()
+	if len(recs) != 1 || recs[0].Info.Kind != balancer.Long || recs[0].Info.Class != balancer.ClassList {
 		t.Fatalf("picks = %+v, want one long-running list pick: the handler classified the request again", recs)
 	}
 	if v := testutil.ToFloat64(m.requests.WithLabelValues("long", "200", addr)); v != 1 {
@@ -56,7 +58,7 @@ func TestOneClassification(t *testing.T) {
 // the edge read, and gives back what it held when the edge ends it.
 func TestStateOnTheEdgesRequest(t *testing.T) {
 	m, _ := NewMetrics(nil)
-	h := New(Config{}, newFakePicker(), newFakeUpstream(), m)
+	h := New(Config{}, proxytest.NewPicker(), proxytest.NewUpstream(), m)
 	r := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/pods/p/exec?command=sh", nil)
 	r.Header.Set("Connection", "Upgrade")
 	r.Header.Set("Upgrade", "SPDY/3.1")

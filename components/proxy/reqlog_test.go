@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/logging"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // requestLines returns the line-per-request records in the JSON log b.
@@ -33,7 +35,7 @@ func requestLines(t *testing.T, b *logBuffer) []map[string]any {
 // after the client read the answer.
 func waitRequestLines(t *testing.T, b *logBuffer, n int) []map[string]any {
 	t.Helper()
-	waitFor(t, func() bool { return len(requestLines(t, b)) >= n }, fmt.Sprintf("%d request log lines", n))
+	testkit.WaitFor(t, fmt.Sprintf("%d request log lines", n), func() bool { return len(requestLines(t, b)) >= n })
 	return requestLines(t, b)
 }
 
@@ -53,10 +55,10 @@ func checkFields(t *testing.T, rec map[string]any, want map[string]any) {
 // other query parameters stay out.
 func TestRequestLogLine(t *testing.T) {
 	var addr string
-	p, u := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p, u := proxytest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"kind":"PodList"}`)
 	}))
-	addr = p.eps[0].Address()
+	addr = p.Addrs()[0]
 	b := &logBuffer{}
 	_, _, base := startProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b)}, p, u, nil)
 
@@ -95,7 +97,7 @@ func TestRequestLogLine(t *testing.T) {
 // TestRequestLogOffByDefault: below -v 4 no request line is written.
 func TestRequestLogOffByDefault(t *testing.T) {
 	for _, v := range []int{0, 1, 2, 3} {
-		p, u := okBackend(t)
+		p, u := proxytest.OKBackend(t)
 		b := &logBuffer{}
 		s, _, base := startProxy(t, Config{Log: logging.New("json", v, b)}, p, u, nil)
 		resp, err := http.Get(base + "/api/v1/namespaces")
@@ -117,19 +119,19 @@ func TestRequestLogOffByDefault(t *testing.T) {
 // shutdownThenOK returns two backends behind one picker: the first
 // answers every request with kube-apiserver's shutdown 429, the second
 // with 200.
-func shutdownThenOK(t *testing.T) (p *fakePicker, u *fakeUpstream, first, second string) {
+func shutdownThenOK(t *testing.T) (p *proxytest.Picker, u *proxytest.Upstream, first, second string) {
 	t.Helper()
-	first, rt1 := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	first, rt1 := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, shutdown429Body, http.StatusTooManyRequests)
 	}), false)
-	second, rt2 := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	second, rt2 := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	}), false)
-	u = newFakeUpstream()
-	u.set(first, rt1)
-	u.set(second, rt2)
-	return newFakePicker(first, second), u, first, second
+	u = proxytest.NewUpstream()
+	u.Set(first, rt1)
+	u.Set(second, rt2)
+	return proxytest.NewPicker(first, second), u, first, second
 }
 
 // TestRetriedRequestNamesFinalEndpoint: a request moved after a shutdown
@@ -163,7 +165,7 @@ func TestRetriedRequestNamesFinalEndpoint(t *testing.T) {
 // tried.
 func TestEndpointHeader(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
-		p, u := okBackend(t)
+		p, u := proxytest.OKBackend(t)
 		_, _, base := startProxy(t, Config{}, p, u, nil)
 		resp, err := http.Get(base + "/api/v1/namespaces")
 		if err != nil {
@@ -177,14 +179,14 @@ func TestEndpointHeader(t *testing.T) {
 		}
 	})
 	t.Run("on", func(t *testing.T) {
-		p, u := okBackend(t)
+		p, u := proxytest.OKBackend(t)
 		_, _, base := startProxy(t, Config{EndpointHeader: true}, p, u, nil)
 		resp, err := http.Get(base + "/api/v1/namespaces")
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if got, want := resp.Header.Get(EndpointHeader), p.eps[0].Address(); got != want {
+		if got, want := resp.Header.Get(EndpointHeader), p.Addrs()[0]; got != want {
 			t.Errorf("%s = %q, want %q", EndpointHeader, got, want)
 		}
 		if got := resp.Header.Get(AttemptsHeader); got != "1" {
@@ -194,8 +196,8 @@ func TestEndpointHeader(t *testing.T) {
 	t.Run("fanout's error", func(t *testing.T) {
 		// No RoundTripper for it: every attempt is unprocessed, and the
 		// one retry goes to the same endpoint.
-		p := newFakePicker("10.0.0.9:6443")
-		_, _, base := startProxy(t, Config{EndpointHeader: true}, p, newFakeUpstream(), nil)
+		p := proxytest.NewPicker("10.0.0.9:6443")
+		_, _, base := startProxy(t, Config{EndpointHeader: true}, p, proxytest.NewUpstream(), nil)
 		resp, err := http.Get(base + "/api/v1/namespaces")
 		if err != nil {
 			t.Fatal(err)
@@ -218,7 +220,7 @@ func TestEndpointHeader(t *testing.T) {
 func TestWatchEndReason(t *testing.T) {
 	const watchPath = "/api/v1/namespaces/default/pods?watch=true"
 	t.Run("apiserver", func(t *testing.T) {
-		p, u := backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p, u := proxytest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, `{"type":"ADDED","object":{}}`+"\n")
 		}))
 		b := &logBuffer{}
@@ -234,7 +236,7 @@ func TestWatchEndReason(t *testing.T) {
 	t.Run("client", func(t *testing.T) {
 		b, cp, resp := openWatch(t, watchPath)
 		resp.Body.Close()
-		wait(t, cp.canceled, "the apiserver's request to be cancelled after the client left")
+		testkit.Wait(t, cp.canceled, "the apiserver's request to be cancelled after the client left")
 		checkFields(t, waitRequestLines(t, b, 1)[0], map[string]any{"verb": "watch", "status": 200, "end": "client"})
 	})
 	t.Run("shutdown", func(t *testing.T) {
@@ -332,7 +334,7 @@ func TestRoundTripperEndpointDebugging(t *testing.T) {
 	}
 	checkFields(t, lines[0], map[string]any{"endpoint": second, "attempts": 2, "status": 200})
 
-	dead := New(Config{EndpointHeader: true}, newFakePicker("10.0.0.9:6443"), newFakeUpstream(), nil)
+	dead := New(Config{EndpointHeader: true}, proxytest.NewPicker("10.0.0.9:6443"), proxytest.NewUpstream(), nil)
 	resp, err = dead.RoundTripper().RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	"k8s.io/apiserver/pkg/server/filters"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
@@ -260,16 +261,16 @@ func newRealCluster(t *testing.T, cfg Config, handlers ...http.Handler) *realClu
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := newFakeUpstream()
+	u := proxytest.NewUpstream()
 	c := &realCluster{b: b}
 	var eps []resolver.Endpoint
 	for _, h := range handlers {
 		hits := &atomic.Int32{}
-		addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			hits.Add(1)
 			h.ServeHTTP(w, r)
 		}), false)
-		u.set(addr, rt)
+		u.Set(addr, rt)
 		c.addrs = append(c.addrs, addr)
 		c.hits = append(c.hits, hits)
 		eps = append(eps, resolver.Endpoint{Address: addr})
@@ -281,7 +282,7 @@ func newRealCluster(t *testing.T, cfg Config, handlers ...http.Handler) *realClu
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
 		defer cancel()
 		_ = s.Stop(ctx)
 	})
@@ -316,7 +317,7 @@ func TestShutdownAnswersMoveRequests(t *testing.T) {
 				// Every endpoint but one shuts down: each request must
 				// still succeed, and the shutting-down ones be drained.
 				c := newRealCluster(t, Config{}, tc.h, tc.h, echo)
-				client := newClient(t, false)
+				client := testkit.NewClient(t, false)
 				for i := range 20 {
 					resp, err := client.Post(c.base+path, "application/yaml", strings.NewReader("kind: ConfigMap"))
 					if err != nil {
@@ -348,7 +349,7 @@ func TestShutdownAnswersMoveRequests(t *testing.T) {
 
 func TestOverloadMovesOnlyToUnloaded(t *testing.T) {
 	c := newRealCluster(t, Config{}, http.HandlerFunc(apf429), echo)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for i := range 10 {
 		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps")
 		if err != nil {
@@ -388,7 +389,7 @@ func TestOverloadMovesOnlyToUnloaded(t *testing.T) {
 func TestThrottled429MovesOnce(t *testing.T) {
 	notReady := jsonStatus(apierrors.NewTooManyRequests("storage is (re)initializing", 1))
 	c := newRealCluster(t, Config{}, notReady, echo)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for i := range 10 {
 		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps")
 		if err != nil {
@@ -407,7 +408,7 @@ func TestThrottled429MovesOnce(t *testing.T) {
 func TestRetryBudgetCapsRetries(t *testing.T) {
 	notReady := jsonStatus(apierrors.NewTooManyRequests("storage is (re)initializing", 1))
 	c := newRealCluster(t, Config{RetryBudget: &RetryBudget{Ratio: 0, Min: 3, Window: DefaultRetryBudgetWindow}}, notReady, notReady)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for range 20 {
 		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps")
 		if err != nil {
@@ -429,7 +430,7 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 func TestAuthErrorsAreNotFailures(t *testing.T) {
 	forbidden := jsonStatus(apierrors.NewForbidden(schemaGR, "x", errors.New("no")))
 	c := newRealCluster(t, Config{}, forbidden)
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for range 20 {
 		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps/x")
 		if err != nil {
@@ -451,7 +452,7 @@ func TestAuthErrorsAreNotFailures(t *testing.T) {
 	// The last Done runs as the proxy closes the response body, just
 	// after the client has it.
 	var s balancer.EndpointStatus
-	for deadline := time.Now().Add(waitLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(testkit.WaitLimit); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if s = failing.state(t, failing.addrs[0]); s.State == balancer.StateEjected {
 			break
 		}
@@ -473,7 +474,7 @@ var requestTimeout = apierrors.NewTimeoutError("request did not complete within 
 // another kind still counts towards ejection.
 func TestClientTimeoutsAreNotFailures(t *testing.T) {
 	c := newRealCluster(t, Config{}, timeout504(), negotiatedStatus(requestTimeout), protobufRequest(negotiatedStatus(requestTimeout)))
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	for i := range 60 {
 		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps?timeout=1ms")
 		if err != nil {

@@ -14,8 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
 	fwatch "github.com/fanout-dev/fanout/components/watch"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // trackedBody records whether the RoundTripper closed the request body.
@@ -32,7 +34,7 @@ func (b *trackedBody) Close() error { b.closed.Store(true); return nil }
 // sidecar's Status answers, and Done is reported when the body ends.
 func TestRoundTripper(t *testing.T) {
 	const dead = "192.0.2.1:6443"
-	unprocessed := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+	unprocessed := testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		return nil, &transport.UnprocessedError{Endpoint: dead, Err: errors.New("stream refused")}
 	})
 	tests := []struct {
@@ -57,7 +59,7 @@ func TestRoundTripper(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			good, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			good, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				b, _ := io.ReadAll(r.Body)
 				// r.Host is the :authority: it must be the endpoint, not
 				// the host of the URL client-go built.
@@ -67,18 +69,18 @@ func TestRoundTripper(t *testing.T) {
 				}
 				fmt.Fprintf(w, "%s %s %s", r.Method, b, host)
 			}), false)
-			var p *fakePicker
+			var p *proxytest.Picker
 			switch {
 			case tc.noEndpoint:
-				p = newFakePicker()
+				p = proxytest.NewPicker()
 			case tc.deadFirst:
-				p = newFakePicker(dead, good)
+				p = proxytest.NewPicker(dead, good)
 			default:
-				p = newFakePicker(good)
+				p = proxytest.NewPicker(good)
 			}
-			u := newFakeUpstream()
-			u.set(good, rt)
-			u.set(dead, unprocessed)
+			u := proxytest.NewUpstream()
+			u.Set(good, rt)
+			u.Set(dead, unprocessed)
 			m, _ := NewMetrics(nil)
 			h := New(Config{}, p, u, m)
 
@@ -111,7 +113,7 @@ func TestRoundTripper(t *testing.T) {
 					t.Errorf("apiserver saw %q, want %q", b, tc.wantBody)
 				}
 			} else {
-				st := readStatus(t, resp)
+				st := testkit.ReadStatus(t, resp)
 				if st.Reason != tc.wantReason {
 					t.Errorf("reason = %q, want %q", st.Reason, tc.wantReason)
 				}
@@ -122,10 +124,10 @@ func TestRoundTripper(t *testing.T) {
 			if tc.body != "" && !body.closed.Load() {
 				t.Errorf("request body not closed")
 			}
-			if got := len(p.records()); got != tc.wantPicks {
+			if got := len(p.Records()); got != tc.wantPicks {
 				t.Errorf("picks = %d, want %d", got, tc.wantPicks)
 			}
-			p.checkDoneOnce(t)
+			p.CheckDoneOnce(t)
 			if got := counterValue(t, m.requests.WithLabelValues("short", fmt.Sprint(tc.wantStatus), map[bool]string{true: good, false: ""}[tc.wantStatus == 200])); got != 1 {
 				t.Errorf("fanout_requests_total{code=%d} = %v, want 1", tc.wantStatus, got)
 			}
@@ -138,15 +140,15 @@ func TestRoundTripper(t *testing.T) {
 // requests fail with ErrStopped.
 func TestRoundTripperWatchAndStop(t *testing.T) {
 	gone := make(chan struct{})
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"ADDED"}`+"\n")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 		close(gone)
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	m, _ := NewMetrics(nil)
 	// With a rebalancer, a watch with initial events goes out without
 	// Accept-Encoding (watch.Hook.Prepare).
@@ -178,7 +180,7 @@ func TestRoundTripperWatchAndStop(t *testing.T) {
 	if got := gaugeValue(t, m.openLong); got != 1 {
 		t.Errorf("open long-running = %v during the watch, want 1", got)
 	}
-	if picks := p.records(); len(picks) != 1 || picks[0].info.Kind != balancer.Long {
+	if picks := p.Records(); len(picks) != 1 || picks[0].Info.Kind != balancer.Long {
 		t.Errorf("picks = %+v, want one Long pick", picks)
 	}
 	h.StopLongRunning()
@@ -186,11 +188,11 @@ func TestRoundTripperWatchAndStop(t *testing.T) {
 		t.Errorf("watch after stop: %q, %v; want a clean EOF", rest, err)
 	}
 	resp.Body.Close()
-	wait(t, gone, "the apiserver side of the stopped watch")
+	testkit.Wait(t, gone, "the apiserver side of the stopped watch")
 	if got := gaugeValue(t, m.openLong); got != 0 {
 		t.Errorf("open long-running = %v after the watch ended, want 0", got)
 	}
-	p.checkDoneOnce(t)
+	p.CheckDoneOnce(t)
 
 	if _, err := client.Get("https://ignored.invalid/api/v1/pods"); !errors.Is(err, ErrStopped) {
 		t.Errorf("request after stop: %v, want ErrStopped", err)
@@ -200,12 +202,12 @@ func TestRoundTripperWatchAndStop(t *testing.T) {
 // TestRoundTripperCanceled: a request whose context ends gets its
 // context's error, not a Status nobody asked for.
 func TestRoundTripperCanceled(t *testing.T) {
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	h := New(Config{}, p, u, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, "GET", "https://x.invalid/api/v1/pods/a", nil)
@@ -218,5 +220,5 @@ func TestRoundTripperCanceled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("error %v does not wrap context.Canceled", err)
 	}
-	p.checkDoneOnce(t)
+	p.CheckDoneOnce(t)
 }

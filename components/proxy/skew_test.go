@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // apiserverMux is kube-apiserver's own request routing
@@ -121,7 +122,7 @@ func TestSkew404MovesOnce(t *testing.T) {
 	// A budget that the test's own 404s do not exhaust.
 	c := newRealCluster(t, Config{RetryBudget: &RetryBudget{Ratio: 1, Min: 1000, Window: 10 * time.Second}}, apiserverMux(false), apiserverMux(true))
 	c.b.SetAPIs(allServe{})
-	client := newClient(t, false)
+	client := testkit.NewClient(t, false)
 	do := func(method, path string) int {
 		req, _ := http.NewRequest(method, c.base+path, strings.NewReader("{}"))
 		resp, err := client.Do(req)

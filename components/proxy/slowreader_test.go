@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
@@ -97,11 +98,11 @@ func TestSlowReaderBoundsMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(tr.Close)
-			p := newFakePicker(backend.Listener.Addr().String())
+			p := proxytest.NewPicker(backend.Listener.Addr().String())
 			s, _, base := startProxy(t, Config{}, p, tr, nil)
 
 			// Warm up the upstream connection and the heap.
-			others := newClient(t, false)
+			others := testkit.NewClient(t, false)
 			for range 5 {
 				getOK(t, others, base+"/api/v1/namespaces")
 			}
@@ -155,7 +156,7 @@ func TestSlowReaderBoundsMemory(t *testing.T) {
 			}
 
 			// The stream resumes where it stopped once the client reads.
-			c.SetReadDeadline(time.Now().Add(waitLimit))
+			c.SetReadDeadline(time.Now().Add(testkit.WaitLimit))
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -167,7 +168,7 @@ func TestSlowReaderBoundsMemory(t *testing.T) {
 			}
 			// Hanging up ends the apiserver's stream too.
 			c.Close()
-			wait(t, ended, "the apiserver's handler to end after the client hung up")
+			testkit.Wait(t, ended, "the apiserver's handler to end after the client hung up")
 			if got := sent.Load(); got >= offered-8<<10 {
 				t.Errorf("the apiserver sent all %d bytes to a client that hung up", got)
 			}

@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 const (
@@ -133,7 +136,7 @@ func TestLargeBodiesStreamInBoundedMemory(t *testing.T) {
 			}
 			meter := new(heapMeter)
 			upstreamGot := make(chan got, 1)
-			addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if tc.upload {
 					n, sum, err := meter.consume(r.Body)
 					upstreamGot <- got{n, sum, err}
@@ -144,11 +147,11 @@ func TestLargeBodiesStreamInBoundedMemory(t *testing.T) {
 				io.Copy(w, src)
 				upstreamGot <- got{largeBody, src.sum.Sum32(), nil}
 			}), false)
-			p := newFakePicker(addr)
-			u := newFakeUpstream()
-			u.set(addr, rt)
+			p := proxytest.NewPicker(addr)
+			u := proxytest.NewUpstream()
+			u.Set(addr, rt)
 			_, _, base := startProxy(t, Config{}, p, u, nil)
-			client := newClient(t, false)
+			client := testkit.NewClient(t, false)
 			meter.reset()
 
 			if tc.upload {

@@ -43,6 +43,6 @@ func TestH1WatchOverTLS(t *testing.T) {
 	}
 	cancel()
 	resp.Body.Close()
-	wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
-	waitFor(t, func() bool { return gaugeValue(t, m.openLong) == 0 }, "the open long-running gauge to return to 0")
+	testkit.Wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
+	testkit.WaitFor(t, "the open long-running gauge to return to 0", func() bool { return gaugeValue(t, m.openLong) == 0 })
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestTruncatedAnswerIsAnError: when the apiserver's stream breaks in
@@ -26,9 +28,9 @@ func TestTruncatedAnswerIsAnError(t *testing.T) {
 		for _, h2c := range []bool{false, true} {
 			name := map[bool]string{false: "HTTP/1.1", true: "h2c"}[h2c]
 			t.Run("h1-server="+h1+"/"+name, func(t *testing.T) {
-				p, u := backend(t, cut)
+				p, u := proxytest.Backend(t, cut)
 				_, _, base := startProxyOn(t, listener.Config{H1Server: h1}, nil, Config{}, p, u, nil)
-				resp, err := newClient(t, h2c).Get(base + "/api/v1/pods")
+				resp, err := testkit.NewClient(t, h2c).Get(base + "/api/v1/pods")
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
@@ -155,7 +156,7 @@ func TestUnauthorizedResentThroughAttemptLoop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := newFakePicker(b.addr, other.addr)
+			p := proxytest.NewPicker(b.addr, other.addr)
 			h := New(cfg, p, tr, m)
 
 			var body io.Reader
@@ -188,8 +189,8 @@ func TestUnauthorizedResentThroughAttemptLoop(t *testing.T) {
 				t.Errorf("fanout_retry_budget_exhausted_total{reason=unauthorized} = %v, want %v", got, tc.wantExhausted)
 			}
 			waitDone(t, p, int(tc.wantHits))
-			p.checkDoneOnce(t)
-			if picks := p.records(); len(picks) != int(tc.wantHits) {
+			p.CheckDoneOnce(t)
+			if picks := p.Records(); len(picks) != int(tc.wantHits) {
 				t.Errorf("%d picks, want %d", len(picks), tc.wantHits)
 			}
 		})

@@ -159,7 +159,7 @@ func clientSees(t *testing.T, proxyAddr, send string) seenByClient {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(waitLimit))
+	_ = c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	if err := (upgradeRequest{upgrade: "websocket"}).write(c, "/api/v1/namespaces/ns/pods/p/exec?command=cat&stdin=true"); err != nil {
 		t.Fatal(err)
 	}

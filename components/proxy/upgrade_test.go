@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
 	"github.com/fanout-dev/fanout/internal/testkit"
@@ -118,7 +119,7 @@ func (b *upgradeBackend) serve(w http.ResponseWriter, r *http.Request) {
 // upgradeRig is a proxy with real transports in front of backends.
 type upgradeRig struct {
 	ca     *testkit.CA
-	picker *fakePicker
+	picker *proxytest.Picker
 	srv    *listener.Server
 	reg    *prometheus.Registry
 	m      *Metrics
@@ -145,7 +146,7 @@ func newUpgradeRigOn(t *testing.T, ca *testkit.CA, lcfg listener.Config, lm *lis
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newFakePicker(addrs...)
+	p := proxytest.NewPicker(addrs...)
 	cfg.Upgrades = tr
 	s, _, base := startProxyOn(t, lcfg, lm, cfg, p, tr, m)
 	return &upgradeRig{ca: ca, picker: p, srv: s, reg: reg, m: m, proxy: strings.TrimPrefix(base, "http://")}
@@ -177,7 +178,7 @@ func dialUpgrade(t *testing.T, proxy string, req upgradeRequest) (net.Conn, *buf
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(waitLimit))
+	_ = c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	if err := req.write(c, "/api/v1/namespaces/ns/pods/p/exec?command=cat&stdin=true"); err != nil {
 		t.Fatal(err)
 	}
@@ -207,18 +208,6 @@ func upgradeSeries(t *testing.T, m *Metrics, proto string) (open, upgraded, reje
 		testutil.ToFloat64(m.upgrades.total.WithLabelValues(proto, resultUpgraded)),
 		testutil.ToFloat64(m.upgrades.total.WithLabelValues(proto, resultRejected)),
 		testutil.ToFloat64(m.upgrades.total.WithLabelValues(proto, resultError))
-}
-
-// eventually polls cond until it holds or waitLimit passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestUpgradeEchoAndCredentials(t *testing.T) {
@@ -280,16 +269,16 @@ func TestUpgradeEchoAndCredentials(t *testing.T) {
 				t.Errorf("while open: %s gauge = %v, upgraded = %v; want 1, 1", tc.proto, open, up)
 			}
 			c.Close()
-			eventually(t, "the gauge to drop", func() bool {
+			testkit.WaitFor(t, "the gauge to drop", func() bool {
 				open, _, _, _ := upgradeSeries(t, rig.m, tc.proto)
 				return open == 0
 			})
-			recs := rig.picker.records()
-			if len(recs) != 1 || recs[0].info.Kind != balancer.Long {
+			recs := rig.picker.Records()
+			if len(recs) != 1 || recs[0].Info.Kind != balancer.Long {
 				t.Fatalf("picks = %+v, want one Long pick", recs)
 			}
-			eventually(t, "Done", func() bool { return len(rig.picker.records()[0].dones) == 1 })
-			if d := rig.picker.records()[0].dones[0]; d.StatusCode != http.StatusSwitchingProtocols || d.Err != nil {
+			testkit.WaitFor(t, "Done", func() bool { return len(rig.picker.Records()[0].Dones) == 1 })
+			if d := rig.picker.Records()[0].Dones[0]; d.StatusCode != http.StatusSwitchingProtocols || d.Err != nil {
 				t.Errorf("Done = %+v, want status 101 without error", d)
 			}
 		})
@@ -324,11 +313,11 @@ func TestUpgradeRejectedIsForwarded(t *testing.T) {
 	if !strings.Contains(string(body), "is forbidden") {
 		t.Errorf("body = %q, want the apiserver's Status", body)
 	}
-	eventually(t, "the metrics", func() bool {
+	testkit.WaitFor(t, "the metrics", func() bool {
 		_, up, rej, _ := upgradeSeries(t, rig.m, protoSPDY)
 		return up == 0 && rej == 1
 	})
-	if n := len(rig.picker.records()); n != 1 {
+	if n := len(rig.picker.Records()); n != 1 {
 		t.Errorf("%d picks, want 1: an answered upgrade is never retried", n)
 	}
 }
@@ -356,11 +345,11 @@ func TestUpgradeDialRetry(t *testing.T) {
 			t.Fatalf("status = %d, want 101 from the second endpoint", resp.StatusCode)
 		}
 		echoLine(t, c, br, "after retry")
-		recs := rig.picker.records()
-		if len(recs) != 2 || recs[0].addr != dead || recs[1].info.Avoid != dead || recs[1].addr != b.addr {
+		recs := rig.picker.Records()
+		if len(recs) != 2 || recs[0].Addr != dead || recs[1].Info.Avoid != dead || recs[1].Addr != b.addr {
 			t.Fatalf("picks = %+v, want %s then %s avoiding it", recs, dead, b.addr)
 		}
-		if d := recs[0].dones; len(d) != 1 || !d[0].Unavailable || d[0].Err == nil {
+		if d := recs[0].Dones; len(d) != 1 || !d[0].Unavailable || d[0].Err == nil {
 			t.Errorf("Done of the dead endpoint = %+v, want one Unavailable error", d)
 		}
 		if v := testutil.ToFloat64(rig.m.retries.WithLabelValues(reasonUnprocessed)); v != 1 {
@@ -375,14 +364,14 @@ func TestUpgradeDialRetry(t *testing.T) {
 		if resp.StatusCode != http.StatusBadGateway {
 			t.Fatalf("status = %d, want 502", resp.StatusCode)
 		}
-		st := readStatus(t, resp)
+		st := testkit.ReadStatus(t, resp)
 		if !strings.Contains(st.Message, dead2) || !strings.Contains(st.Message, "retried after") || !strings.Contains(st.Message, dead1) {
 			t.Errorf("message = %q, want both endpoints named", st.Message)
 		}
 		if strings.Contains(st.Message, "sidecar-token") {
 			t.Errorf("message leaks the token: %q", st.Message)
 		}
-		if n := len(rig.picker.records()); n != 2 {
+		if n := len(rig.picker.Records()); n != 2 {
 			t.Errorf("%d picks, want 2 (one retry)", n)
 		}
 		if _, _, _, failed := upgradeSeries(t, rig.m, protoSPDY); failed != 1 {
@@ -399,7 +388,7 @@ func TestUpgradeDialRetry(t *testing.T) {
 		if resp.StatusCode != http.StatusSwitchingProtocols {
 			t.Fatalf("status = %d, want 101 from the trusted endpoint", resp.StatusCode)
 		}
-		if n := len(rig.picker.records()); n != 2 {
+		if n := len(rig.picker.Records()); n != 2 {
 			t.Errorf("%d picks, want 2", n)
 		}
 	})
@@ -425,7 +414,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 			go func() { stopped <- rig.srv.Stop(context.Background()) }()
 			// Shutdown has begun (StopLongRunning ran) once new requests
 			// are refused; the session must still work then.
-			eventually(t, "the shutdown to begin", func() bool {
+			testkit.WaitFor(t, "the shutdown to begin", func() bool {
 				conn, err := net.Dial("tcp", rig.proxy)
 				if err != nil {
 					return true // listener closed
@@ -449,7 +438,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 			var err error
 			select {
 			case err = <-stopped:
-			case <-time.After(waitLimit):
+			case <-time.After(testkit.WaitLimit):
 				t.Fatal("Stop did not return")
 			}
 			if took := time.Since(start); took < grace-100*time.Millisecond {
@@ -461,7 +450,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 			if _, err := br.ReadByte(); err == nil {
 				t.Errorf("the session still reads after the grace; want it closed")
 			}
-			eventually(t, "the gauge to drop", func() bool {
+			testkit.WaitFor(t, "the gauge to drop", func() bool {
 				open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY)
 				return open == 0
 			})
@@ -475,7 +464,7 @@ func TestUpgradeShutdownGrace(t *testing.T) {
 func TestLogFollowStreamsLineByLine(t *testing.T) {
 	const lines = 3
 	next := make(chan struct{})
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		for i := range lines {
 			fmt.Fprintf(w, "line %d\n", i)
@@ -487,12 +476,12 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 			}
 		}
 	}), false)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	// Timeouts far below the pause between lines: none may cut the stream.
 	_, _, base := startProxyOn(t, listener.Config{ReadHeaderTimeout: 100 * time.Millisecond, IdleTimeout: 100 * time.Millisecond}, nil, Config{}, p, u, nil)
-	resp, err := newClient(t, false).Get(base + "/api/v1/namespaces/ns/pods/p/log?follow=true")
+	resp, err := testkit.NewClient(t, false).Get(base + "/api/v1/namespaces/ns/pods/p/log?follow=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +507,7 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 			if want := fmt.Sprintf("line %d\n", i); line != want {
 				t.Fatalf("line %d = %q, want %q", i, line, want)
 			}
-		case <-time.After(waitLimit):
+		case <-time.After(testkit.WaitLimit):
 			t.Fatalf("line %d did not arrive while the apiserver held the stream: not flushed", i)
 		}
 		// Rather than sleep for longer than the proxy's timeouts, wait
@@ -530,7 +519,7 @@ func TestLogFollowStreamsLineByLine(t *testing.T) {
 	if _, ok := <-got; ok {
 		t.Errorf("more lines than sent")
 	}
-	if r := p.records(); len(r) != 1 || r[0].info.Kind != balancer.Long {
+	if r := p.Records(); len(r) != 1 || r[0].Info.Kind != balancer.Long {
 		t.Errorf("picks = %+v, want one Long pick", r)
 	}
 }
@@ -545,7 +534,7 @@ func waitForHeaderTimeout(t *testing.T, addr string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(waitLimit))
+	c.SetReadDeadline(time.Now().Add(testkit.WaitLimit))
 	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 		t.Fatalf("a silent connection to the proxy read %v, want EOF: the proxy did not cut it by its header timeout", err)
 	}
@@ -554,22 +543,22 @@ func waitForHeaderTimeout(t *testing.T, addr string) {
 // An h2c upgrade offer (curl --http2 on http://) is optional: fanout
 // declines it and serves the request like any other.
 func TestH2CUpgradeOfferServedPlain(t *testing.T) {
-	addr, rt := newBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Upgrade") != "" || r.Header.Get("HTTP2-Settings") != "" {
 			http.Error(w, "upgrade headers leaked", http.StatusBadRequest)
 			return
 		}
 		io.WriteString(w, "plain")
 	}), true)
-	p := newFakePicker(addr)
-	u := newFakeUpstream()
-	u.set(addr, rt)
+	p := proxytest.NewPicker(addr)
+	u := proxytest.NewUpstream()
+	u.Set(addr, rt)
 	_, _, base := startProxy(t, Config{}, p, u, nil)
 	req, _ := http.NewRequest(http.MethodGet, base+"/api/v1/pods", nil)
 	req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
 	req.Header.Set("Upgrade", "h2c")
 	req.Header.Set("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")
-	resp, err := newClient(t, false).Do(req)
+	resp, err := testkit.NewClient(t, false).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +567,7 @@ func TestH2CUpgradeOfferServedPlain(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || string(body) != "plain" {
 		t.Errorf("got %d %q, want 200 \"plain\"", resp.StatusCode, body)
 	}
-	if r := p.records(); len(r) != 1 || r[0].info.Kind != balancer.Short {
+	if r := p.Records(); len(r) != 1 || r[0].Info.Kind != balancer.Short {
 		t.Errorf("picks = %+v, want one Short pick", r)
 	}
 }
@@ -628,7 +617,7 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 	c0, br0, _ := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
 	echoLine(t, c0, br0, "warm")
 	c0.Close()
-	eventually(t, "the warm-up session to end", func() bool {
+	testkit.WaitFor(t, "the warm-up session to end", func() bool {
 		open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY)
 		return open == 0
 	})
@@ -668,7 +657,7 @@ func TestUpgradeCostPerConnection(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	eventually(t, "every session to end", func() bool {
+	testkit.WaitFor(t, "every session to end", func() bool {
 		open, _, _, _ := upgradeSeries(t, rig.m, protoSPDY)
 		return open == 0
 	})
@@ -711,7 +700,7 @@ func TestUpgradeRetryWithinBudget(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status = %d, want 502: a budget of no retries leaves the dead endpoint's failure", resp.StatusCode)
 	}
-	if n := len(rig.picker.records()); n != 1 {
+	if n := len(rig.picker.Records()); n != 1 {
 		t.Errorf("%d picks, want 1: the budget allows no retry", n)
 	}
 	if v := testutil.ToFloat64(rig.m.budgetOut.WithLabelValues(reasonUnprocessed)); v != 1 {
@@ -735,7 +724,7 @@ func TestUpgradeEarlyClientData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(waitLimit))
+	_ = c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	var req bytes.Buffer
 	if err := (upgradeRequest{upgrade: "websocket"}).write(&req, "/api/v1/namespaces/ns/pods/p/exec?command=cat&stdin=true"); err != nil {
 		t.Fatal(err)
@@ -767,13 +756,13 @@ func TestUpgradeNeitherSwitchedNorRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status = %d, want 502", resp.StatusCode)
 	}
-	if st := readStatus(t, resp); !strings.Contains(st.Message, "invalid upgrade response: status code 200") || !strings.Contains(st.Message, b.addr) {
+	if st := testkit.ReadStatus(t, resp); !strings.Contains(st.Message, "invalid upgrade response: status code 200") || !strings.Contains(st.Message, b.addr) {
 		t.Errorf("message = %q, want the endpoint and the status it answered", st.Message)
 	}
 	if _, up, rej, failed := upgradeSeries(t, rig.m, protoSPDY); up != 0 || rej != 0 || failed != 1 {
 		t.Errorf("upgraded, rejected, error = %v, %v, %v; want 0, 0, 1", up, rej, failed)
 	}
-	if n := len(rig.picker.records()); n != 1 {
+	if n := len(rig.picker.Records()); n != 1 {
 		t.Errorf("%d picks, want 1: the apiserver answered", n)
 	}
 }

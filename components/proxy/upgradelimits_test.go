@@ -35,7 +35,7 @@ func TestUpgradesCountAgainstLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c2.SetDeadline(time.Now().Add(waitLimit))
+	c2.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	io.WriteString(c2, "GET /api/v1/pods HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	if _, err := http.ReadResponse(bufio.NewReader(c2), nil); err == nil {
 		t.Error("a second connection was served while an exec session held the only slot")
@@ -47,7 +47,7 @@ func TestUpgradesCountAgainstLimits(t *testing.T) {
 	echoLine(t, c, br, "still there")
 	// Ending the session frees both slots.
 	c.Close()
-	eventually(t, "the exec session's slots to be freed", func() bool {
+	testkit.WaitFor(t, "the exec session's slots to be freed", func() bool {
 		return connections() == 0 && longInflight() == 0
 	})
 	c3, br3, resp := dialUpgrade(t, rig.proxy, spdy)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/fanout-dev/fanout/components/balancer"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/internal/watchtest"
 )
 
@@ -31,7 +32,7 @@ func watchServer(first, contentType string) http.Handler {
 		w.(http.Flusher).Flush()
 		select {
 		case <-r.Context().Done():
-		case <-time.After(waitLimit):
+		case <-time.After(testkit.WaitLimit):
 		}
 	})
 }
@@ -63,7 +64,7 @@ func TestWatchGoneRetriedOnOldest(t *testing.T) {
 			// old one so the young one has the fewest.
 			p, _ := c.b.Pick(balancer.PickInfo{Kind: balancer.Long, Avoid: young})
 			defer p.Done(balancer.DoneInfo{})
-			resp, err := newClient(t, false).Get(c.base + tt.path)
+			resp, err := testkit.NewClient(t, false).Get(c.base + tt.path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +93,7 @@ func protoWatchServer(frame []byte) http.Handler {
 		w.(http.Flusher).Flush()
 		select {
 		case <-r.Context().Done():
-		case <-time.After(waitLimit):
+		case <-time.After(testkit.WaitLimit):
 		}
 	})
 }
@@ -120,7 +121,7 @@ func TestProtobufWatchGoneRetriedOnOldest(t *testing.T) {
 			c.b.SetReady(young, true)
 			p, _ := c.b.Pick(balancer.PickInfo{Kind: balancer.Long, Avoid: young})
 			defer p.Done(balancer.DoneInfo{})
-			resp, err := newClient(t, false).Get(c.base + "/api/v1/namespaces/ns/configmaps?watch=true&resourceVersion=5")
+			resp, err := testkit.NewClient(t, false).Get(c.base + "/api/v1/namespaces/ns/configmaps?watch=true&resourceVersion=5")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/fanout-dev/fanout/components/listener"
+	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 )
 
 // BenchmarkWatchBurst streams a watch of back-to-back events through the
@@ -40,9 +41,9 @@ func benchWatchBurst(b *testing.B, h1 string) {
 			srv.StartTLS()
 			defer srv.Close()
 			addr, rt := srv.Listener.Addr().String(), srv.Client().Transport
-			u := newFakeUpstream()
-			u.set(addr, rt)
-			p := newFakePicker(addr)
+			u := proxytest.NewUpstream()
+			u.Set(addr, rt)
+			p := proxytest.NewPicker(addr)
 			h := New(Config{}, p, u, nil)
 			s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", H1Server: h1}, h, nil)
 			if err := s.Start(b.Context()); err != nil {

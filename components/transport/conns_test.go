@@ -29,7 +29,7 @@ func testStreamlessConnectionsClosed(t *testing.T, client Client) {
 	for range 100 {
 		// Errors are allowed (a connection whose SETTINGS came first
 		// takes no stream); connections left open are not.
-		if res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err == nil {
+		if res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err == nil {
 			res.Body.Close()
 		}
 	}
@@ -37,7 +37,7 @@ func testStreamlessConnectionsClosed(t *testing.T, client Client) {
 	if got := connGauge(t, tr, srv.addr, AuthSidecar); got > most {
 		t.Errorf("fanout_upstream_connections = %v after 100 requests to a server allowing no stream, want at most %d", got, most)
 	}
-	waitFor(t, "the server to see its connections closed", func() bool {
+	testkit.WaitFor(t, "the server to see its connections closed", func() bool {
 		srv.mu.Lock()
 		defer srv.mu.Unlock()
 		return srv.open <= most
@@ -80,7 +80,7 @@ func testConnectionsPerPoolCapped(t *testing.T, client Client) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := roundTrip(rt, newRequest(t, ctx, srv.addr, "/"))
+			_, err := testkit.RoundTrip(rt, testkit.NewRequest(t, ctx, srv.addr, "/"))
 			failed <- err
 		}()
 		select {
@@ -88,7 +88,7 @@ func testConnectionsPerPoolCapped(t *testing.T, client Client) {
 			// The next request must see this connection full: its
 			// client has applied the SETTINGS once it acknowledged them.
 			taken++
-			waitFor(t, "the client to acknowledge the server's SETTINGS", func() bool {
+			testkit.WaitFor(t, "the client to acknowledge the server's SETTINGS", func() bool {
 				srv.mu.Lock()
 				defer srv.mu.Unlock()
 				return srv.acks >= taken

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -102,57 +100,11 @@ func newTransports(t testing.TB, cfg Config, creds Credentials) *Transports {
 	return tr
 }
 
-// Requests as every test here sends them (see testkit).
-var (
-	newRequest = testkit.NewRequest
-	roundTrip  = testkit.RoundTrip
-	waitFor    = testkit.WaitFor
-)
-
 // metricValue returns the value of the series name{labels} gathered from
 // tr's collectors, and whether it exists.
 func metricValue(t *testing.T, tr *Transports, name string, labels map[string]string) (float64, bool) {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	for _, c := range tr.Collectors() {
-		reg.MustRegister(c)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if !labelsMatch(m, labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.Counter.GetValue(), true
-			case m.Gauge != nil:
-				return m.Gauge.GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount()), true
-			}
-		}
-	}
-	return 0, false
-}
-
-func labelsMatch(m *dto.Metric, want map[string]string) bool {
-	got := map[string]string{}
-	for _, lp := range m.GetLabel() {
-		got[lp.GetName()] = lp.GetValue()
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return false
-		}
-	}
-	return true
+	return testkit.Series(t, testkit.Registry(t, tr.Collectors()...), name, labels)
 }
 
 func connGauge(t *testing.T, tr *Transports, addr string, mode AuthMode) float64 {
@@ -301,17 +253,6 @@ func respond200(fr *http2.Framer, id uint32) bool {
 	enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
 	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: buf.Bytes(), EndStream: true, EndHeaders: true})
 	return false
-}
-
-// freezeProxy is testkit.FreezeProxy, named as the tests here use it.
-type freezeProxy struct {
-	*testkit.FreezeProxy
-	addr string
-}
-
-func newFreezeProxy(t *testing.T, target string) *freezeProxy {
-	p := testkit.NewFreezeProxy(t, target)
-	return &freezeProxy{FreezeProxy: p, addr: p.Addr}
 }
 
 // onlyReader hides a body's type so net/http cannot set GetBody: x/net

@@ -53,7 +53,7 @@ func testRotatedCertificateDrainsOldConnections(t *testing.T, client Client) {
 	tr := newTransports(t, Config{Client: client}, creds)
 	rt := tr.For(srv.addr, AuthSidecar)
 
-	watch, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	watch, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}
@@ -74,7 +74,7 @@ func testRotatedCertificateDrainsOldConnections(t *testing.T, client Client) {
 
 	creds.cert.Store(&bob.TLS)
 	for i := 0; i < 3; i++ {
-		res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+		res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 		if err != nil {
 			t.Fatalf("request %d after the rotation: %v", i, err)
 		}
@@ -96,7 +96,7 @@ func testRotatedCertificateDrainsOldConnections(t *testing.T, client Client) {
 	// the server notices a close later, so its count is only a second
 	// check.
 	rounds := tr.drainRounds.Load()
-	waitFor(t, "three drain rounds", func() bool { return tr.drainRounds.Load() >= rounds+3 })
+	testkit.WaitFor(t, "three drain rounds", func() bool { return tr.drainRounds.Load() >= rounds+3 })
 	if g := connGauge(t, tr, srv.addr, AuthSidecar); g != 2 {
 		t.Fatalf("connections gauge = %v after three drain rounds, want 2: the old connection closed while the watch was open on it", g)
 	}
@@ -110,15 +110,15 @@ func testRotatedCertificateDrainsOldConnections(t *testing.T, client Client) {
 	if _, err := io.Copy(io.Discard, watch.Body); err != nil {
 		t.Fatalf("watch ended with %v", err)
 	}
-	waitFor(t, "the old connection to close", func() bool { return srv.closed.Load() == 1 })
-	res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+	testkit.WaitFor(t, "the old connection to close", func() bool { return srv.closed.Load() == 1 })
+	res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 	if err != nil || res.Header.Get("X-Client-CN") != "bob" {
 		t.Fatalf("request after the drain: %v", err)
 	}
 	if n := srv.opened.Load(); n != 2 {
 		t.Errorf("server saw %d connections, want 2", n)
 	}
-	waitFor(t, "the gauge to count one connection", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 1 })
+	testkit.WaitFor(t, "the gauge to count one connection", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 1 })
 }
 
 // TestRotationUnderConcurrentRequests rotates the certificate many times
@@ -177,7 +177,7 @@ func testRotationUnderConcurrentRequests(t *testing.T, client Client) {
 				default:
 				}
 				lo := stored.Load()
-				res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+				res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 				if err != nil {
 					errs <- err
 					return
@@ -194,11 +194,11 @@ func testRotationUnderConcurrentRequests(t *testing.T, client Client) {
 	for i := int64(1); i <= 12; i++ {
 		// Let the workers run on the current certificate first.
 		n := completed.Load()
-		waitFor(t, "the workers to send 16 requests", func() bool { return completed.Load() >= n+16 || len(errs) > 0 })
+		testkit.WaitFor(t, "the workers to send 16 requests", func() bool { return completed.Load() >= n+16 || len(errs) > 0 })
 		begun.Store(i)
 		creds.cert.Store(pairs[i%int64(len(pairs))])
 		stored.Store(i)
-		res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+		res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 		if err != nil {
 			t.Fatalf("request after rotation %d: %v", i, err)
 		}
@@ -220,7 +220,7 @@ func testRotationUnderConcurrentRequests(t *testing.T, client Client) {
 	}
 	seenMu.Unlock()
 	// Every old generation drains: one connection is left.
-	waitFor(t, "old connections to close", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 1 })
+	testkit.WaitFor(t, "old connections to close", func() bool { return connGauge(t, tr, srv.addr, AuthSidecar) == 1 })
 }
 
 // unauthorizedUnless answers 401 to requests whose client certificate is
@@ -309,7 +309,7 @@ func TestRenewAfterUnauthorized(t *testing.T) {
 			rt := tr.For(srv.addr, AuthSidecar)
 			now.Add(int64(tc.advance))
 
-			res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/api"))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/api"))
 			if err != nil {
 				t.Fatalf("RoundTrip: %v", err)
 			}
@@ -325,7 +325,7 @@ func TestRenewAfterUnauthorized(t *testing.T) {
 				t.Errorf("credentials re-read %d times, want %d", n, tc.wantReloads)
 			}
 			// What the proxy's attempt loop does when it sends again.
-			res, err = roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/api"))
+			res, err = testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/api"))
 			if err != nil {
 				t.Fatalf("RoundTrip: %v", err)
 			}
@@ -347,7 +347,7 @@ func TestRenewAfterUnauthorizedIgnoresOtherAnswers(t *testing.T) {
 	fc := newCreds(p.CA.Pool, &p.Alice.TLS, "")
 	creds := &reloadingCreds{fakeCreds: fc}
 	tr := newTransports(t, Config{}, creds)
-	res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+	res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,13 +372,13 @@ func TestCloseEndsDrainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt := tr.For(srv.addr, AuthSidecar)
-	watch, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	watch, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer watch.Body.Close()
 	creds.cert.Store(&bob.TLS)
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})

@@ -29,7 +29,7 @@ func TestStdErrorsRecognised(t *testing.T) {
 			c.Close()
 		}
 		srv.mu.Unlock()
-		waitFor(t, "the client to see its connection closed", func() bool { return cc.Err() != nil })
+		testkit.WaitFor(t, "the client to see its connection closed", func() bool { return cc.Err() != nil })
 	}
 	for _, tc := range []struct {
 		name        string
@@ -46,19 +46,19 @@ func TestStdErrorsRecognised(t *testing.T) {
 			}
 			defer cc.Close()
 			if tc.streamFirst {
-				if _, err := roundTrip(cc, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+				if _, err := testkit.RoundTrip(cc, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 					t.Fatal(err)
 				}
 			}
 			closeServerSide(cc)
-			_, err = cc.RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+			_, err = cc.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 			if err == nil || err.Error() != tc.want {
 				t.Fatalf("RoundTrip on a closed connection: %v, want %q (has net/http reworded it?)", err, tc.want)
 			}
-			if got := sc.classify(newRequest(t, context.Background(), srv.addr, "/"), err); !notWritten(got) {
+			if got := sc.classify(testkit.NewRequest(t, context.Background(), srv.addr, "/"), err); !notWritten(got) {
 				t.Errorf("classify(%v) = %v, want it not written", err, got)
 			}
-			post := newRequest(t, context.Background(), srv.addr, "/")
+			post := testkit.NewRequest(t, context.Background(), srv.addr, "/")
 			post.Body = io.NopCloser(strings.NewReader("{}"))
 			got := sc.classify(post, err)
 			if !IsUnprocessed(got) || notWritten(got) || !errors.Is(got, err) {

@@ -34,8 +34,8 @@ func testSidecarPresentsCertificateAndToken(t *testing.T, client Client) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, tc.token))
-			req := newRequest(t, context.Background(), srv.addr, "/api")
-			res, err := roundTrip(tr.For(srv.addr, AuthSidecar), req)
+			req := testkit.NewRequest(t, context.Background(), srv.addr, "/api")
+			res, err := testkit.RoundTrip(tr.For(srv.addr, AuthSidecar), req)
 			if err != nil {
 				t.Fatalf("RoundTrip: %v", err)
 			}
@@ -65,9 +65,9 @@ func TestPassthroughSendsNoCertificate(t *testing.T) {
 	creds := newCreds(p.CA.Pool, &p.Alice.TLS, "sidecar-token")
 	tr := newTransports(t, Config{}, creds)
 
-	req := newRequest(t, context.Background(), srv.addr, "/api")
+	req := testkit.NewRequest(t, context.Background(), srv.addr, "/api")
 	req.Header.Set("Authorization", "Bearer the-clients-own")
-	res, err := roundTrip(tr.For(srv.addr, AuthPassthrough), req)
+	res, err := testkit.RoundTrip(tr.For(srv.addr, AuthPassthrough), req)
 	if err != nil {
 		t.Fatalf("RoundTrip: %v", err)
 	}
@@ -160,7 +160,7 @@ func testDialFailuresAreUnprocessed(t *testing.T, client Client) {
 				creds.certErr.Store(&tc.certErr)
 			}
 			tr := newTransports(t, Config{Client: client, ServerName: tc.serverName}, creds)
-			_, err := roundTrip(tr.For(tc.addr, AuthSidecar), newRequest(t, context.Background(), tc.addr, "/"))
+			_, err := testkit.RoundTrip(tr.For(tc.addr, AuthSidecar), testkit.NewRequest(t, context.Background(), tc.addr, "/"))
 			if err == nil {
 				t.Fatal("RoundTrip succeeded, want a dial error")
 			}
@@ -199,7 +199,7 @@ func testRotatedCredentialsApply(t *testing.T, client Client) {
 
 	check := func(wantCN, wantAuth string) {
 		t.Helper()
-		res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/"))
+		res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 		if err != nil {
 			t.Fatalf("RoundTrip: %v", err)
 		}
@@ -223,7 +223,7 @@ func testRotatedCredentialsApply(t *testing.T, client Client) {
 	if n := srv.opened.Load(); n != 2 {
 		t.Fatalf("server saw %d connections, want 2", n)
 	}
-	waitFor(t, "the old connection to close", func() bool { return srv.closed.Load() == 1 })
+	testkit.WaitFor(t, "the old connection to close", func() bool { return srv.closed.Load() == 1 })
 	check("bob", "Bearer two")
 	if n := srv.opened.Load(); n != 2 {
 		t.Fatalf("server saw %d connections, want 2: the new connection is reused", n)
@@ -253,7 +253,7 @@ func testManyWatchesOpenMoreConnections(t *testing.T, client Client) {
 	results := make(chan result, streams)
 	for range streams {
 		go func() {
-			res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
 			results <- result{res, err}
 		}()
 	}
@@ -315,17 +315,17 @@ func testPingDetectsDeadConnection(t *testing.T, client Client) {
 		}
 		io.WriteString(w, "ok")
 	}))
-	proxy := newFreezeProxy(t, srv.addr)
+	proxy := testkit.NewFreezeProxy(t, srv.addr)
 	tr := newTransports(t, Config{Client: client, ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 300 * time.Millisecond},
 		newCreds(p.CA.Pool, &p.Alice.TLS, ""))
-	rt := tr.For(proxy.addr, AuthSidecar)
+	rt := tr.For(proxy.Addr, AuthSidecar)
 
-	res, err := rt.RoundTrip(newRequest(t, context.Background(), proxy.addr, "/watch"))
+	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), proxy.Addr, "/watch"))
 	if err != nil {
 		t.Fatalf("watch: %v", err)
 	}
 	defer res.Body.Close()
-	if g := connGauge(t, tr, proxy.addr, AuthSidecar); g != 1 {
+	if g := connGauge(t, tr, proxy.Addr, AuthSidecar); g != 1 {
 		t.Fatalf("connections gauge = %v, want 1", g)
 	}
 
@@ -345,14 +345,14 @@ func testPingDetectsDeadConnection(t *testing.T, client Client) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the watch on a dead connection did not fail: no health check")
 	}
-	waitFor(t, "the dead connection to be closed", func() bool {
-		return connGauge(t, tr, proxy.addr, AuthSidecar) == 0
+	testkit.WaitFor(t, "the dead connection to be closed", func() bool {
+		return connGauge(t, tr, proxy.Addr, AuthSidecar) == 0
 	})
 
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), proxy.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), proxy.Addr, "/")); err != nil {
 		t.Fatalf("request after the dead connection: %v", err)
 	}
-	if n := dials(t, tr, proxy.addr, AuthSidecar, "ok"); n != 2 {
+	if n := dials(t, tr, proxy.Addr, AuthSidecar, "ok"); n != 2 {
 		t.Errorf("dials_total{result=ok} = %v, want 2 (the request used a new connection)", n)
 	}
 }
@@ -371,7 +371,7 @@ func testRetainDropsPools(t *testing.T, client Client) {
 		rt   http.RoundTripper
 		addr string
 	}{{rtA, a.addr}, {rtB, b.addr}} {
-		if _, err := roundTrip(c.rt, newRequest(t, context.Background(), c.addr, "/")); err != nil {
+		if _, err := testkit.RoundTrip(c.rt, testkit.NewRequest(t, context.Background(), c.addr, "/")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -384,11 +384,11 @@ func testRetainDropsPools(t *testing.T, client Client) {
 	if tr.For(a.addr, AuthSidecar) != rtA {
 		t.Errorf("Retain rebuilt the pool of a kept endpoint")
 	}
-	waitFor(t, "the dropped endpoint's idle connection to close", func() bool { return b.closed.Load() == 1 })
+	testkit.WaitFor(t, "the dropped endpoint's idle connection to close", func() bool { return b.closed.Load() == 1 })
 	if a.closed.Load() != 0 {
 		t.Errorf("Retain closed a connection of a kept endpoint")
 	}
-	waitFor(t, "the dropped endpoint's gauge to go", func() bool {
+	testkit.WaitFor(t, "the dropped endpoint's gauge to go", func() bool {
 		_, ok := metricValue(t, tr, "fanout_upstream_connections", map[string]string{"endpoint": b.addr})
 		return !ok
 	})
@@ -412,7 +412,7 @@ func testRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T, client Client
 	lines := make(chan string)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, streamingHandler(lines))
 	tr := newTransports(t, Config{Client: client, IdleConnTimeout: time.Hour}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
-	watch, err := tr.For(srv.addr, AuthSidecar).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	watch, err := tr.For(srv.addr, AuthSidecar).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -431,7 +431,7 @@ func testRetainClosesBusyConnectionWhenItsStreamEnds(t *testing.T, client Client
 	if _, err := io.Copy(io.Discard, events); err != nil {
 		t.Fatalf("watch ended with %v", err)
 	}
-	waitFor(t, "the dropped endpoint's connection to close as its watch ended", func() bool { return srv.closed.Load() == 1 })
+	testkit.WaitFor(t, "the dropped endpoint's connection to close as its watch ended", func() bool { return srv.closed.Load() == 1 })
 }
 
 func TestCloseEndsConnections(t *testing.T) { forEachClient(t, testCloseEndsConnections) }
@@ -446,7 +446,7 @@ func testCloseEndsConnections(t *testing.T, client Client) {
 		t.Fatal(err)
 	}
 	rt := tr.For(srv.addr, AuthSidecar)
-	res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func testCloseEndsConnections(t *testing.T, client Client) {
 		t.Errorf("connections gauge = %v after Close", g)
 	}
 	for _, rt := range []http.RoundTripper{rt, tr.For(srv.addr, AuthSidecar)} {
-		_, err = roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/watch"))
+		_, err = testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 		if !IsUnprocessed(err) || !errors.Is(err, ErrClosed) {
 			t.Errorf("request after Close: %v, want an UnprocessedError wrapping ErrClosed", err)
 		}
@@ -478,7 +478,7 @@ func testMetricsCountDialsAndConnections(t *testing.T, client Client) {
 	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 	for _, mode := range []AuthMode{AuthSidecar, AuthPassthrough} {
 		for range 3 {
-			if _, err := roundTrip(tr.For(srv.addr, mode), newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+			if _, err := testkit.RoundTrip(tr.For(srv.addr, mode), testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -79,7 +79,7 @@ func TestShortRequestsStartWithALargerWindow(t *testing.T) {
 		{"/api/v1/namespaces/default/configmaps", h2conn.DefaultShortAnswerWindow - h2conn.DefaultMinReceiveBufferPerStream},
 		{"/api/v1/namespaces/default/configmaps?watch=true", 0},
 	} {
-		req := newRequest(t, context.Background(), srv.addr, tc.path)
+		req := testkit.NewRequest(t, context.Background(), srv.addr, tc.path)
 		ctx, _ := reqinfo.WithRequest(req.Context(), reqinfo.New(req), time.Now())
 		res, err := tr.For(srv.addr, AuthSidecar).RoundTrip(req.WithContext(ctx))
 		if err != nil {

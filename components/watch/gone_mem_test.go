@@ -6,11 +6,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
-)
 
-// waitLimit bounds every wait in these tests. It is a failure bound for
-// hangs, not a speed target: passing tests never come near it.
-const waitLimit = 30 * time.Second
+	"github.com/fanout-dev/fanout/internal/testkit"
+)
 
 // blockingBody signals when it is first read, then blocks until release
 // is closed and reports io.EOF: a watch whose first event has not come.
@@ -66,7 +64,7 @@ func TestGoneCheckHoldsNoBufferBeforeFirstEvent(t *testing.T) {
 			for range watches {
 				select {
 				case <-reading:
-				case <-time.After(waitLimit):
+				case <-time.After(testkit.WaitLimit):
 					close(release)
 					t.Fatal("a watch body was never read")
 				}

@@ -108,7 +108,7 @@ func parityHandler(w http.ResponseWriter, r *http.Request) {
 var cutUpstream = &httputil.ReverseProxy{
 	Rewrite:  func(*httputil.ProxyRequest) {},
 	ErrorLog: log.New(io.Discard, "", 0),
-	Transport: cutTransport(func(r *http.Request) (*http.Response, error) {
+	Transport: testkit.RoundTripFunc(func(r *http.Request) (*http.Response, error) {
 		body := io.MultiReader(strings.NewReader(strings.Repeat("z", 3000)), iotest.ErrReader(errors.New("stream reset")))
 		// A Content-Type of its own: ReverseProxy flushes the header on a
 		// timer of its own as well as on the first write, and which comes
@@ -117,10 +117,6 @@ var cutUpstream = &httputil.ReverseProxy{
 			Body: io.NopCloser(body), Request: r}, nil
 	}),
 }
-
-type cutTransport func(*http.Request) (*http.Response, error)
-
-func (f cutTransport) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // startH1 serves handler with the Server on loopback, h2c handed to
 // net/http.

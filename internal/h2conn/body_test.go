@@ -273,14 +273,14 @@ func TestH2ClientBodyReadError(t *testing.T) {
 	srv := newBodyServer(t, p)
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
 
 	body := newProbeBody(&failingReader{b: pattern(3, 100000), err: errTest})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	res, err := roundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/sum", body, -1))
+	res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/sum", body, -1))
 	if err == nil {
 		t.Fatalf("a request whose body failed got %d (X-Got %s) and no error", res.StatusCode, res.Header.Get("X-Got"))
 	}
@@ -292,7 +292,7 @@ func TestH2ClientBodyReadError(t *testing.T) {
 	}
 	within(t, 5*time.Second, body.closed, "the request body to be closed")
 
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatalf("request after the failed body: %v", err)
 	}
 	if d := tr.dialed(srv.addr); d != 1 {
@@ -339,7 +339,7 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 				t.Errorf("request %d: the writer read all %d bytes of the body after the server had answered", i, n)
 			}
 		}
-		if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+		if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 			t.Fatalf("request after the early answers: %v", err)
 		}
 		if c := srv.opened.Load(); c != 1 {
@@ -378,7 +378,7 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 		})
 		tr := newClients(t, p, Config{})
 		body := newProbeBody(bytes.NewReader(make([]byte, size)))
-		res, err := roundTrip(tr.For(srv.addr), bodyRequest(t, context.Background(), http.MethodPost, srv.addr, "/", body, size))
+		res, err := testkit.RoundTrip(tr.For(srv.addr), bodyRequest(t, context.Background(), http.MethodPost, srv.addr, "/", body, size))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -415,7 +415,7 @@ func TestH2ClientBodyEmpty(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			res, err := roundTrip(rt, bodyRequest(t, ctx, http.MethodPut, srv.addr, "/sum", tc.body, 0))
+			res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPut, srv.addr, "/sum", tc.body, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -538,7 +538,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 	rt := tr.For(srv.addr)
 	// The answer follows the SETTINGS on the wire: once it is here, the
 	// client applied them.
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
 		t.Fatal(err)
 	}
 	for i, tc := range []struct {
@@ -553,7 +553,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 			b := pattern(20+i, size)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			res, err := roundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/upload", newProbeBody(tc.r(b)), tc.length))
+			res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/upload", newProbeBody(tc.r(b)), tc.length))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -614,7 +614,7 @@ func TestH2ClientBodyBlockedReadEndsWithStream(t *testing.T) {
 		body := blockedBody(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		res, err := roundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/reject", body, -1))
+		res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/reject", body, -1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -629,10 +629,10 @@ func TestH2ClientBodyBlockedReadEndsWithStream(t *testing.T) {
 		defer cancel()
 		errc := make(chan error, 1)
 		go func() {
-			_, err := roundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/sum", body, -1))
+			_, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/sum", body, -1))
 			errc <- err
 		}()
-		waitFor(t, "the body's first bytes to be read", func() bool { return body.read.Load() == 10000 })
+		testkit.WaitFor(t, "the body's first bytes to be read", func() bool { return body.read.Load() == 10000 })
 		cancel()
 		if err := within(t, 5*time.Second, errc, "RoundTrip to return after the cancel"); !errors.Is(err, context.Canceled) {
 			t.Errorf("RoundTrip: %v, want context.Canceled", err)
@@ -736,13 +736,13 @@ func TestH2ClientBodyWindowBelowZero(t *testing.T) {
 	})
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
 		t.Fatal(err)
 	}
 	body := newProbeBody(io.MultiReader(bytes.NewReader(pattern(6, 1000)), &waitEOF{ch: acked}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := roundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/upload", body, 1000))
+	res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/upload", body, 1000))
 	if err != nil {
 		t.Fatal(err)
 	}

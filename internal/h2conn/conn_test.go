@@ -276,7 +276,7 @@ func TestH2ClientFlowControlSlowReader(t *testing.T) {
 	// get reads path in small pieces and checks the bytes and how far the
 	// server got ahead of the reader.
 	get := func(ctx context.Context, path string, waitFull bool) error {
-		res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, path))
+		res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, path))
 		if err != nil {
 			return err
 		}
@@ -284,7 +284,7 @@ func TestH2ClientFlowControlSlowReader(t *testing.T) {
 		n := counter(path)
 		if waitFull {
 			// Read only once the server filled the stream window.
-			waitFor(t, "the server to fill the stream window", func() bool { return n.Load() >= window || ctx.Err() != nil })
+			testkit.WaitFor(t, "the server to fill the stream window", func() bool { return n.Load() >= window || ctx.Err() != nil })
 		}
 		want := pattern(len(path)+int(path[len(path)-1]), sizes[path])
 		got := make([]byte, 0, len(want))
@@ -366,7 +366,7 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 	tr := newClients(t, p, Config{MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 128 << 10})
 	rt := tr.For(srv.addr)
 	for i := range 6 {
-		res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/big"))
+		res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/big"))
 		if err != nil {
 			t.Fatalf("round %d: %v", i, err)
 		}
@@ -376,7 +376,7 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 			res.Body.Close()
 			t.Fatalf("round %d: the server could not send 60,000 bytes in 5 s: after %d bodies closed unread, the connection window is used up (Close did not give back their unread bytes)", i, i)
 		}
-		if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/small")); err != nil {
+		if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/small")); err != nil {
 			t.Fatalf("round %d: /small: %v", i, err)
 		}
 		res.Body.Close()
@@ -401,7 +401,7 @@ func TestH2ClientCancelWhileStreaming(t *testing.T) {
 	t.Run("body streaming", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+		res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -427,7 +427,7 @@ func TestH2ClientCancelWhileStreaming(t *testing.T) {
 		defer cancel()
 		errc := make(chan error, 1)
 		go func() {
-			res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/hang"))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/hang"))
 			if err == nil {
 				res.Body.Close()
 			}
@@ -442,7 +442,7 @@ func TestH2ClientCancelWhileStreaming(t *testing.T) {
 	})
 
 	// The resets did not cost the connection.
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
 	if n := srv.opened.Load(); n != 1 {
@@ -459,7 +459,7 @@ func TestH2ClientCloseResetsStream(t *testing.T) {
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
 
-	res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +471,7 @@ func TestH2ClientCloseResetsStream(t *testing.T) {
 	if n, err := res.Body.Read(make([]byte, 10)); err == nil || n != 0 {
 		t.Errorf("Read after Close = %d, %v; want 0 and an error", n, err)
 	}
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
 	if n := srv.opened.Load(); n != 1 {
@@ -514,10 +514,10 @@ func TestH2ClientGoAway(t *testing.T) {
 			rt := tr.For(srv.addr)
 			before := srv.conns.Load()
 			// Stream 1 is answered normally; the GOAWAY comes on stream 3.
-			if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatal(err)
 			}
-			res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, tc.path))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, tc.path))
 			if tc.wantBody == "" {
 				if err == nil {
 					res.Body.Close()
@@ -536,8 +536,8 @@ func TestH2ClientGoAway(t *testing.T) {
 					t.Fatalf("body %q, %v; want %q", b, err, tc.wantBody)
 				}
 			}
-			waitFor(t, "the gone-away connection to close", func() bool { return tr.open(srv.addr) == 0 })
-			if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+			testkit.WaitFor(t, "the gone-away connection to close", func() bool { return tr.open(srv.addr) == 0 })
+			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatalf("request after the GOAWAY: %v", err)
 			}
 			if n := tr.dialed(srv.addr); n != 2 {
@@ -570,7 +570,7 @@ func TestH2ClientMaxConcurrentStreamsOpensConnections(t *testing.T) {
 		}
 	}()
 	for i := range 2 {
-		res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+		res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
 		if err != nil {
 			t.Fatalf("watch %d: %v", i, err)
 		}
@@ -607,7 +607,7 @@ func TestH2ClientTrailers(t *testing.T) {
 		w.Header().Set(http.TrailerPrefix+"X-Late", "late")
 	}))
 	tr := newClients(t, p, Config{})
-	res, err := tr.For(srv.addr).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+	res, err := tr.For(srv.addr).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,12 +656,12 @@ func TestH2ClientTrailersFilledOnlyAtEOF(t *testing.T) {
 	})
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
-	res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, "/trailers"))
+	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/trailers"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := res.Trailer["X-Checksum"]; !ok || v != nil {
@@ -706,7 +706,7 @@ func TestH2ClientTransparentGzip(t *testing.T) {
 	rt := tr.For(srv.addr)
 
 	get := func(t *testing.T, hdr map[string]string) (*http.Response, []byte) {
-		req := newRequest(t, context.Background(), srv.addr, "/")
+		req := testkit.NewRequest(t, context.Background(), srv.addr, "/")
 		for k, v := range hdr {
 			req.Header.Set(k, v)
 		}
@@ -783,7 +783,7 @@ func TestH2ClientSkipsInformationalAnswers(t *testing.T) {
 		c.data(id, true, "final")
 	})
 	tr := newClients(t, p, Config{})
-	res, err := tr.For(srv.addr).RoundTrip(newRequest(t, context.Background(), srv.addr, "/"))
+	res, err := tr.For(srv.addr).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -812,10 +812,10 @@ func TestH2ClientHealthCheck(t *testing.T) {
 
 	t.Run("frozen with a watch", func(t *testing.T) {
 		srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
-		proxy := newFreezeProxy(t, srv.addr)
+		proxy := testkit.NewFreezeProxy(t, srv.addr)
 		tr := newClients(t, p, cfg)
-		rt := tr.For(proxy.addr)
-		res, err := rt.RoundTrip(newRequest(t, context.Background(), proxy.addr, "/watch"))
+		rt := tr.For(proxy.Addr)
+		res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), proxy.Addr, "/watch"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -828,24 +828,24 @@ func TestH2ClientHealthCheck(t *testing.T) {
 			t.Fatal("the watch ended cleanly on a dead connection, want an error")
 		}
 		t.Logf("the watch failed %v after the freeze", time.Since(frozen).Round(time.Millisecond))
-		waitFor(t, "the frozen connection to be closed", func() bool { return tr.open(proxy.addr) == 0 })
-		if _, err := roundTrip(rt, newRequest(t, context.Background(), proxy.addr, "/")); err != nil {
+		testkit.WaitFor(t, "the frozen connection to be closed", func() bool { return tr.open(proxy.Addr) == 0 })
+		if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), proxy.Addr, "/")); err != nil {
 			t.Fatalf("request after the dead connection: %v", err)
 		}
-		if n := tr.dialed(proxy.addr); n != 2 {
+		if n := tr.dialed(proxy.Addr); n != 2 {
 			t.Errorf("connections dialled = %v, want 2", n)
 		}
 	})
 
 	t.Run("frozen idle", func(t *testing.T) {
 		srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
-		proxy := newFreezeProxy(t, srv.addr)
+		proxy := testkit.NewFreezeProxy(t, srv.addr)
 		tr := newClients(t, p, cfg)
-		if _, err := roundTrip(tr.For(proxy.addr), newRequest(t, context.Background(), proxy.addr, "/")); err != nil {
+		if _, err := testkit.RoundTrip(tr.For(proxy.Addr), testkit.NewRequest(t, context.Background(), proxy.Addr, "/")); err != nil {
 			t.Fatal(err)
 		}
 		proxy.Freeze()
-		waitFor(t, "the frozen idle connection to be closed", func() bool { return tr.open(proxy.addr) == 0 })
+		testkit.WaitFor(t, "the frozen idle connection to be closed", func() bool { return tr.open(proxy.Addr) == 0 })
 	})
 
 	t.Run("silent but answering PINGs", func(t *testing.T) {
@@ -857,7 +857,7 @@ func TestH2ClientHealthCheck(t *testing.T) {
 		// machine's late answer still counts).
 		cfg := Config{ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 2 * time.Second}
 		tr := newClients(t, p, cfg)
-		res, err := tr.For(srv.addr).RoundTrip(newRequest(t, context.Background(), srv.addr, "/watch"))
+		res, err := tr.For(srv.addr).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -866,7 +866,7 @@ func TestH2ClientHealthCheck(t *testing.T) {
 		// A PING goes out only on a connection that survived the one
 		// before: were the answers not taken for life, the connection
 		// would have closed before the third.
-		waitFor(t, "three PINGs", func() bool { return srv.pings.Load() >= 3 || len(readErr) > 0 })
+		testkit.WaitFor(t, "three PINGs", func() bool { return srv.pings.Load() >= 3 || len(readErr) > 0 })
 		select {
 		case err := <-readErr:
 			t.Fatalf("the watch on a connection that answers PINGs ended: %v", err)
@@ -921,9 +921,9 @@ func TestH2ClientSilenceBoundWhateverThePhase(t *testing.T) {
 	results := make(chan result, conns)
 	start := time.Now()
 	for i := range conns {
-		proxy := newFreezeProxy(t, srv.addr)
+		proxy := testkit.NewFreezeProxy(t, srv.addr)
 		tr := newClients(t, p, Config{ReadIdleTimeout: readIdle, PingTimeout: ping})
-		res, err := tr.For(proxy.addr).RoundTrip(newRequest(t, context.Background(), proxy.addr, "/watch"))
+		res, err := tr.For(proxy.Addr).RoundTrip(testkit.NewRequest(t, context.Background(), proxy.Addr, "/watch"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -975,7 +975,7 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	res, err := busy.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+	res, err := busy.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -985,13 +985,13 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 	// Twice: an idle connection closes, after at least two idle timeouts
 	// in all during which the watch's connection was busy.
 	for i := range 2 {
-		if _, err := roundTrip(idle, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+		if _, err := testkit.RoundTrip(idle, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 			t.Fatal(err)
 		}
 		if g := idleTr.open(srv.addr); g != 1 {
 			t.Fatalf("round %d: open connections = %v, want 1", i, g)
 		}
-		waitFor(t, "the idle connection to be closed", func() bool { return idleTr.open(srv.addr) == 0 })
+		testkit.WaitFor(t, "the idle connection to be closed", func() bool { return idleTr.open(srv.addr) == 0 })
 	}
 	if g := tr.open(srv.addr); g != 1 {
 		t.Fatalf("the watch's open connections = %v, want 1: a connection carrying a stream is not idle", g)
@@ -1031,9 +1031,9 @@ func TestH2ClientLargeHeaderBlock(t *testing.T) {
 	big := hex.EncodeToString(pattern(7, 20<<10))
 	sum := sha256.Sum256([]byte(big))
 	for i := range 2 {
-		req := newRequest(t, context.Background(), addr, "/")
+		req := testkit.NewRequest(t, context.Background(), addr, "/")
 		req.Header.Set("X-Big", big)
-		res, err := roundTrip(rt, req)
+		res, err := testkit.RoundTrip(rt, req)
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -1069,7 +1069,7 @@ func TestH2ClientNoGoroutinePerStream(t *testing.T) {
 	// measure opens n watches through rt on an open connection and
 	// returns how many goroutines that added.
 	measure := func(name string, rt http.RoundTripper) int {
-		if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/")); err != nil {
+		if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		base := settledGoroutines()
@@ -1080,16 +1080,16 @@ func TestH2ClientNoGoroutinePerStream(t *testing.T) {
 			for _, b := range bodies {
 				b.Close()
 			}
-			waitFor(t, "the handlers to end", func() bool { return srv.running.Load() == 0 })
+			testkit.WaitFor(t, "the handlers to end", func() bool { return srv.running.Load() == 0 })
 		}()
 		for i := range n {
-			res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
 			if err != nil {
 				t.Fatalf("%s: watch %d: %v", name, i, err)
 			}
 			bodies = append(bodies, res.Body)
 		}
-		waitFor(t, "the handlers to run", func() bool { return srv.running.Load() == n })
+		testkit.WaitFor(t, "the handlers to run", func() bool { return srv.running.Load() == n })
 		for range n {
 			<-srv.started
 		}
@@ -1121,17 +1121,17 @@ func TestH2ClientInvalidHeaderKeepsConnectionUsable(t *testing.T) {
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
 	tr := newClients(t, p, Config{})
 	rt := tr.For(srv.addr)
-	if _, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/warm")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/warm")); err != nil {
 		t.Fatal(err)
 	}
 
-	bad := newRequest(t, context.Background(), srv.addr, "/api/v1/pods")
+	bad := testkit.NewRequest(t, context.Background(), srv.addr, "/api/v1/pods")
 	bad.Header.Set("X-Bad", "line\nbreak")
-	if _, err := roundTrip(rt, bad); err == nil {
+	if _, err := testkit.RoundTrip(rt, bad); err == nil {
 		t.Fatal("a request with a newline in a header value was sent")
 	}
 	for i := range 2 {
-		res, err := roundTrip(rt, newRequest(t, context.Background(), srv.addr, "/api/v1/pods"))
+		res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/api/v1/pods"))
 		if err != nil {
 			t.Fatalf("request %d after the refused one: %v", i, err)
 		}
@@ -1164,7 +1164,7 @@ func TestH2ClientBodyLengthMismatch(t *testing.T) {
 	rt := tr.For(srv.addr)
 	for _, path := range []string{"/short", "/long"} {
 		t.Run(path, func(t *testing.T) {
-			req := newRequest(t, context.Background(), srv.addr, path)
+			req := testkit.NewRequest(t, context.Background(), srv.addr, path)
 			req.Header.Set("Accept-Encoding", "identity")
 			res, err := rt.RoundTrip(req)
 			if err != nil {

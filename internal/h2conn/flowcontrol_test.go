@@ -88,7 +88,7 @@ func TestUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 			defer cancel()
 
 			// A healthy watch, read as fast as it comes.
-			res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,11 +106,11 @@ func TestUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 				}
 			}()
 			defer func() { res.Body.Close(); <-readDone }()
-			waitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
+			testkit.WaitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
 
 			// Streams whose bodies nobody reads.
 			for i := range floods {
-				res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/flood"))
+				res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/flood"))
 				if err != nil {
 					t.Fatalf("flood %d: %v", i, err)
 				}

@@ -42,17 +42,6 @@ func newH2Server(t testing.TB, p *testkit.PKI, auth tls.ClientAuthType, maxStrea
 	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened}
 }
 
-// freezeProxy is testkit.FreezeProxy, named as the tests here use it.
-type freezeProxy struct {
-	*testkit.FreezeProxy
-	addr string
-}
-
-func newFreezeProxy(t *testing.T, target string) *freezeProxy {
-	p := testkit.NewFreezeProxy(t, target)
-	return &freezeProxy{FreezeProxy: p, addr: p.Addr}
-}
-
 var (
 	echoHandler      = testkit.Echo
 	streamingHandler = testkit.Streaming
@@ -179,13 +168,6 @@ func (p *testPool) remove(cc *Conn) {
 		}
 	}
 }
-
-// Requests as every test here sends them (see testkit).
-var (
-	newRequest = testkit.NewRequest
-	roundTrip  = testkit.RoundTrip
-	waitFor    = testkit.WaitFor
-)
 
 var errTest = errors.New("test failure")
 

@@ -57,7 +57,7 @@ func BenchmarkAnswerLatency(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/size=%dKiB", mode.name, size>>10), func(b *testing.B) {
 				buf := make([]byte, 32<<10)
 				for b.Loop() {
-					res, err := send(newRequest(b, context.Background(), srv.addr, "/?size="+strconv.Itoa(size)))
+					res, err := send(testkit.NewRequest(b, context.Background(), srv.addr, "/?size="+strconv.Itoa(size)))
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -77,7 +77,7 @@ func TestWindowBudgetBoundsUnreadAnswersInSum(t *testing.T) {
 		}
 	}()
 	for i := range streams {
-		res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/flood"))
+		res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/flood"))
 		if err != nil {
 			t.Fatalf("stream %d: %v", i, err)
 		}
@@ -102,7 +102,7 @@ func TestWindowBudgetBoundsUnreadAnswersInSum(t *testing.T) {
 	}
 	// Nobody reads any more: wait until the server can send nothing more
 	// on any of them.
-	waitFor(t, "every unread stream's window used up", func() bool {
+	testkit.WaitFor(t, "every unread stream's window used up", func() bool {
 		for _, res := range ress {
 			if _, _, _, stalled := windowOf(res); !stalled {
 				return false
@@ -187,7 +187,7 @@ func TestWindowBudgetGivenBackOnEveryEnd(t *testing.T) {
 			}
 			release <- struct{}{}
 			s := res.Body.(*responseBody).s
-			waitFor(t, "the reset", func() bool { s.cc.mu.Lock(); defer s.cc.mu.Unlock(); return s.err != nil })
+			testkit.WaitFor(t, "the reset", func() bool { s.cc.mu.Lock(); defer s.cc.mu.Unlock(); return s.err != nil })
 			// What is still buffered past the floor stays taken until
 			// it is read.
 			buffered, _, borrowed, _ := windowOf(res)
@@ -209,7 +209,7 @@ func TestWindowBudgetGivenBackOnEveryEnd(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := budget.New(8<<20, nil, nil)
 			rt := newClients(t, p, Config{WindowBudget: b}).For(srv.addr)
-			res, err := rt.RoundTrip(newRequest(t, context.Background(), srv.addr, tc.path))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, tc.path))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -257,7 +257,7 @@ func BenchmarkLargeAnswer(b *testing.B) {
 			buf := make([]byte, 32<<10)
 			b.SetBytes(size)
 			for b.Loop() {
-				res, err := rt.RoundTrip(newRequest(b, context.Background(), srv.addr, "/"))
+				res, err := rt.RoundTrip(testkit.NewRequest(b, context.Background(), srv.addr, "/"))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -284,7 +284,7 @@ func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	watch, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/watch"))
+	watch, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 		}
 	}()
 	defer func() { watch.Body.Close(); <-readDone }()
-	waitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
+	testkit.WaitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
 
 	var ress []*http.Response
 	defer func() {
@@ -311,13 +311,13 @@ func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 		}
 	}()
 	for i := range floods {
-		res, err := rt.RoundTrip(newRequest(t, ctx, srv.addr, "/flood"))
+		res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/flood"))
 		if err != nil {
 			t.Fatalf("flood %d: %v", i, err)
 		}
 		ress = append(ress, res)
 	}
-	waitFor(t, "every unread stream's window used up", func() bool {
+	testkit.WaitFor(t, "every unread stream's window used up", func() bool {
 		for _, res := range ress {
 			if _, _, _, stalled := windowOf(res); !stalled {
 				return false
@@ -326,7 +326,7 @@ func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 		return true
 	})
 	before := got.Load()
-	waitFor(t, "the watch's events after the unread streams stalled", func() bool { return got.Load() > before+1024 })
+	testkit.WaitFor(t, "the watch's events after the unread streams stalled", func() bool { return got.Load() > before+1024 })
 }
 
 // TestShortAnswerWindow: a short request's stream starts with
@@ -358,13 +358,13 @@ func TestShortAnswerWindow(t *testing.T) {
 			if tc.short {
 				send = cc.RoundTripShort
 			}
-			res, err := send(newRequest(t, context.Background(), srv.addr, "/flood"))
+			res, err := send(testkit.NewRequest(t, context.Background(), srv.addr, "/flood"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Nothing is read, so the window never grows: the server
 			// fills what the stream was granted at its start.
-			waitFor(t, "the server to fill the stream's window", func() bool { _, _, _, stalled := windowOf(res); return stalled })
+			testkit.WaitFor(t, "the server to fill the stream's window", func() bool { _, _, _, stalled := windowOf(res); return stalled })
 			buffered, size, borrowed, _ := windowOf(res)
 			if buffered != tc.want || size != tc.want {
 				t.Errorf("the server sent %d bytes into a window of %d, want %d", buffered, size, tc.want)

@@ -14,9 +14,11 @@
 //   - what the tests of an HTTP client need around that server: handlers
 //     that report what the server saw (Echo) or stream (Streaming), a
 //     TCP proxy whose connections can go silent (FreezeProxy), and
-//     request helpers (NewRequest, RoundTrip, WaitFor).
+//     request helpers (NewRequest, RoundTrip, RoundTripFunc, Wait,
+//     WaitFor, bounded by WaitLimit).
 //   - HTTP clients as client-go is one of fanout's listener (NewClient),
 //     and raw requests no http.Client sends (RawRequest).
+//   - a series read as /metrics would serve it (Registry, Series).
 //   - a Buffer for logs written by other goroutines or processes.
 //
 // # synctest or Clock
@@ -39,6 +41,9 @@
 // outside bubbles, and where they need to control time they inject a
 // Clock: it implements clock.Clock, its Now fits the Now funcs of the
 // packages under test, and Advance moves it.
+//
+// The fakes of what the proxy sends through (a picker, an upstream) live in
+// components/proxy/proxytest, which may import fanout's components.
 //
 // Nothing here is fit for production use.
 package testkit

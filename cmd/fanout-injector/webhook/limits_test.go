@@ -264,7 +264,7 @@ func TestConcurrencyBounded(t *testing.T) {
 	}
 
 	wg.Go(func() { send("/mutate/namespace") })
-	waitFor(t, "the fourth review queued", func() bool { return testutil.ToFloat64(m.Queued) == 1 })
+	testkit.WaitFor(t, "the fourth review queued", func() bool { return testutil.ToFloat64(m.Queued) == 1 })
 	if got := testutil.ToFloat64(m.InFlight); got != 2 {
 		t.Errorf("in flight %v, want 2", got)
 	}
@@ -306,25 +306,13 @@ func TestQueuedReviewEndsWithItsRequest(t *testing.T) {
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body)).WithContext(ctx))
 		answered <- rec.Code
 	}()
-	waitFor(t, "the second review queued", func() bool { return testutil.ToFloat64(m.Queued) == 1 })
+	testkit.WaitFor(t, "the second review queued", func() bool { return testutil.ToFloat64(m.Queued) == 1 })
 	cancel()
 	if code := <-answered; code != http.StatusTooManyRequests {
 		t.Errorf("cancelled queued review: %d, want 429", code)
 	}
 	close(bm.release)
 	<-done
-}
-
-// waitFor polls cond, for a condition that is to become true.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // startServer runs the webhook server on loopback with cfg and returns
