@@ -1,16 +1,15 @@
 package resolver
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/fanout-dev/fanout/internal/testkit"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -23,12 +22,11 @@ import (
 // Objects are built with the API's own types, so the JSON is the real
 // one.
 //
-// It runs on the kit's fake apiserver (HTTP/2 over TLS, as the resolver
-// meets kube-apiserver), which answers /readyz itself.
+// It speaks HTTP/2 over TLS, as kube-apiserver does, on httptest's
+// in-memory network, so that the tests run in synctest bubbles: create it
+// inside the bubble.
 type fakeAPIServer struct {
-	t   *testing.T
-	srv *testkit.APIServer
-	ca  *testkit.CA
+	srv *httptest.Server
 
 	mu       sync.Mutex
 	rv       int
@@ -57,7 +55,7 @@ type fakeWatcher struct {
 }
 
 func newFakeAPIServer(t *testing.T, objects ...*discoveryv1.EndpointSlice) *fakeAPIServer {
-	f := &fakeAPIServer{t: t, rv: 100, objects: map[string]*discoveryv1.EndpointSlice{}, watchers: map[*fakeWatcher]struct{}{}}
+	f := &fakeAPIServer{rv: 100, objects: map[string]*discoveryv1.EndpointSlice{}, watchers: map[*fakeWatcher]struct{}{}}
 	for _, o := range objects {
 		f.rv++
 		o = o.DeepCopy()
@@ -65,16 +63,17 @@ func newFakeAPIServer(t *testing.T, objects ...*discoveryv1.EndpointSlice) *fake
 		f.objects[o.Name] = o
 	}
 	f.oldest = f.rv
-	f.ca = testkit.NewCA(t)
-	f.srv = testkit.NewAPIServer(t, f.ca, http.HandlerFunc(f.serve))
+	f.srv = httptest.NewTestServer(t, http.HandlerFunc(f.serve))
+	f.srv.EnableHTTP2 = true
 	return f
 }
 
+// transport sends every request to f, whatever its URL's host.
+func (f *fakeAPIServer) transport() http.RoundTripper { return f.srv.Client().Transport }
+
 // apiServer is the resolver's APIServer for f.
 func (f *fakeAPIServer) apiServer() APIServer {
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.ca.Pool, ServerName: "kubernetes"}, ForceAttemptHTTP2: true}
-	f.t.Cleanup(tr.CloseIdleConnections)
-	return APIServer{URL: f.srv.URL, Transport: tr}
+	return APIServer{URL: "https://kubernetes", Transport: f.transport()}
 }
 
 func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {

@@ -7,8 +7,6 @@ import (
 	"net"
 	"sync"
 	"time"
-
-	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // DefaultDNSInterval is how often the dns resolver looks the name up again.
@@ -33,7 +31,6 @@ type DNS struct {
 	Lookup func(ctx context.Context, host string) ([]net.IPAddr, error)
 	// Fallback is published if the first lookups fail.
 	Fallback []Endpoint
-	Clock    clock.Clock  // the real clock if nil
 	Log      *slog.Logger // discards if nil
 	Metrics  *Metrics
 
@@ -63,7 +60,6 @@ func (d *DNS) kickChan() chan struct{} {
 // Run looks the name up at once, then every Interval and on ResolveNow,
 // until ctx is done.
 func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
-	clk := clock.Or(d.Clock)
 	interval := d.Interval
 	if interval <= 0 {
 		interval = DefaultDNSInterval
@@ -72,22 +68,22 @@ func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
 	if lookup == nil {
 		lookup = net.DefaultResolver.LookupIPAddr
 	}
-	p := &publisher{name: "dns", update: update, fallback: d.Fallback, log: logger(d.Log), metrics: d.Metrics, now: clk.Now}
+	p := &publisher{name: "dns", update: update, fallback: d.Fallback, log: logger(d.Log), metrics: d.Metrics}
 	kick := d.kickChan()
 	// The ticker starts before the first lookup so that a slow lookup
 	// does not push every later one back.
-	t := clk.NewTicker(interval)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	// delayed holds a ResolveNow that came too soon after the last lookup
 	// until MinResolveNowGap has passed; nil when none waits.
-	var delayed clock.Timer
+	var delayed *time.Timer
 	defer func() {
 		if delayed != nil {
 			delayed.Stop()
 		}
 	}()
 	for {
-		started := clk.Now()
+		started := time.Now()
 		// This lookup answers the requests made so far.
 		select {
 		case <-kick:
@@ -113,7 +109,7 @@ func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
 			eps = append(eps, Endpoint{Address: net.JoinHostPort(a.String(), d.Port)})
 		}
 		p.result(eps, err)
-		if !waitNext(ctx, clk, t.C(), kick, started, &delayed) {
+		if !waitNext(ctx, t.C, kick, started, &delayed) {
 			return nil
 		}
 	}
@@ -123,11 +119,11 @@ func (d *DNS) Run(ctx context.Context, update func([]Endpoint)) error {
 // ResolveNow, or when a ResolveNow delayed to MinResolveNowGap after
 // lastStart is due. It returns false when ctx is done. *delayed is the
 // pending delay timer, which waitNext may set or clear.
-func waitNext(ctx context.Context, clk clock.Clock, tick <-chan time.Time, kick <-chan struct{}, lastStart time.Time, delayed *clock.Timer) bool {
+func waitNext(ctx context.Context, tick <-chan time.Time, kick <-chan struct{}, lastStart time.Time, delayed **time.Timer) bool {
 	for {
 		var due <-chan time.Time
 		if *delayed != nil {
-			due = (*delayed).C()
+			due = (*delayed).C
 		}
 		select {
 		case <-ctx.Done():
@@ -138,12 +134,12 @@ func waitNext(ctx context.Context, clk clock.Clock, tick <-chan time.Time, kick 
 			*delayed = nil
 			return true
 		case <-kick:
-			gap := MinResolveNowGap - clk.Now().Sub(lastStart)
+			gap := MinResolveNowGap - time.Since(lastStart)
 			if gap <= 0 {
 				return true
 			}
 			if *delayed == nil {
-				*delayed = clk.NewTimer(gap)
+				*delayed = time.NewTimer(gap)
 			}
 		}
 	}

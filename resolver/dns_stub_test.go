@@ -2,26 +2,29 @@ package resolver
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/net/dns/dnsmessage"
-
-	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
-// stubDNS is a DNS server on loopback UDP that answers A and AAAA queries
-// from a map the test changes. It exercises the DNS resolver with Go's own
-// resolver (message parsing, NXDOMAIN, SERVFAIL) instead of a fake Lookup.
+// stubDNS is a DNS server that answers A and AAAA queries from a map the
+// test changes. It exercises the DNS resolver with Go's own resolver
+// (message parsing, NXDOMAIN, SERVFAIL) instead of a fake Lookup. It
+// serves in-memory connections (net.Pipe), on which Go's resolver speaks
+// DNS over TCP, so that its tests run in a synctest bubble, where a UDP
+// socket would keep the bubble's time from moving.
 type stubDNS struct {
-	conn net.PacketConn
-	done chan struct{}
+	t *testing.T
 
 	mu sync.Mutex
 	// records maps a rooted, lower-case name to its addresses. A name
@@ -31,20 +34,8 @@ type stubDNS struct {
 	rcode dnsmessage.RCode
 }
 
-// newStubDNS starts a stub server; it is closed when the test ends.
 func newStubDNS(t *testing.T) *stubDNS {
-	t.Helper()
-	conn, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("stub DNS server: %v", err)
-	}
-	s := &stubDNS{conn: conn, done: make(chan struct{}), records: map[string][]net.IP{}}
-	go s.serve(t)
-	t.Cleanup(func() {
-		conn.Close()
-		<-s.done
-	})
-	return s
+	return &stubDNS{t: t, records: map[string][]net.IP{}}
 }
 
 // set makes name resolve to ips (none: an empty answer).
@@ -76,21 +67,26 @@ func rooted(name string) string {
 	return strings.ToLower(strings.TrimSuffix(name, ".")) + "."
 }
 
-func (s *stubDNS) serve(t *testing.T) {
-	defer close(s.done)
-	buf := make([]byte, 1500)
+// serve answers the queries of one connection, each a two-byte length
+// and a message, until the resolver closes it.
+func (s *stubDNS) serve(c net.Conn) {
+	defer c.Close()
 	for {
-		n, from, err := s.conn.ReadFrom(buf)
-		if err != nil {
-			return // closed
+		var n [2]byte
+		if _, err := io.ReadFull(c, n[:]); err != nil {
+			return
 		}
-		resp, err := s.answer(buf[:n])
-		if err != nil {
-			t.Logf("stub DNS server: dropping a query: %v", err)
-			continue
+		query := make([]byte, binary.BigEndian.Uint16(n[:]))
+		if _, err := io.ReadFull(c, query); err != nil {
+			return
 		}
-		if _, err := s.conn.WriteTo(resp, from); err != nil {
-			t.Logf("stub DNS server: %v", err)
+		resp, err := s.answer(query)
+		if err != nil {
+			s.t.Errorf("stub DNS server: a query it cannot answer: %v", err)
+			return
+		}
+		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(resp))), resp...)); err != nil {
+			return
 		}
 	}
 }
@@ -151,96 +147,120 @@ func (s *stubDNS) answer(query []byte) ([]byte, error) {
 
 // lookup is Go's own resolver, sending every query to the stub.
 func (s *stubDNS) lookup() func(context.Context, string) ([]net.IPAddr, error) {
-	addr := s.conn.LocalAddr().String()
 	r := &net.Resolver{
 		PreferGo: true,
-		Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "udp", addr)
+		Dial: func(context.Context, string, string) (net.Conn, error) {
+			client, server := net.Pipe()
+			go s.serve(server)
+			return client, nil
 		},
 	}
 	return r.LookupIPAddr
 }
 
-func TestDNSWithStubServer(t *testing.T) {
-	const name = "apiserver.fanout.test"
-	stub := newStubDNS(t)
-	stub.set(name, "10.0.0.2", "fd00::1", "10.0.0.1")
-
-	clk := testkit.NewClock(time.Unix(1000, 0))
-	lookupErrs := make(chan error, 16)
-	m := NewMetrics()
-	stubLookup := stub.lookup()
-	d := &DNS{
-		Host: name, Port: "6443", Interval: time.Second, Clock: clk, Metrics: m,
-		Fallback: []Endpoint{{Address: "kube.example:6443"}},
-		Lookup: func(ctx context.Context, host string) ([]net.IPAddr, error) {
-			addrs, err := stubLookup(ctx, host)
-			lookupErrs <- err
-			return addrs, err
+// setUpGoResolver makes Go's resolver read its configuration
+// (resolv.conf, nsswitch.conf) outside any bubble. It does so on first
+// use, with channels that belong to the bubble they were made in, and a
+// lookup from elsewhere (another bubble, as with -count=2) would then
+// crash the test binary.
+func setUpGoResolver() {
+	r := &net.Resolver{
+		PreferGo: true,
+		Dial: func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("no DNS server: only the configuration is read")
 		},
 	}
-	updates, stop := runResolver(t, d)
-	defer stop()
+	_, _ = r.LookupIPAddr(context.Background(), "setup.fanout.test")
+}
 
-	// tick runs one lookup and checks its error and what it published
-	// (nil: nothing).
-	lookups := 0
-	tick := func(wantErr func(error) bool, want []string) {
-		t.Helper()
-		if lookups > 0 {
-			clk.Advance(time.Second)
+func TestDNSWithStubServer(t *testing.T) {
+	setUpGoResolver()
+	// In a bubble each tick comes as soon as the test waits for it.
+	synctest.Test(t, func(t *testing.T) {
+		const name = "apiserver.fanout.test"
+		stub := newStubDNS(t)
+		stub.set(name, "10.0.0.2", "fd00::1", "10.0.0.1")
+
+		lookupErrs := make(chan error, 16)
+		m := NewMetrics()
+		stubLookup := stub.lookup()
+		d := &DNS{
+			Host: name, Port: "6443", Interval: time.Second, Metrics: m,
+			Fallback: []Endpoint{{Address: "kube.example:6443"}},
+			Lookup: func(ctx context.Context, host string) ([]net.IPAddr, error) {
+				addrs, err := stubLookup(ctx, host)
+				lookupErrs <- err
+				return addrs, err
+			},
 		}
-		lookups++
-		select {
-		case err := <-lookupErrs:
-			if !wantErr(err) {
-				t.Fatalf("lookup %d: error %v", lookups, err)
+		updates, stop := runResolver(t, d)
+		defer stop()
+
+		// tick runs one lookup and checks its error and what it published
+		// (nil: nothing). Lookups start a second apart.
+		start := time.Now()
+		lookups := 0
+		tick := func(wantErr func(error) bool, want []string) {
+			t.Helper()
+			lookups++
+			select {
+			case err := <-lookupErrs:
+				if !wantErr(err) {
+					t.Fatalf("lookup %d: error %v", lookups, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("lookup %d did not happen within 10s", lookups)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("lookup %d did not happen within 10s", lookups)
+			if got, want := time.Since(start), time.Duration(lookups-1)*time.Second; got != want {
+				t.Fatalf("lookup %d after %s, want %s", lookups, got, want)
+			}
+			synctest.Wait() // the result is published, or not
+			var got []Endpoint
+			select {
+			case got = <-updates:
+			default:
+			}
+			if !reflect.DeepEqual(addresses(got), orNil(want)) {
+				t.Fatalf("lookup %d: published %v, want %v", lookups, addresses(got), want)
+			}
 		}
-		got := nextUpdate(t, updates, want != nil)
-		if !reflect.DeepEqual(addresses(got), orNil(want)) {
-			t.Fatalf("lookup %d: published %v, want %v", lookups, addresses(got), want)
+		noError := func(err error) bool { return err == nil }
+		notFound := func(err error) bool {
+			var dnsErr *net.DNSError
+			return errors.As(err, &dnsErr) && dnsErr.IsNotFound
 		}
-	}
-	noError := func(err error) bool { return err == nil }
-	notFound := func(err error) bool {
-		var dnsErr *net.DNSError
-		return errors.As(err, &dnsErr) && dnsErr.IsNotFound
-	}
-	servFail := func(err error) bool {
-		var dnsErr *net.DNSError
-		return errors.As(err, &dnsErr) && !dnsErr.IsNotFound
-	}
+		servFail := func(err error) bool {
+			var dnsErr *net.DNSError
+			return errors.As(err, &dnsErr) && !dnsErr.IsNotFound
+		}
 
-	first := []string{"10.0.0.1:6443", "10.0.0.2:6443", "[fd00::1]:6443"}
-	tick(noError, first)
+		first := []string{"10.0.0.1:6443", "10.0.0.2:6443", "[fd00::1]:6443"}
+		tick(noError, first)
 
-	// A changed record is picked up on the next tick.
-	stub.set(name, "10.0.0.3", "fd00::1", "10.0.0.1")
-	second := []string{"10.0.0.1:6443", "10.0.0.3:6443", "[fd00::1]:6443"}
-	tick(noError, second)
+		// A changed record is picked up on the next tick.
+		stub.set(name, "10.0.0.3", "fd00::1", "10.0.0.1")
+		second := []string{"10.0.0.1:6443", "10.0.0.3:6443", "[fd00::1]:6443"}
+		tick(noError, second)
 
-	// SERVFAIL keeps the last set.
-	stub.fail(dnsmessage.RCodeServerFailure)
-	tick(servFail, nil)
-	stub.fail(dnsmessage.RCodeSuccess)
-	tick(noError, nil) // unchanged
+		// SERVFAIL keeps the last set.
+		stub.fail(dnsmessage.RCodeServerFailure)
+		tick(servFail, nil)
+		stub.fail(dnsmessage.RCodeSuccess)
+		tick(noError, nil) // unchanged
 
-	// NXDOMAIN keeps the last set.
-	stub.remove(name)
-	tick(notFound, nil)
+		// NXDOMAIN keeps the last set.
+		stub.remove(name)
+		tick(notFound, nil)
 
-	// So does an empty answer.
-	stub.set(name)
-	tick(notFound, nil)
+		// So does an empty answer.
+		stub.set(name)
+		tick(notFound, nil)
 
-	stub.set(name, "10.0.0.4")
-	tick(noError, []string{"10.0.0.4:6443"})
+		stub.set(name, "10.0.0.4")
+		tick(noError, []string{"10.0.0.4:6443"})
 
-	if got := testutil.ToFloat64(m.errors.WithLabelValues("dns")); got != 3 {
-		t.Errorf("fanout_resolver_errors_total = %v, want 3", got)
-	}
+		if got := testutil.ToFloat64(m.errors.WithLabelValues("dns")); got != 3 {
+			t.Errorf("fanout_resolver_errors_total = %v, want 3", got)
+		}
+	})
 }

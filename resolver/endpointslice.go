@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // DefaultDebounce is how long the endpointslice resolver waits after a
@@ -43,7 +41,6 @@ type EndpointSlices struct {
 	Debounce time.Duration
 	// Fallback is published if the first resolutions fail or find nothing.
 	Fallback []Endpoint
-	Clock    clock.Clock  // the real clock if nil
 	Log      *slog.Logger // discards if nil
 	Metrics  *Metrics
 
@@ -55,7 +52,6 @@ var _ Resolver = (*EndpointSlices)(nil)
 // Run lists and watches the slices and publishes until ctx is done. It
 // returns only once its list/watch goroutine has ended.
 func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error {
-	clk := clock.Or(r.Clock)
 	debounce := r.Debounce
 	if debounce <= 0 {
 		debounce = DefaultDebounce
@@ -72,14 +68,14 @@ func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error
 	if r.APIServer.Stop != nil {
 		defer r.APIServer.Stop()
 	}
-	p := &publisher{name: "endpointslice", update: update, fallback: r.Fallback, log: logger(r.Log), metrics: r.Metrics, now: clk.Now}
+	p := &publisher{name: "endpointslice", update: update, fallback: r.Fallback, log: logger(r.Log), metrics: r.Metrics}
 
 	// Both channels hold one item: a pending signal or the latest error is
 	// all the loop needs.
 	changed := make(chan struct{}, 1)
 	errs := make(chan error, 1)
 	lw := &listWatch{
-		client: client, clock: clk, onEvent: r.onEvent,
+		client: client, onEvent: r.onEvent,
 		changed: func() {
 			select {
 			case changed <- struct{}{}:
@@ -102,7 +98,7 @@ func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error
 	}()
 	wg.Go(func() { lw.run(lctx) })
 
-	var timer clock.Timer
+	var timer *time.Timer
 	var fire <-chan time.Time
 	defer func() {
 		if timer != nil {
@@ -117,8 +113,8 @@ func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error
 			p.fail(fmt.Errorf("list/watch EndpointSlices of %s/%s: %w", r.Namespace, r.Service, err))
 		case <-changed:
 			if fire == nil {
-				timer = clk.NewTimer(debounce)
-				fire = timer.C()
+				timer = time.NewTimer(debounce)
+				fire = timer.C
 			}
 		case <-fire:
 			fire = nil
@@ -146,7 +142,6 @@ func (r *EndpointSlices) Run(ctx context.Context, update func([]Endpoint)) error
 //     (failed) and then handled the same way.
 type listWatch struct {
 	client  *sliceClient
-	clock   clock.Clock
 	changed func()      // the set may have changed
 	failed  func(error) // a failure to report
 	onEvent func()      // tests; may be nil
@@ -201,7 +196,7 @@ var errRelist = errors.New("relist")
 
 // wait sleeps the backoff after a failure; false if ctx ended first.
 func (lw *listWatch) wait(ctx context.Context) bool {
-	now := lw.clock.Now()
+	now := time.Now()
 	if now.Sub(lw.lastFailure) > backoffReset {
 		lw.failures = 0
 	}
@@ -210,12 +205,12 @@ func (lw *listWatch) wait(ctx context.Context) bool {
 	lw.failures++
 	// Up to 50% more, so that sidecars that failed together retry apart.
 	d = min(d+time.Duration(rand.Int64N(int64(d)/2+1)), backoffMax)
-	t := lw.clock.NewTimer(d)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C():
+	case <-t.C:
 		return true
 	}
 }
@@ -245,7 +240,7 @@ func (lw *listWatch) list(ctx context.Context) (string, error) {
 // again from *rv.
 func (lw *listWatch) watch(ctx context.Context, rv *string) error {
 	timeout := minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
-	started := lw.clock.Now()
+	started := time.Now()
 	w, err := lw.client.watch(ctx, *rv, timeout)
 	if err != nil {
 		return err
@@ -255,7 +250,7 @@ func (lw *listWatch) watch(ctx context.Context, rv *string) error {
 		ev, err := w.next()
 		switch {
 		case errors.Is(err, errWatchEnded):
-			if lw.clock.Now().Sub(started) < minWatchRun {
+			if time.Since(started) < minWatchRun {
 				return errRelist
 			}
 			return nil

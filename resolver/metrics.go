@@ -19,9 +19,6 @@ type Metrics struct {
 	lastSuccess *prometheus.GaugeVec
 	endpoints   *prometheus.GaugeVec
 
-	// now is the clock Status measures "ago" with; tests replace it.
-	now func() time.Time
-
 	mu     sync.Mutex // guards status
 	status status
 }
@@ -57,7 +54,6 @@ func NewMetrics() *Metrics {
 	}
 	m.endpoints.WithLabelValues("ready")
 	m.endpoints.WithLabelValues("draining")
-	m.now = time.Now
 	return m
 }
 
@@ -104,25 +100,25 @@ func (m *Metrics) Status() (healthy bool, detail string) {
 	if !st.failing {
 		return true, ""
 	}
-	ago := m.now().Sub(st.errAt).Round(time.Second)
+	ago := time.Since(st.errAt).Round(time.Second)
 	return false, fmt.Sprintf("resolver %s: last error %s ago: %v; serving %s", st.resolver, ago, st.err, st.serving)
 }
 
-func (m *Metrics) failed(resolver string, err error, at time.Time, serving string) {
+func (m *Metrics) failed(resolver string, err error, serving string) {
 	if m == nil {
 		return
 	}
 	m.errors.WithLabelValues(resolver).Inc()
 	m.mu.Lock()
-	m.status = status{resolver: resolver, failing: true, err: err, errAt: at, serving: serving}
+	m.status = status{resolver: resolver, failing: true, err: err, errAt: time.Now(), serving: serving}
 	m.mu.Unlock()
 }
 
-func (m *Metrics) succeeded(resolver string, now time.Time) {
+func (m *Metrics) succeeded(resolver string) {
 	if m == nil {
 		return
 	}
-	m.lastSuccess.WithLabelValues(resolver).Set(float64(now.UnixNano()) / 1e9)
+	m.lastSuccess.WithLabelValues(resolver).Set(float64(time.Now().UnixNano()) / 1e9)
 	m.mu.Lock()
 	m.status = status{resolver: resolver}
 	m.mu.Unlock()

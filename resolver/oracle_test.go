@@ -7,20 +7,18 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-
-	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 // TestListWatchMatchesReflector is the oracle test of the resolver's own
@@ -31,12 +29,17 @@ import (
 // holds, slice by slice and resourceVersion by resourceVersion. The
 // reflector also vouches for the fake: a fake that served a wrong history
 // would leave the two apart.
+//
+// Both run in a synctest bubble, each with its own backoff as it is: the
+// bubble's time runs only while both wait.
 func TestListWatchMatchesReflector(t *testing.T) {
 	// The fake serves list then watch, as kube-apiserver before
 	// streaming lists; the reflector's watch-list would need more.
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, false)
 	for seed := range uint64(3) {
-		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { matchReflector(t, seed) })
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { matchReflector(t, seed) })
+		})
 	}
 }
 
@@ -52,20 +55,19 @@ func matchReflector(t *testing.T, seed uint64) {
 		wg.Wait()
 	})
 
-	// fanout's list/watch, its backoff on a fake clock.
+	// fanout's list/watch.
 	client, err := newSliceClient(f.apiServer(), "default", "kubernetes")
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := testkit.NewClock(time.Unix(1000, 0))
-	lw := &listWatch{client: client, clock: clk, changed: func() {}, failed: func(error) {}}
+	lw := &listWatch{client: client, changed: func() {}, failed: func(error) {}}
 	wg.Go(func() { lw.run(ctx) })
 
 	// client-go's reflector, the same selector.
 	cs, err := kubernetes.NewForConfig(&rest.Config{
-		Host:            f.srv.URL,
-		TLSClientConfig: rest.TLSClientConfig{CAData: f.ca.CertPEM, ServerName: "kubernetes"},
-		ContentType:     runtime.ContentTypeJSON,
+		Host:        "https://kubernetes",
+		Transport:   f.transport(),
+		ContentType: runtime.ContentTypeJSON,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,12 +84,7 @@ func matchReflector(t *testing.T, seed uint64) {
 			o.LabelSelector = sel
 			return slices.Watch(ctx, o)
 		},
-	}, &discoveryv1.EndpointSlice{}, store, cache.ReflectorOptions{
-		// Its own backoff (0.8 s doubling to 30 s) would outlast a step
-		// after a few ended watches; what it does after the wait is
-		// what counts.
-		Backoff: &wait.Backoff{Duration: 10 * time.Millisecond, Cap: 100 * time.Millisecond, Steps: 10, Factor: 2},
-	})
+	}, &discoveryv1.EndpointSlice{}, store, cache.ReflectorOptions{})
 	wg.Go(func() { r.RunWithContext(ctx) })
 
 	ends := []string{"clean", "break", "gone"}
@@ -115,14 +112,17 @@ func matchReflector(t *testing.T, seed uint64) {
 			did = "end watches " + how + ", then a write"
 		}
 		want := f.truth()
-		// The fake clock moves a second at a time, for the list/watch's
-		// backoff; the reflector's runs on real time.
-		for start := time.Now(); !maps.Equal(lw.resourceVersions(), want) || !maps.Equal(storeVersions(store), want); time.Sleep(5 * time.Millisecond) {
-			if time.Since(start) > 10*time.Second {
-				t.Fatalf("step %d (%s): after 10s the server holds %v; fanout's list/watch %v, client-go's reflector %v",
+		// Time runs a second at a time, through both backoffs (the
+		// reflector's reaches 30s), each time until both are idle.
+		for start := time.Now(); ; time.Sleep(time.Second) {
+			synctest.Wait()
+			if maps.Equal(lw.resourceVersions(), want) && maps.Equal(storeVersions(store), want) {
+				break
+			}
+			if time.Since(start) > 2*time.Minute {
+				t.Fatalf("step %d (%s): after 2 minutes the server holds %v; fanout's list/watch %v, client-go's reflector %v",
 					step, did, want, lw.resourceVersions(), storeVersions(store))
 			}
-			clk.Advance(time.Second)
 		}
 		t.Logf("step %d (%s): %d slices agree", step, did, len(want))
 	}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"time"
 )
 
 // errNoEndpoints is what a resolution that found nothing counts as: an
@@ -29,7 +28,6 @@ type publisher struct {
 	fallback []Endpoint
 	log      *slog.Logger
 	metrics  *Metrics
-	now      func() time.Time
 
 	last     []Endpoint // last published, nil before the first
 	resolved bool       // last came from a resolution, not the fallback
@@ -44,7 +42,7 @@ func (p *publisher) result(eps []Endpoint, err error) {
 		p.fail(err)
 		return
 	}
-	p.metrics.succeeded(p.name, p.now())
+	p.metrics.succeeded(p.name)
 	if p.failing {
 		p.failing = false
 		p.log.Info("endpoint resolution recovered", "resolver", p.name, "endpoints", len(eps))
@@ -63,7 +61,7 @@ func (p *publisher) fail(err error) {
 	default:
 		serving = "no endpoints, as nothing resolved yet"
 	}
-	p.metrics.failed(p.name, err, p.now(), serving)
+	p.metrics.failed(p.name, err, serving)
 	if !p.failing {
 		p.failing = true
 		switch {

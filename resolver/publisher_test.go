@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -68,7 +69,7 @@ func TestPublisher(t *testing.T) {
 			var got [][]string
 			m := NewMetrics()
 			p := &publisher{
-				name: "dns", metrics: m, now: func() time.Time { return time.Unix(1000, 0) },
+				name: "dns", metrics: m,
 				log:    slog.New(slog.NewTextHandler(&logs, nil)),
 				update: func(eps []Endpoint) { got = append(got, addresses(eps)) },
 			}
@@ -103,71 +104,76 @@ func TestPublisher(t *testing.T) {
 	}
 }
 
+// TestMetricsUpdate runs in a bubble for the time of the last success:
+// the bubble's clock starts at 2000-01-01 00:00:00 UTC (Unix 946684800).
 func TestMetricsUpdate(t *testing.T) {
-	m := NewMetrics()
-	m.Update([]Endpoint{{Address: "a:1"}, {Address: "b:1", Draining: true}, {Address: "c:1"}})
-	m.succeeded("endpointslice", time.Unix(1500, 0))
-	want := `
+	synctest.Test(t, func(t *testing.T) {
+		m := NewMetrics()
+		m.Update([]Endpoint{{Address: "a:1"}, {Address: "b:1", Draining: true}, {Address: "c:1"}})
+		time.Sleep(1500 * time.Second)
+		m.succeeded("endpointslice")
+		want := `
 # HELP fanout_resolver_endpoints Endpoints in the last published snapshot by state (ready, or draining: terminating or not ready, taking no new requests).
 # TYPE fanout_resolver_endpoints gauge
 fanout_resolver_endpoints{state="draining"} 1
 fanout_resolver_endpoints{state="ready"} 2
 # HELP fanout_resolver_last_success_timestamp_seconds Unix time of the last resolution that found endpoints, by resolver; alert when it falls far behind.
 # TYPE fanout_resolver_last_success_timestamp_seconds gauge
-fanout_resolver_last_success_timestamp_seconds{resolver="endpointslice"} 1500
+fanout_resolver_last_success_timestamp_seconds{resolver="endpointslice"} 946686300
 `
-	if err := testutil.CollectAndCompare(m, strings.NewReader(want)); err != nil {
-		t.Error(err)
-	}
+		if err := testutil.CollectAndCompare(m, strings.NewReader(want)); err != nil {
+			t.Error(err)
+		}
+	})
 	var nilMetrics *Metrics // resolvers built without metrics
 	nilMetrics.Update(nil)
-	nilMetrics.failed("dns", errors.New("boom"), time.Now(), "nothing")
-	nilMetrics.succeeded("dns", time.Now())
+	nilMetrics.failed("dns", errors.New("boom"), "nothing")
+	nilMetrics.succeeded("dns")
 	if healthy, detail := nilMetrics.Status(); !healthy || detail != "" {
 		t.Errorf("nil Metrics Status() = %v, %q; want healthy and no detail", healthy, detail)
 	}
 }
 
 // TestStatus follows a resolver through the publisher as it succeeds,
-// fails for a while, and recovers: /readyz shows the detail meanwhile.
+// fails for a while, and recovers: /readyz shows the detail meanwhile. It
+// runs in a bubble, where time passes only as far as the test sleeps.
 func TestStatus(t *testing.T) {
-	now := time.Unix(1000, 0)
-	clock := func() time.Time { return now }
-	m := NewMetrics()
-	m.now = clock
-	p := &publisher{
-		name: "endpointslice", metrics: m, now: clock,
-		fallback: []Endpoint{{Address: "f:1"}},
-		log:      slog.New(slog.DiscardHandler),
-		update:   func([]Endpoint) {},
-	}
-	eps := []Endpoint{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}
-	steps := []struct {
-		name        string
-		eps         []Endpoint
-		err         error
-		advance     time.Duration // before Status is asked
-		wantHealthy bool
-		wantDetail  string
-	}{
-		{name: "before any resolution", wantHealthy: true},
-		{name: "first attempt fails", err: errors.New("forbidden"), advance: 2 * time.Second,
-			wantDetail: "resolver endpointslice: last error 2s ago: forbidden; serving the kubeconfig's server, as nothing resolved yet"},
-		{name: "resolved", eps: eps, wantHealthy: true},
-		{name: "watch fails", err: errors.New("connection refused"), advance: 12 * time.Second,
-			wantDetail: "resolver endpointslice: last error 12s ago: connection refused; serving the last known 3 endpoints"},
-		{name: "empty result", eps: []Endpoint{}, advance: time.Second,
-			wantDetail: "resolver endpointslice: last error 1s ago: resolved no endpoints; serving the last known 3 endpoints"},
-		{name: "recovered", eps: eps[:2], wantHealthy: true},
-	}
-	for i, st := range steps {
-		if i > 0 {
-			p.result(st.eps, st.err)
+	synctest.Test(t, func(t *testing.T) {
+		m := NewMetrics()
+		p := &publisher{
+			name: "endpointslice", metrics: m,
+			fallback: []Endpoint{{Address: "f:1"}},
+			log:      slog.New(slog.DiscardHandler),
+			update:   func([]Endpoint) {},
 		}
-		now = now.Add(st.advance)
-		healthy, detail := m.Status()
-		if healthy != st.wantHealthy || detail != st.wantDetail {
-			t.Errorf("%s: Status() = %v, %q; want %v, %q", st.name, healthy, detail, st.wantHealthy, st.wantDetail)
+		eps := []Endpoint{{Address: "a:1"}, {Address: "b:1"}, {Address: "c:1"}}
+		steps := []struct {
+			name        string
+			eps         []Endpoint
+			err         error
+			advance     time.Duration // before Status is asked
+			wantHealthy bool
+			wantDetail  string
+		}{
+			{name: "before any resolution", wantHealthy: true},
+			{name: "first attempt fails", err: errors.New("forbidden"), advance: 2 * time.Second,
+				wantDetail: "resolver endpointslice: last error 2s ago: forbidden; serving the kubeconfig's server, as nothing resolved yet"},
+			{name: "resolved", eps: eps, wantHealthy: true},
+			{name: "watch fails", err: errors.New("connection refused"), advance: 12 * time.Second,
+				wantDetail: "resolver endpointslice: last error 12s ago: connection refused; serving the last known 3 endpoints"},
+			{name: "empty result", eps: []Endpoint{}, advance: time.Second,
+				wantDetail: "resolver endpointslice: last error 1s ago: resolved no endpoints; serving the last known 3 endpoints"},
+			{name: "recovered", eps: eps[:2], wantHealthy: true},
 		}
-	}
+		for i, st := range steps {
+			if i > 0 {
+				p.result(st.eps, st.err)
+			}
+			time.Sleep(st.advance)
+			healthy, detail := m.Status()
+			if healthy != st.wantHealthy || detail != st.wantDetail {
+				t.Errorf("%s: Status() = %v, %q; want %v, %q", st.name, healthy, detail, st.wantHealthy, st.wantDetail)
+			}
+		}
+	})
 }

@@ -20,8 +20,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // Endpoint is one kube-apiserver instance, addressed as host:port.
@@ -75,9 +73,6 @@ type Config struct {
 	Discovery func() (APIServer, error)
 	Log       *slog.Logger // discards if nil
 	Metrics   *Metrics     // nil records nothing
-	// Clock times the dynamic resolvers' intervals, debounce and
-	// backoff; nil is the real clock.
-	Clock clock.Clock
 }
 
 // Parse turns an --endpoints value into a Resolver.
@@ -170,7 +165,7 @@ func parseDNS(spec, after string, c Config) (Resolver, error) {
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return nil, fmt.Errorf("--endpoints %q: port %q is not a number in 1-65535; expected dns:///name:port", spec, port)
 	}
-	return &DNS{Host: host, Port: port, Fallback: c.fallback(), Clock: c.Clock, Log: c.Log, Metrics: c.Metrics}, nil
+	return &DNS{Host: host, Port: port, Fallback: c.fallback(), Log: c.Log, Metrics: c.Metrics}, nil
 }
 
 // ServerServiceWildcard, as the Service of an endpointslice:/// spec,
@@ -259,7 +254,7 @@ func parseEndpointSlice(spec, after string, c Config) (Resolver, error) {
 	}
 	return &EndpointSlices{
 		APIServer: api, Namespace: ns, Service: svc, PortName: port,
-		Fallback: c.fallback(), Clock: c.Clock, Log: c.Log, Metrics: c.Metrics,
+		Fallback: c.fallback(), Log: c.Log, Metrics: c.Metrics,
 	}, nil
 }
 

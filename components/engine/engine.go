@@ -91,11 +91,12 @@ type Config struct {
 	// Registerer takes the fanout_* metrics, which Stop unregisters; nil
 	// registers nothing.
 	Registerer prometheus.Registerer
-	// Clock is the one clock of every part: the resolver, the credential
-	// watchers and the prober take it, and the balancer, the handler, the
+	// Clock is the one clock of every part: the credential watchers
+	// take it, and the balancer, the handler, the
 	// transports and the server take its Now, unless their own Config
-	// sets one. nil is the real clock. The watch rebalancer reads the
-	// time package (its tests run in testing/synctest bubbles).
+	// sets one. nil is the real clock. The resolver, the prober, the
+	// state log and the watch rebalancer read the time package (their
+	// tests run in testing/synctest bubbles).
 	Clock clock.Clock
 }
 
@@ -278,9 +279,6 @@ func (c Config) withDefaults() Config {
 	if c.Proxy.Log == nil {
 		c.Proxy.Log = c.Log
 	}
-	if c.Probe.Clock == nil {
-		c.Probe.Clock = c.Clock
-	}
 	return c
 }
 
@@ -305,7 +303,6 @@ func (e *Engine) build() error {
 		Discovery: cfg.Discovery,
 		Log:       e.log,
 		Metrics:   e.resolved,
-		Clock:     cfg.Clock,
 	})
 	if err != nil {
 		return &EndpointsError{Err: err}
@@ -467,7 +464,7 @@ func (e *Engine) Start(context.Context) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.run(ctx, PartResolver, e.runResolver)
-	e.run(ctx, PartStateLog, func(ctx context.Context) { logEndpointStates(ctx, e.balancer, e.log, e.cfg.Clock, stateLogInterval) })
+	e.run(ctx, PartStateLog, func(ctx context.Context) { logEndpointStates(ctx, e.balancer, e.log, stateLogInterval) })
 	return nil
 }
 

@@ -254,7 +254,7 @@ func TestValidate(t *testing.T) {
 }
 
 // TestStateLogRuns: the state log compares the balancer's snapshots on
-// its own, every interval of the real clock, until its context ends, and
+// its own, every interval, until its context ends, and
 // logs an ejection it sees. Nothing in it touches the network, so it runs
 // in a synctest bubble, where the interval passes at once.
 func TestStateLogRuns(t *testing.T) {
@@ -266,7 +266,7 @@ func TestStateLogRuns(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			logEndpointStates(ctx, st, slog.New(lineHandler{lines}), clock.Real, stateLogInterval)
+			logEndpointStates(ctx, st, slog.New(lineHandler{lines}), stateLogInterval)
 		}()
 		synctest.Wait() // the loop took its first snapshot and waits for a tick
 		st.set([]balancer.EndpointStatus{{Address: "a:1", State: balancer.StateEjected, EjectedUntil: "T1"}})
@@ -355,10 +355,7 @@ func TestOneClock(t *testing.T) {
 			t.Errorf("%s.Now() = %v, want the engine's clock (%v)", name, got, at)
 		}
 	}
-	if c.Probe.Clock != clock.Clock(clk) {
-		t.Errorf("Probe.Clock = %v, want the engine's clock", c.Probe.Clock)
-	}
-	if d := (Config{Upstream: &certs.Upstream{}}).withDefaults(); d.Clock != clock.Real || d.Probe.Clock != clock.Real {
-		t.Errorf("a nil Clock gives %v (probe %v), want clock.Real", d.Clock, d.Probe.Clock)
+	if d := (Config{Upstream: &certs.Upstream{}}).withDefaults(); d.Clock != clock.Real {
+		t.Errorf("a nil Clock gives %v, want clock.Real", d.Clock)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
-	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // stateLogInterval is how often endpoint states are compared. Ejections
@@ -20,19 +19,19 @@ type endpointStates interface {
 }
 
 // logEndpointStates logs ejections and recoveries of endpoints, one line
-// per change, by comparing the balancer's snapshots every interval of clk
-// until ctx ends. Added and removed endpoints are logged by the resolver loop
+// per change, by comparing the balancer's snapshots every interval until
+// ctx ends. Added and removed endpoints are logged by the resolver loop
 // ("endpoints updated") and readiness changes by the prober, so they are
 // not repeated here.
-func logEndpointStates(ctx context.Context, state endpointStates, log *slog.Logger, clk clock.Clock, interval time.Duration) {
-	t := clk.NewTicker(interval)
+func logEndpointStates(ctx context.Context, state endpointStates, log *slog.Logger, interval time.Duration) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	prev := state.Endpoints()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C():
+		case <-t.C:
 		}
 		cur := state.Endpoints()
 		logTransitions(log, prev, cur)

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/transport"
-	"github.com/fanout-dev/fanout/internal/clock"
 	"github.com/fanout-dev/fanout/internal/loops"
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -59,9 +58,6 @@ type Config struct {
 	// An endpoint starts ready, so that startup waits for nothing.
 	Rise int
 	Fall int
-	// Clock ticks the probes of each endpoint every Interval; nil is the
-	// real clock.
-	Clock clock.Clock
 }
 
 // Defaults of Config.Rise and Config.Fall. One passing probe of a
@@ -101,7 +97,6 @@ func (c Config) withDefaults() Config {
 	if c.Fall == 0 {
 		c.Fall = DefaultFall
 	}
-	c.Clock = clock.Or(c.Clock)
 	return c
 }
 
@@ -207,7 +202,7 @@ func (p *Prober) syncLocked() {
 
 // run probes addr at once and then every Interval until ctx ends.
 func (p *Prober) run(ctx context.Context, addr string, _ <-chan struct{}) {
-	t := p.cfg.Clock.NewTicker(p.cfg.Interval)
+	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	ready := true
 	streak := 0 // probes in a row that disagree with ready
@@ -243,7 +238,7 @@ func (p *Prober) run(ctx context.Context, addr string, _ <-chan struct{}) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C():
+		case <-t.C:
 		}
 	}
 }
