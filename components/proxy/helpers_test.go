@@ -195,9 +195,6 @@ func startProxyOn(t *testing.T, lcfg listener.Config, lm *listener.Metrics, cfg 
 	if lcfg.ListenAddress == "" {
 		lcfg.ListenAddress = "127.0.0.1:0"
 	}
-	if lcfg.Now == nil {
-		lcfg.Now = cfg.Now
-	}
 	h := New(cfg, p, u, m)
 	s := listener.New(lcfg, h, lm)
 	if err := s.Start(context.Background()); err != nil {
@@ -219,21 +216,6 @@ func newClient(t *testing.T, h2c bool) *http.Client { return testkit.NewClient(t
 
 // readStatus is testkit.ReadStatus.
 func readStatus(t *testing.T, resp *http.Response) metav1.Status { return testkit.ReadStatus(t, resp) }
-
-// stepClock advances by step on every reading, so durations measured
-// between two readings are exact multiples of step.
-type stepClock struct {
-	mu   sync.Mutex
-	t    time.Time
-	step time.Duration
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(c.step)
-	return c.t
-}
 
 // wait is testkit.Wait.
 func wait(t testing.TB, ch <-chan struct{}, what string) { testkit.Wait(t, ch, what) }
