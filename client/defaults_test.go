@@ -100,7 +100,7 @@ func settings(c engine.Config) engine.Config {
 	up.Kubeconfig = ""
 	c.Upstream = &up
 	c.Discovery, c.Log, c.Registerer, c.Clock = nil, nil, nil, nil
-	c.Transport.Now, c.Balancer.Now, c.Proxy.Now, c.Proxy.Log = nil, nil, nil, nil
+	c.Proxy.Log = nil
 	return c
 }
 

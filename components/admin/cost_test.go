@@ -16,7 +16,7 @@ import (
 
 func TestDebugCost(t *testing.T) {
 	_, inner := newTestHandler(t)
-	tab, err := cost.New(cost.Config{Size: 10, MetricsTop: 5}, nil)
+	tab, err := cost.New(cost.Config{Size: 10, MetricsTop: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestDebugCost(t *testing.T) {
 // says what to do.
 func TestFetchCost(t *testing.T) {
 	_, inner := newTestHandler(t)
-	tab, err := cost.New(cost.Config{Size: 10, MetricsTop: 5}, nil)
+	tab, err := cost.New(cost.Config{Size: 10, MetricsTop: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

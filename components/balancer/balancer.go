@@ -178,7 +178,7 @@ func (b *Balancer) Endpoints() []EndpointStatus {
 // not failing its readiness probe. The admin /readyz uses it: with none,
 // every request would go to an apiserver that just failed or is not ready.
 func (b *Balancer) Ready() bool {
-	now := b.p.nowNanos()
+	now := time.Now().UnixNano()
 	for _, e := range b.current.Load().eps {
 		if e.usable(now) {
 			return true
@@ -200,7 +200,7 @@ func (b *Balancer) Ready() bool {
 func (b *Balancer) SetReady(address string, ready bool) {
 	for _, e := range b.current.Load().eps {
 		if e.address == address {
-			e.markUp(e.notReady.Swap(!ready) && ready, b.p.nowNanos())
+			e.markUp(e.notReady.Swap(!ready) && ready, time.Now().UnixNano())
 			return
 		}
 	}

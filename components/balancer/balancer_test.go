@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -77,58 +78,60 @@ func TestConfigValidate(t *testing.T) {
 func TestEjectionAndRecovery(t *testing.T) {
 	for _, pol := range policies {
 		t.Run(pol, func(t *testing.T) {
-			b, clock := newTest(t, Config{Policy: pol, EjectBase: time.Second, EjectMax: 4 * time.Second}, 2, "a:1", "b:1", "c:1")
-			// Consecutive failures double the ejection up to the max.
-			for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
-				ejectAll(t, b, "b:1")
-				s := status(t, b, "b:1")
-				if s.State != StateEjected || s.ConsecutiveFailures != int64(i+1) {
-					t.Fatalf("after failure %d: %+v, want ejected with %d failures", i+1, s, i+1)
+			synctest.Test(t, func(t *testing.T) {
+				b := newTest(t, Config{Policy: pol, EjectBase: time.Second, EjectMax: 4 * time.Second}, 2, "a:1", "b:1", "c:1")
+				// Consecutive failures double the ejection up to the max.
+				for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
+					ejectAll(t, b, "b:1")
+					s := status(t, b, "b:1")
+					if s.State != StateEjected || s.ConsecutiveFailures != int64(i+1) {
+						t.Fatalf("after failure %d: %+v, want ejected with %d failures", i+1, s, i+1)
+					}
+					wantUntil := time.Now().Add(want).UTC().Format(time.RFC3339Nano)
+					if s.EjectedUntil != wantUntil {
+						t.Errorf("after failure %d: ejected until %s, want %s", i+1, s.EjectedUntil, wantUntil)
+					}
+					for range 100 {
+						p, _ := b.Pick(PickInfo{})
+						if p.Endpoint.Address() == "b:1" {
+							t.Fatalf("after failure %d: picked the ejected endpoint", i+1)
+						}
+						p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
+					}
+					if !b.Ready() {
+						t.Error("Ready = false with two healthy endpoints")
+					}
+					time.Sleep(want - time.Nanosecond)
+					if s := status(t, b, "b:1"); s.State != StateEjected {
+						t.Errorf("after failure %d: back before the ejection ran out: %+v", i+1, s)
+					}
+					time.Sleep(time.Nanosecond)
+					if s := status(t, b, "b:1"); s.State != StateReady || s.EjectedUntil != "" {
+						t.Errorf("after failure %d: not back when the ejection ran out: %+v", i+1, s)
+					}
 				}
-				wantUntil := clock.Now().Add(want).UTC().Format(time.RFC3339Nano)
-				if s.EjectedUntil != wantUntil {
-					t.Errorf("after failure %d: ejected until %s, want %s", i+1, s.EjectedUntil, wantUntil)
-				}
+				// Recovered: it takes traffic again, and a response resets the
+				// failure count.
+				picked := false
 				for range 100 {
 					p, _ := b.Pick(PickInfo{})
 					if p.Endpoint.Address() == "b:1" {
-						t.Fatalf("after failure %d: picked the ejected endpoint", i+1)
+						picked = true
 					}
+					time.Sleep(10 * time.Millisecond)
 					p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
 				}
-				if !b.Ready() {
-					t.Error("Ready = false with two healthy endpoints")
+				if !picked {
+					t.Error("recovered endpoint never picked again")
 				}
-				clock.Advance(want - time.Nanosecond)
-				if s := status(t, b, "b:1"); s.State != StateEjected {
-					t.Errorf("after failure %d: back before the ejection ran out: %+v", i+1, s)
+				if s := status(t, b, "b:1"); s.ConsecutiveFailures != 0 {
+					t.Errorf("failures after a response = %d, want 0", s.ConsecutiveFailures)
 				}
-				clock.Advance(time.Nanosecond)
-				if s := status(t, b, "b:1"); s.State != StateReady || s.EjectedUntil != "" {
-					t.Errorf("after failure %d: not back when the ejection ran out: %+v", i+1, s)
+				ejectAll(t, b, "b:1")
+				if s := status(t, b, "b:1"); s.EjectedUntil != time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano) {
+					t.Errorf("ejection after reset = until %s, want the base of 1s", s.EjectedUntil)
 				}
-			}
-			// Recovered: it takes traffic again, and a response resets the
-			// failure count.
-			picked := false
-			for range 100 {
-				p, _ := b.Pick(PickInfo{})
-				if p.Endpoint.Address() == "b:1" {
-					picked = true
-				}
-				clock.Advance(10 * time.Millisecond)
-				p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
-			}
-			if !picked {
-				t.Error("recovered endpoint never picked again")
-			}
-			if s := status(t, b, "b:1"); s.ConsecutiveFailures != 0 {
-				t.Errorf("failures after a response = %d, want 0", s.ConsecutiveFailures)
-			}
-			ejectAll(t, b, "b:1")
-			if s := status(t, b, "b:1"); s.EjectedUntil != clock.Now().Add(time.Second).UTC().Format(time.RFC3339Nano) {
-				t.Errorf("ejection after reset = until %s, want the base of 1s", s.EjectedUntil)
-			}
+			})
 		})
 	}
 }
@@ -136,132 +139,140 @@ func TestEjectionAndRecovery(t *testing.T) {
 func TestAllEjectedStillPicks(t *testing.T) {
 	for _, pol := range policies {
 		t.Run(pol, func(t *testing.T) {
-			b, _ := newTest(t, Config{Policy: pol}, 6, "a:1", "b:1", "c:1")
-			ejectAll(t, b, "a:1", "b:1", "c:1")
-			if b.Ready() {
-				t.Error("Ready = true with every endpoint ejected")
-			}
-			seen := map[string]bool{}
-			for _, kind := range []Kind{Short, Long} {
-				for range 100 {
-					p, err := b.Pick(PickInfo{Kind: kind})
-					if err != nil {
-						t.Fatalf("Pick with all ejected: %v", err)
-					}
-					seen[p.Endpoint.Address()] = true
-					p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
+			synctest.Test(t, func(t *testing.T) {
+				b := newTest(t, Config{Policy: pol}, 6, "a:1", "b:1", "c:1")
+				ejectAll(t, b, "a:1", "b:1", "c:1")
+				if b.Ready() {
+					t.Error("Ready = true with every endpoint ejected")
 				}
-			}
-			if len(seen) != 3 {
-				t.Errorf("panic mode picked only %v, want all three", seen)
-			}
+				seen := map[string]bool{}
+				for _, kind := range []Kind{Short, Long} {
+					for range 100 {
+						p, err := b.Pick(PickInfo{Kind: kind})
+						if err != nil {
+							t.Fatalf("Pick with all ejected: %v", err)
+						}
+						seen[p.Endpoint.Address()] = true
+						p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
+					}
+				}
+				if len(seen) != 3 {
+					t.Errorf("panic mode picked only %v, want all three", seen)
+				}
+			})
 		})
 	}
 }
 
 func TestUpdateKeepsSurvivingEndpoints(t *testing.T) {
-	b, clock := newTest(t, Config{}, 8, "a:1", "b:1", "c:1")
-	runSequential(t, b, clock, 90, func(addr string) (time.Duration, int) {
-		return map[string]time.Duration{"a:1": 10 * time.Millisecond, "b:1": 20 * time.Millisecond, "c:1": 30 * time.Millisecond}[addr], 200
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{}, 8, "a:1", "b:1", "c:1")
+		runSequential(t, b, 90, func(addr string) (time.Duration, int) {
+			return map[string]time.Duration{"a:1": 10 * time.Millisecond, "b:1": 20 * time.Millisecond, "c:1": 30 * time.Millisecond}[addr], 200
+		})
+		ptr := map[string]*Endpoint{}
+		for _, e := range b.current.Load().eps {
+			ptr[e.address] = e
+		}
+		before := map[string]EndpointStatus{}
+		for _, s := range b.Endpoints() {
+			before[s.Address] = s
+		}
+		p, _ := b.Pick(PickInfo{Kind: Long}) // in flight across the update
+
+		// Unsorted, with a duplicate, as a careless resolver might send it.
+		b.Update(endpoints("d:1", "c:1", "b:1", "c:1"))
+
+		got := b.Endpoints()
+		var addrs []string
+		for _, s := range got {
+			addrs = append(addrs, s.Address)
+		}
+		if strings.Join(addrs, ",") != "b:1,c:1,d:1" {
+			t.Fatalf("Endpoints() = %v, want b:1,c:1,d:1 sorted", addrs)
+		}
+		for _, e := range b.current.Load().eps {
+			if old, ok := ptr[e.address]; ok && old != e {
+				t.Errorf("%s got a new *Endpoint across the update", e.address)
+			}
+		}
+		for _, s := range got[:2] {
+			if s.RequestsTotal != before[s.Address].RequestsTotal || s.RequestsTotal == 0 {
+				t.Errorf("%s: requests %d after update, want %d kept", s.Address, s.RequestsTotal, before[s.Address].RequestsTotal)
+			}
+			if s.LatencyScore != before[s.Address].LatencyScore {
+				t.Errorf("%s: estimate %v after update, want %v kept", s.Address, s.LatencyScore, before[s.Address].LatencyScore)
+			}
+		}
+		d := got[2]
+		if d.RequestsTotal != 0 || d.InflightShort != 0 || d.InflightLong != 0 {
+			t.Errorf("new endpoint starts with counters %+v, want zero", d)
+		}
+		// The median of a, b, c's estimates is b's.
+		if want := before["b:1"].LatencyScore; math.Abs(d.LatencyScore-want) > 1e-9 {
+			t.Errorf("new endpoint estimate = %v, want the median %v", d.LatencyScore, want)
+		}
+		// A request on a removed endpoint still finishes cleanly.
+		p.Done(DoneInfo{StatusCode: 200})
+		if n := p.Endpoint.Status().InflightLong; n != 0 {
+			t.Errorf("removed endpoint in flight after Done = %d, want 0", n)
+		}
+		// Removed and re-added: a fresh endpoint.
+		b.Update(endpoints("a:1", "b:1"))
+		if s := status(t, b, "a:1"); s.RequestsTotal != 0 {
+			t.Errorf("re-added endpoint kept %d requests, want a fresh one", s.RequestsTotal)
+		}
 	})
-	ptr := map[string]*Endpoint{}
-	for _, e := range b.current.Load().eps {
-		ptr[e.address] = e
-	}
-	before := map[string]EndpointStatus{}
-	for _, s := range b.Endpoints() {
-		before[s.Address] = s
-	}
-	p, _ := b.Pick(PickInfo{Kind: Long}) // in flight across the update
-
-	// Unsorted, with a duplicate, as a careless resolver might send it.
-	b.Update(endpoints("d:1", "c:1", "b:1", "c:1"))
-
-	got := b.Endpoints()
-	var addrs []string
-	for _, s := range got {
-		addrs = append(addrs, s.Address)
-	}
-	if strings.Join(addrs, ",") != "b:1,c:1,d:1" {
-		t.Fatalf("Endpoints() = %v, want b:1,c:1,d:1 sorted", addrs)
-	}
-	for _, e := range b.current.Load().eps {
-		if old, ok := ptr[e.address]; ok && old != e {
-			t.Errorf("%s got a new *Endpoint across the update", e.address)
-		}
-	}
-	for _, s := range got[:2] {
-		if s.RequestsTotal != before[s.Address].RequestsTotal || s.RequestsTotal == 0 {
-			t.Errorf("%s: requests %d after update, want %d kept", s.Address, s.RequestsTotal, before[s.Address].RequestsTotal)
-		}
-		if s.LatencyScore != before[s.Address].LatencyScore {
-			t.Errorf("%s: estimate %v after update, want %v kept", s.Address, s.LatencyScore, before[s.Address].LatencyScore)
-		}
-	}
-	d := got[2]
-	if d.RequestsTotal != 0 || d.InflightShort != 0 || d.InflightLong != 0 {
-		t.Errorf("new endpoint starts with counters %+v, want zero", d)
-	}
-	// The median of a, b, c's estimates is b's.
-	if want := before["b:1"].LatencyScore; math.Abs(d.LatencyScore-want) > 1e-9 {
-		t.Errorf("new endpoint estimate = %v, want the median %v", d.LatencyScore, want)
-	}
-	// A request on a removed endpoint still finishes cleanly.
-	p.Done(DoneInfo{StatusCode: 200})
-	if n := p.Endpoint.Status().InflightLong; n != 0 {
-		t.Errorf("removed endpoint in flight after Done = %d, want 0", n)
-	}
-	// Removed and re-added: a fresh endpoint.
-	b.Update(endpoints("a:1", "b:1"))
-	if s := status(t, b, "a:1"); s.RequestsTotal != 0 {
-		t.Errorf("re-added endpoint kept %d requests, want a fresh one", s.RequestsTotal)
-	}
 }
 
 func TestDoneTwiceIsHarmless(t *testing.T) {
 	for _, kind := range []Kind{Short, Long} {
 		t.Run(kind.String(), func(t *testing.T) {
-			b, _ := newTest(t, Config{}, 1, "a:1")
-			first, _ := b.Pick(PickInfo{Kind: kind})
-			second, _ := b.Pick(PickInfo{Kind: kind})
-			first.Done(DoneInfo{StatusCode: 200})
-			first.Done(DoneInfo{Err: errTest, Unavailable: true})
-			s := status(t, b, "a:1")
-			if s.InflightShort+s.InflightLong != 1 {
-				t.Errorf("in flight = %d short + %d long, want the second request still counted", s.InflightShort, s.InflightLong)
-			}
-			if s.RequestsTotal != 1 || s.ErrorsTotal != 0 || s.State != StateReady {
-				t.Errorf("status after double Done = %+v, want one clean request", s)
-			}
-			second.Done(DoneInfo{StatusCode: 200})
-			if s := status(t, b, "a:1"); s.InflightShort != 0 || s.InflightLong != 0 || s.RequestsTotal != 2 {
-				t.Errorf("status after both = %+v, want nothing in flight and 2 requests", s)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				b := newTest(t, Config{}, 1, "a:1")
+				first, _ := b.Pick(PickInfo{Kind: kind})
+				second, _ := b.Pick(PickInfo{Kind: kind})
+				first.Done(DoneInfo{StatusCode: 200})
+				first.Done(DoneInfo{Err: errTest, Unavailable: true})
+				s := status(t, b, "a:1")
+				if s.InflightShort+s.InflightLong != 1 {
+					t.Errorf("in flight = %d short + %d long, want the second request still counted", s.InflightShort, s.InflightLong)
+				}
+				if s.RequestsTotal != 1 || s.ErrorsTotal != 0 || s.State != StateReady {
+					t.Errorf("status after double Done = %+v, want one clean request", s)
+				}
+				second.Done(DoneInfo{StatusCode: 200})
+				if s := status(t, b, "a:1"); s.InflightShort != 0 || s.InflightLong != 0 || s.RequestsTotal != 2 {
+					t.Errorf("status after both = %+v, want nothing in flight and 2 requests", s)
+				}
+			})
 		})
 	}
 }
 
 func TestErrorsCounted(t *testing.T) {
-	tests := []struct {
-		di   DoneInfo
-		want uint64
-	}{
-		{DoneInfo{StatusCode: 200}, 0},
-		{DoneInfo{StatusCode: 404}, 0},
-		{DoneInfo{StatusCode: 429}, 1},
-		{DoneInfo{StatusCode: 500}, 1},
-		{DoneInfo{StatusCode: 503}, 1},
-		{DoneInfo{Err: errTest}, 1},
-		{DoneInfo{Err: errTest, Unavailable: true}, 1},
-	}
-	for _, tt := range tests {
-		b, _ := newTest(t, Config{}, 1, "a:1")
-		p, _ := b.Pick(PickInfo{})
-		p.Done(tt.di)
-		if s := status(t, b, "a:1"); s.ErrorsTotal != tt.want || s.RequestsTotal != 1 {
-			t.Errorf("Done(%+v): errors %d requests %d, want %d and 1", tt.di, s.ErrorsTotal, s.RequestsTotal, tt.want)
+	synctest.Test(t, func(t *testing.T) {
+		tests := []struct {
+			di   DoneInfo
+			want uint64
+		}{
+			{DoneInfo{StatusCode: 200}, 0},
+			{DoneInfo{StatusCode: 404}, 0},
+			{DoneInfo{StatusCode: 429}, 1},
+			{DoneInfo{StatusCode: 500}, 1},
+			{DoneInfo{StatusCode: 503}, 1},
+			{DoneInfo{Err: errTest}, 1},
+			{DoneInfo{Err: errTest, Unavailable: true}, 1},
 		}
-	}
+		for _, tt := range tests {
+			b := newTest(t, Config{}, 1, "a:1")
+			p, _ := b.Pick(PickInfo{})
+			p.Done(tt.di)
+			if s := status(t, b, "a:1"); s.ErrorsTotal != tt.want || s.RequestsTotal != 1 {
+				t.Errorf("Done(%+v): errors %d requests %d, want %d and 1", tt.di, s.ErrorsTotal, s.RequestsTotal, tt.want)
+			}
+		}
+	})
 }
 
 // TestPeakEWMA pins down observe on one endpoint whose class baseline is
@@ -346,37 +357,39 @@ func TestEstimateDecaysTowardsUsual(t *testing.T) {
 }
 
 func TestStatusJSON(t *testing.T) {
-	b, clock := newTest(t, Config{}, 1, "a:1", "b:1")
-	ejectAll(t, b, "b:1")
-	raw, err := json.Marshal(b.Endpoints())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []map[string]any
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatal(err)
-	}
-	keys := []string{"address", "state", "inflight_short", "inflight_long", "latency_score", "requests_total", "errors_total", "ejected_until", "consecutive_failures", "probe_ready", "draining", "slow_start_weight", "ejections_total"}
-	for _, m := range got {
-		for _, k := range keys {
-			if _, ok := m[k]; !ok {
-				t.Errorf("%v lacks key %q", m, k)
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{}, 1, "a:1", "b:1")
+		ejectAll(t, b, "b:1")
+		raw, err := json.Marshal(b.Endpoints())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []map[string]any
+		if err := json.Unmarshal(raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		keys := []string{"address", "state", "inflight_short", "inflight_long", "latency_score", "requests_total", "errors_total", "ejected_until", "consecutive_failures", "probe_ready", "draining", "slow_start_weight", "ejections_total"}
+		for _, m := range got {
+			for _, k := range keys {
+				if _, ok := m[k]; !ok {
+					t.Errorf("%v lacks key %q", m, k)
+				}
+			}
+			if len(m) != len(keys) {
+				t.Errorf("%v has %d keys, want %d", m, len(m), len(keys))
 			}
 		}
-		if len(m) != len(keys) {
-			t.Errorf("%v has %d keys, want %d", m, len(m), len(keys))
+		if got[1]["state"] != "ejected" || got[0]["state"] != "ready" {
+			t.Errorf("states = %v, %v; want ready, ejected", got[0]["state"], got[1]["state"])
 		}
-	}
-	if got[1]["state"] != "ejected" || got[0]["state"] != "ready" {
-		t.Errorf("states = %v, %v; want ready, ejected", got[0]["state"], got[1]["state"])
-	}
-	until, err := time.Parse(time.RFC3339, got[1]["ejected_until"].(string))
-	if err != nil || !until.Equal(clock.Now().Add(time.Second)) {
-		t.Errorf("ejected_until = %v (%v), want %v", got[1]["ejected_until"], err, clock.Now().Add(time.Second))
-	}
-	if got[0]["ejected_until"] != "" {
-		t.Errorf("ready endpoint ejected_until = %q, want empty", got[0]["ejected_until"])
-	}
+		until, err := time.Parse(time.RFC3339, got[1]["ejected_until"].(string))
+		if err != nil || !until.Equal(time.Now().Add(time.Second)) {
+			t.Errorf("ejected_until = %v (%v), want %v", got[1]["ejected_until"], err, time.Now().Add(time.Second))
+		}
+		if got[0]["ejected_until"] != "" {
+			t.Errorf("ready endpoint ejected_until = %q, want empty", got[0]["ejected_until"])
+		}
+	})
 }
 
 func TestNewEndpoint(t *testing.T) {
@@ -394,8 +407,7 @@ func TestNewEndpoint(t *testing.T) {
 func TestConcurrentPickDoneUpdate(t *testing.T) {
 	for _, pol := range policies {
 		t.Run(pol, func(t *testing.T) {
-			clock := newClock()
-			b, err := New(Config{Policy: pol, Now: clock.Now})
+			b, err := New(Config{Policy: pol})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -427,7 +439,6 @@ func TestConcurrentPickDoneUpdate(t *testing.T) {
 							return
 						}
 						picked.Store(p.Endpoint, true)
-						clock.Advance(time.Microsecond)
 						di := DoneInfo{StatusCode: 200, Latency: time.Duration(w+1) * time.Millisecond}
 						if i%97 == 0 {
 							di = DoneInfo{Err: errTest, Unavailable: true}

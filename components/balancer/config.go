@@ -38,8 +38,6 @@ const RecommendedMaxEjectedFraction = 1.0 / 3
 type Config struct {
 	// Policy is PolicyLeastRequest (default when empty) or PolicyRoundRobin.
 	Policy string
-	// Now is the clock; nil means time.Now. Tests inject a fake clock.
-	Now func() time.Time
 	// Rand returns a uniform int in [0, n); nil means math/rand/v2 IntN.
 	// It is called concurrently and must be safe for that.
 	Rand func(n int) int
@@ -135,9 +133,6 @@ func (c Config) Validate() error {
 func (c Config) withDefaults() Config {
 	if c.Policy == "" {
 		c.Policy = PolicyLeastRequest
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	if c.Rand == nil {
 		c.Rand = rand.IntN

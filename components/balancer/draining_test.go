@@ -3,6 +3,7 @@ package balancer
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/fanout-dev/fanout/resolver"
 )
@@ -66,31 +67,33 @@ func TestDraining(t *testing.T) {
 	for _, pol := range policies {
 		for _, tt := range tests {
 			t.Run(pol+"/"+tt.name, func(t *testing.T) {
-				b, clock := newTest(t, Config{Policy: pol}, 5, "a:1", "b:1", "c:1")
-				for _, u := range tt.updates {
-					b.Update(snap(u...))
-				}
-				for _, a := range tt.notReady {
-					b.SetReady(a, false)
-				}
-				// A passing probe of a draining endpoint must not revive it.
-				for _, s := range b.Endpoints() {
-					if s.Draining {
-						b.SetReady(s.Address, true)
+				synctest.Test(t, func(t *testing.T) {
+					b := newTest(t, Config{Policy: pol}, 5, "a:1", "b:1", "c:1")
+					for _, u := range tt.updates {
+						b.Update(snap(u...))
 					}
-				}
-				for addr, want := range tt.wantStates {
-					s := status(t, b, addr)
-					if s.State != want || s.Draining != (want == StateDraining) {
-						t.Errorf("%s: state %q draining %v, want %q", addr, s.State, s.Draining, want)
+					for _, a := range tt.notReady {
+						b.SetReady(a, false)
 					}
-				}
-				if got := b.Ready(); got != tt.wantReady {
-					t.Errorf("Ready() = %v, want %v", got, tt.wantReady)
-				}
-				if g := pickedAddresses(t, b, clock); g != tt.wantPicked {
-					t.Errorf("picked %s, want %s", g, tt.wantPicked)
-				}
+					// A passing probe of a draining endpoint must not revive it.
+					for _, s := range b.Endpoints() {
+						if s.Draining {
+							b.SetReady(s.Address, true)
+						}
+					}
+					for addr, want := range tt.wantStates {
+						s := status(t, b, addr)
+						if s.State != want || s.Draining != (want == StateDraining) {
+							t.Errorf("%s: state %q draining %v, want %q", addr, s.State, s.Draining, want)
+						}
+					}
+					if got := b.Ready(); got != tt.wantReady {
+						t.Errorf("Ready() = %v, want %v", got, tt.wantReady)
+					}
+					if g := pickedAddresses(t, b); g != tt.wantPicked {
+						t.Errorf("picked %s, want %s", g, tt.wantPicked)
+					}
+				})
 			})
 		}
 	}
@@ -99,17 +102,19 @@ func TestDraining(t *testing.T) {
 // TestDrainingKeepsInflight checks that draining an endpoint keeps its
 // *Endpoint, so a request in flight finishes on the same counters.
 func TestDrainingKeepsInflight(t *testing.T) {
-	b, _ := newTest(t, Config{}, 1, "a:1")
-	p, err := b.Pick(PickInfo{Kind: Long})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Update(snap("-a:1", "b:1"))
-	if s := status(t, b, "a:1"); s.InflightLong != 1 || s.State != StateDraining {
-		t.Fatalf("after draining: %+v, want one long request in flight and state draining", s)
-	}
-	p.Done(DoneInfo{StatusCode: 200})
-	if s := status(t, b, "a:1"); s.InflightLong != 0 || s.RequestsTotal != 1 {
-		t.Fatalf("after Done: %+v, want the request counted on the draining endpoint", s)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{}, 1, "a:1")
+		p, err := b.Pick(PickInfo{Kind: Long})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Update(snap("-a:1", "b:1"))
+		if s := status(t, b, "a:1"); s.InflightLong != 1 || s.State != StateDraining {
+			t.Fatalf("after draining: %+v, want one long request in flight and state draining", s)
+		}
+		p.Done(DoneInfo{StatusCode: 200})
+		if s := status(t, b, "a:1"); s.InflightLong != 0 || s.RequestsTotal != 1 {
+			t.Fatalf("after Done: %+v, want the request counted on the draining endpoint", s)
+		}
+	})
 }

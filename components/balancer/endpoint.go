@@ -55,7 +55,6 @@ const (
 // state they share: the class baselines and the traffic clock. It is only
 // used through a pointer.
 type params struct {
-	now       func() time.Time
 	decay     float64 // DecayTime in nanoseconds
 	ejectBase time.Duration
 	ejectMax  time.Duration
@@ -84,11 +83,9 @@ type params struct {
 	skewRouted atomic.Uint64
 }
 
-func (p *params) nowNanos() int64 { return p.now().UnixNano() }
-
 // clock returns both clocks the estimate decays with: wall time in unix
 // nanoseconds and the traffic clock.
-func (p *params) clock() (now, samples int64) { return p.nowNanos(), p.samples.Load() }
+func (p *params) clock() (now, samples int64) { return time.Now().UnixNano(), p.samples.Load() }
 
 // ratio returns sample relative to the baseline of class c. With learn it
 // also moves the baseline towards sample; the first sample of a class sets
@@ -206,16 +203,15 @@ type Endpoint struct {
 	countBase atomic.Uint64
 }
 
-// NewEndpoint returns a standalone endpoint with default settings and the
-// real clock. The Balancer makes its own; this is for fakes of the proxy's
-// Picker in other packages' tests.
+// NewEndpoint returns a standalone endpoint with default settings. The
+// Balancer makes its own; this is for fakes of the proxy's Picker in other
+// packages' tests.
 func NewEndpoint(address string) *Endpoint {
-	d := Config{}.withDefaults()
-	return newEndpoint(address, newParams(d), 1, 0, d.Now().UnixNano())
+	return newEndpoint(address, newParams(Config{}.withDefaults()), 1, 0, time.Now().UnixNano())
 }
 
 func newParams(c Config) *params {
-	p := &params{now: c.Now, decay: float64(c.DecayTime), ejectBase: c.EjectBase, ejectMax: c.EjectMax,
+	p := &params{decay: float64(c.DecayTime), ejectBase: c.EjectBase, ejectMax: c.EjectMax,
 		consecutive: int64(c.ConsecutiveFailures), drainHold: int64(c.DrainHold),
 		overloadPenalty: int64(c.OverloadPenalty), slowStart: float64(c.SlowStart), slowMin: c.SlowStartMinWeight}
 	p.roundStep.Store(roundScale) // one endpoint until Update says otherwise
@@ -410,16 +406,16 @@ func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 	switch {
 	case di.Unavailable:
 		e.streak.Store(0)
-		e.eject(e.p.nowNanos())
+		e.eject(time.Now().UnixNano())
 	case di.Relayed:
 		// Another server's answer, or an error that may be its: it
 		// neither fails nor clears the endpoint (DoneInfo.Relayed).
 	case di.ShuttingDown:
 		// Neither an answer nor a failure: the apiserver is healthy and
 		// leaving on purpose.
-		e.drainFor(e.p.nowNanos())
+		e.drainFor(time.Now().UnixNano())
 	case di.Failed:
-		e.failed(e.p.nowNanos())
+		e.failed(time.Now().UnixNano())
 	case gotResponse && e.failures.Load() != 0:
 		// Only the failure count resets: an ejection in progress runs out,
 		// since a response may come from a request that was picked before
@@ -431,14 +427,14 @@ func (e *Endpoint) finish(k Kind, c Class, di DoneInfo) {
 		e.streak.Store(0)
 	}
 	if di.Overloaded && !di.Relayed {
-		e.overloadFor(e.p.nowNanos())
+		e.overloadFor(time.Now().UnixNano())
 	}
 	// A long request's duration is the client's choice, and long requests
 	// are balanced by open count alone.
 	if k == Long {
 		return
 	}
-	now := e.p.nowNanos()
+	now := time.Now().UnixNano()
 	samples := e.p.samples.Add(e.p.roundStep.Load())
 	e.countServed(now)
 	if di.Latency > 0 && !di.Relayed && !di.DeadlineExpired {

@@ -8,16 +8,12 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
-
-// newClock is the manual clock of these tests.
-func newClock() *testkit.Clock { return testkit.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) }
 
 // seeded returns a deterministic Rand for single-goroutine tests.
 func seeded(seed uint64) func(int) int {
@@ -32,11 +28,11 @@ func endpoints(addrs ...string) []resolver.Endpoint {
 	return out
 }
 
-// newTest returns a balancer over addrs with a fake clock and seeded rand.
-func newTest(t testing.TB, cfg Config, seed uint64, addrs ...string) (*Balancer, *testkit.Clock) {
+// newTest returns a balancer over addrs with a seeded rand. Call it in a
+// synctest bubble: the tests count on time standing still but for their
+// time.Sleeps.
+func newTest(t testing.TB, cfg Config, seed uint64, addrs ...string) *Balancer {
 	t.Helper()
-	clock := newClock()
-	cfg.Now = clock.Now
 	if cfg.Rand == nil {
 		cfg.Rand = seeded(seed)
 	}
@@ -45,18 +41,18 @@ func newTest(t testing.TB, cfg Config, seed uint64, addrs ...string) (*Balancer,
 		t.Fatalf("New: %v", err)
 	}
 	b.Update(endpoints(addrs...))
-	return b, clock
+	return b
 }
 
 // backend says how an endpoint answers one short request.
 type backend func(addr string) (time.Duration, int)
 
 // runSequential plays n requests of a single sequential client: each one is
-// picked, takes its latency on the fake clock, and is done before the next.
-// It returns the number of picks per address.
-func runSequential(t testing.TB, b *Balancer, clock *testkit.Clock, n int, answer backend) map[string]int {
+// picked, sleeps its latency on the bubble's clock, and is done before the
+// next. It returns the number of picks per address.
+func runSequential(t testing.TB, b *Balancer, n int, answer backend) map[string]int {
 	t.Helper()
-	return count(playSequential(t, b, clock, n, nil, func(_ int, addr string, _ Class) (time.Duration, int) { return answer(addr) }))
+	return count(playSequential(t, b, n, nil, func(_ int, addr string, _ Class) (time.Duration, int) { return answer(addr) }))
 }
 
 // scripted says how an endpoint answers the i-th request of a script, of
@@ -66,7 +62,7 @@ type scripted func(i int, addr string, c Class) (time.Duration, int)
 // playSequential is runSequential with a class per request (ClassOther
 // when class is nil) and an answer that may depend on the request's index.
 // It returns the address picked for each request.
-func playSequential(t testing.TB, b *Balancer, clock *testkit.Clock, n int, class func(i int) Class, answer scripted) []string {
+func playSequential(t testing.TB, b *Balancer, n int, class func(i int) Class, answer scripted) []string {
 	t.Helper()
 	picked := make([]string, n)
 	for i := range n {
@@ -80,7 +76,7 @@ func playSequential(t testing.TB, b *Balancer, clock *testkit.Clock, n int, clas
 		}
 		addr := p.Endpoint.Address()
 		lat, code := answer(i, addr, c)
-		clock.Advance(lat)
+		time.Sleep(lat)
 		p.Done(DoneInfo{StatusCode: code, Latency: lat})
 		picked[i] = addr
 	}
@@ -90,10 +86,10 @@ func playSequential(t testing.TB, b *Balancer, clock *testkit.Clock, n int, clas
 // playConcurrent plays n requests from clients closed-loop clients: each
 // client sends its next request as soon as its previous one is done, so
 // requests overlap and in-flight counts matter. Time is simulated on the
-// fake clock, one completion at a time in time order (ties in order of
+// bubble's clock, one completion at a time in time order (ties in order of
 // issue), so the run is deterministic. It returns the address picked for
 // each request, in order of issue.
-func playConcurrent(t testing.TB, b *Balancer, clock *testkit.Clock, clients, n int, class func(i int) Class, answer scripted) []string {
+func playConcurrent(t testing.TB, b *Balancer, clients, n int, class func(i int) Class, answer scripted) []string {
 	t.Helper()
 	type req struct {
 		p    Pick
@@ -117,7 +113,7 @@ func playConcurrent(t testing.TB, b *Balancer, clock *testkit.Clock, clients, n 
 		addr := p.Endpoint.Address()
 		lat, code := answer(i, addr, c)
 		picked = append(picked, addr)
-		open = append(open, req{p: p, lat: lat, code: code, end: clock.Now().UnixNano() + int64(lat), seq: i})
+		open = append(open, req{p: p, lat: lat, code: code, end: time.Now().UnixNano() + int64(lat), seq: i})
 	}
 	for range min(clients, n) {
 		issue()
@@ -131,7 +127,7 @@ func playConcurrent(t testing.TB, b *Balancer, clock *testkit.Clock, clients, n 
 		}
 		r := open[k]
 		open = append(open[:k], open[k+1:]...)
-		clock.Set(time.Unix(0, max(clock.Now().UnixNano(), r.end)))
+		time.Sleep(time.Until(time.Unix(0, r.end))) // no time passes for an end already reached
 		r.p.Done(DoneInfo{StatusCode: r.code, Latency: r.lat})
 		if len(picked) < n {
 			issue()
@@ -163,7 +159,7 @@ func status(t testing.TB, b *Balancer, addr string) EndpointStatus {
 // pickedAddresses picks 200 short and 200 long requests, finishing each,
 // and returns the addresses that were chosen at least once, in address
 // order, comma-separated.
-func pickedAddresses(t *testing.T, b *Balancer, clock *testkit.Clock) string {
+func pickedAddresses(t *testing.T, b *Balancer) string {
 	t.Helper()
 	seen := map[string]bool{}
 	for _, kind := range []Kind{Short, Long} {
@@ -173,7 +169,7 @@ func pickedAddresses(t *testing.T, b *Balancer, clock *testkit.Clock) string {
 				t.Fatalf("Pick: %v", err)
 			}
 			seen[p.Endpoint.Address()] = true
-			clock.Advance(time.Millisecond)
+			time.Sleep(time.Millisecond)
 			p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -56,18 +57,20 @@ func TestEqualBackendsShareEvenly(t *testing.T) {
 	for _, pol := range policies {
 		for _, nt := range equalBackendNoise {
 			t.Run(pol+"/"+nt.name, func(t *testing.T) {
-				for seed := uint64(1); seed <= 20; seed++ {
-					b, clock := newTest(t, Config{Policy: pol}, seed, addrs...)
-					r := rand.New(rand.NewPCG(seed, 7))
-					const n = 3000
-					got := runSequential(t, b, clock, n, func(string) (time.Duration, int) { return nt.noise(r), 200 })
-					for _, a := range addrs {
-						share := 100 * float64(got[a]) / n
-						if share < 100.0/3-5 || share > 100.0/3+5 {
-							t.Errorf("seed %d: %s got %.1f%% of requests, want 33.3%% ± 5 (all: %v)", seed, a, share, got)
+				synctest.Test(t, func(t *testing.T) {
+					for seed := uint64(1); seed <= 20; seed++ {
+						b := newTest(t, Config{Policy: pol}, seed, addrs...)
+						r := rand.New(rand.NewPCG(seed, 7))
+						const n = 3000
+						got := runSequential(t, b, n, func(string) (time.Duration, int) { return nt.noise(r), 200 })
+						for _, a := range addrs {
+							share := 100 * float64(got[a]) / n
+							if share < 100.0/3-5 || share > 100.0/3+5 {
+								t.Errorf("seed %d: %s got %.1f%% of requests, want 33.3%% ± 5 (all: %v)", seed, a, share, got)
+							}
 						}
 					}
-				}
+				})
 			})
 		}
 	}
@@ -77,23 +80,25 @@ func TestEqualBackendsShareEvenly(t *testing.T) {
 // DecayTime×ln 2 (the decayed served counts meet), not until it has served
 // as many requests as its peer did meanwhile, which would be 30s here.
 func TestRecoveredEndpointIsNotFlooded(t *testing.T) {
-	b, clock := newTest(t, Config{EjectBase: 30 * time.Second}, 12, "a:1", "b:1")
-	steady := func(string) (time.Duration, int) { return 10 * time.Millisecond, 200 }
-	runSequential(t, b, clock, 1000, steady)
-	ejectAll(t, b, "a:1")
-	if got := runSequential(t, b, clock, 3000, steady); got["a:1"] != 0 {
-		t.Fatalf("ejected endpoint got %d requests", got["a:1"])
-	}
-	// 30s passed at 10ms a request: a is back.
-	got := runSequential(t, b, clock, 1000, steady)
-	if got["b:1"] < 100 {
-		t.Errorf("peer got %d of the 1000 requests after a came back, want at least 100 (all: %v)", got["b:1"], got)
-	}
-	// And it settles back to even shares.
-	got = runSequential(t, b, clock, 1000, steady)
-	if got["a:1"] < 450 || got["a:1"] > 550 {
-		t.Errorf("shares after recovery settled at %v, want 500 ± 50 each", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{EjectBase: 30 * time.Second}, 12, "a:1", "b:1")
+		steady := func(string) (time.Duration, int) { return 10 * time.Millisecond, 200 }
+		runSequential(t, b, 1000, steady)
+		ejectAll(t, b, "a:1")
+		if got := runSequential(t, b, 3000, steady); got["a:1"] != 0 {
+			t.Fatalf("ejected endpoint got %d requests", got["a:1"])
+		}
+		// 30s passed at 10ms a request: a is back.
+		got := runSequential(t, b, 1000, steady)
+		if got["b:1"] < 100 {
+			t.Errorf("peer got %d of the 1000 requests after a came back, want at least 100 (all: %v)", got["b:1"], got)
+		}
+		// And it settles back to even shares.
+		got = runSequential(t, b, 1000, steady)
+		if got["a:1"] < 450 || got["a:1"] > 550 {
+			t.Errorf("shares after recovery settled at %v, want 500 ± 50 each", got)
+		}
+	})
 }
 
 func TestLeastRequestSkewsToFasterBackend(t *testing.T) {
@@ -118,18 +123,20 @@ func TestLeastRequestSkewsToFasterBackend(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var addrs []string
-			jitter := map[string]time.Duration{}
-			for a, d := range tt.base {
-				addrs = append(addrs, a)
-				jitter[a] = d / 10
-			}
-			b, clock := newTest(t, Config{}, 1, addrs...)
-			const n = 3000
-			got := runSequential(t, b, clock, n, noisy(1, tt.base, jitter))
-			if share := float64(got[tt.fast]) / n; share < tt.minShare {
-				t.Errorf("fast backend %s got %.1f%% of requests, want at least %.0f%% (all: %v)", tt.fast, 100*share, 100*tt.minShare, got)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				var addrs []string
+				jitter := map[string]time.Duration{}
+				for a, d := range tt.base {
+					addrs = append(addrs, a)
+					jitter[a] = d / 10
+				}
+				b := newTest(t, Config{}, 1, addrs...)
+				const n = 3000
+				got := runSequential(t, b, n, noisy(1, tt.base, jitter))
+				if share := float64(got[tt.fast]) / n; share < tt.minShare {
+					t.Errorf("fast backend %s got %.1f%% of requests, want at least %.0f%% (all: %v)", tt.fast, 100*share, 100*tt.minShare, got)
+				}
+			})
 		})
 	}
 }
@@ -155,30 +162,32 @@ func TestFastFailuresArePenalised(t *testing.T) {
 	for _, tt := range tests {
 		for _, clients := range []int{1, 8, 32} {
 			t.Run(fmt.Sprintf("%d/%d clients", tt.code, clients), func(t *testing.T) {
-				b, clock := newTest(t, Config{}, 3, addrs...)
-				healthy := noisy(3, map[string]time.Duration{"a:443": 10 * time.Millisecond, "b:443": 10 * time.Millisecond, "c:443": 10 * time.Millisecond},
-					map[string]time.Duration{"a:443": time.Millisecond, "b:443": time.Millisecond, "c:443": time.Millisecond})
-				runSequential(t, b, clock, 300, healthy)
-				const n = 3000
-				failing := func(_ int, addr string, _ Class) (time.Duration, int) {
-					if addr == "b:443" {
-						return time.Millisecond, tt.code
+				synctest.Test(t, func(t *testing.T) {
+					b := newTest(t, Config{}, 3, addrs...)
+					healthy := noisy(3, map[string]time.Duration{"a:443": 10 * time.Millisecond, "b:443": 10 * time.Millisecond, "c:443": 10 * time.Millisecond},
+						map[string]time.Duration{"a:443": time.Millisecond, "b:443": time.Millisecond, "c:443": time.Millisecond})
+					runSequential(t, b, 300, healthy)
+					const n = 3000
+					failing := func(_ int, addr string, _ Class) (time.Duration, int) {
+						if addr == "b:443" {
+							return time.Millisecond, tt.code
+						}
+						return healthy(addr)
 					}
-					return healthy(addr)
-				}
-				var got map[string]int
-				if clients == 1 {
-					got = count(playSequential(t, b, clock, n, nil, failing))
-				} else {
-					got = count(playConcurrent(t, b, clock, clients, n, nil, failing))
-				}
-				share := float64(got["b:443"]) / n
-				if tt.wantBelow > 0 && share >= tt.wantBelow {
-					t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want below %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantBelow, got)
-				}
-				if tt.wantAbove > 0 && share <= tt.wantAbove {
-					t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want above %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantAbove, got)
-				}
+					var got map[string]int
+					if clients == 1 {
+						got = count(playSequential(t, b, n, nil, failing))
+					} else {
+						got = count(playConcurrent(t, b, clients, n, nil, failing))
+					}
+					share := float64(got["b:443"]) / n
+					if tt.wantBelow > 0 && share >= tt.wantBelow {
+						t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want below %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantBelow, got)
+					}
+					if tt.wantAbove > 0 && share <= tt.wantAbove {
+						t.Errorf("backend answering %d in 1ms got %.1f%% of requests, want above %.0f%% (all: %v)", tt.code, 100*share, 100*tt.wantAbove, got)
+					}
+				})
 			})
 		}
 	}
@@ -187,45 +196,47 @@ func TestFastFailuresArePenalised(t *testing.T) {
 func TestLongRequestsBalancedByOpenCount(t *testing.T) {
 	for _, pol := range policies {
 		t.Run(pol, func(t *testing.T) {
-			addrs := []string{"a:443", "b:443", "c:443"}
-			b, clock := newTest(t, Config{Policy: pol}, 11, addrs...)
-			// Skew the latency estimates: long requests must ignore them.
-			p, _ := b.Pick(PickInfo{Kind: Short})
-			clock.Advance(500 * time.Millisecond)
-			p.Done(DoneInfo{StatusCode: 200, Latency: 500 * time.Millisecond})
-			before := map[string]float64{}
-			for _, s := range b.Endpoints() {
-				before[s.Address] = s.LatencyScore
-			}
+			synctest.Test(t, func(t *testing.T) {
+				addrs := []string{"a:443", "b:443", "c:443"}
+				b := newTest(t, Config{Policy: pol}, 11, addrs...)
+				// Skew the latency estimates: long requests must ignore them.
+				p, _ := b.Pick(PickInfo{Kind: Short})
+				time.Sleep(500 * time.Millisecond)
+				p.Done(DoneInfo{StatusCode: 200, Latency: 500 * time.Millisecond})
+				before := map[string]float64{}
+				for _, s := range b.Endpoints() {
+					before[s.Address] = s.LatencyScore
+				}
 
-			var picks []Pick
-			for range 30 {
-				p, err := b.Pick(PickInfo{Kind: Long})
-				if err != nil {
-					t.Fatal(err)
+				var picks []Pick
+				for range 30 {
+					p, err := b.Pick(PickInfo{Kind: Long})
+					if err != nil {
+						t.Fatal(err)
+					}
+					picks = append(picks, p)
 				}
-				picks = append(picks, p)
-			}
-			for _, s := range b.Endpoints() {
-				if s.InflightLong < 9 || s.InflightLong > 11 {
-					t.Errorf("%s has %d open long requests, want 10 ± 1 (all: %+v)", s.Address, s.InflightLong, b.Endpoints())
+				for _, s := range b.Endpoints() {
+					if s.InflightLong < 9 || s.InflightLong > 11 {
+						t.Errorf("%s has %d open long requests, want 10 ± 1 (all: %+v)", s.Address, s.InflightLong, b.Endpoints())
+					}
+					if s.InflightShort != 0 {
+						t.Errorf("%s has %d short requests in flight, want 0", s.Address, s.InflightShort)
+					}
 				}
-				if s.InflightShort != 0 {
-					t.Errorf("%s has %d short requests in flight, want 0", s.Address, s.InflightShort)
+				// Ending watches, even with a latency, leaves the estimate alone.
+				for _, p := range picks {
+					p.Done(DoneInfo{StatusCode: 200, Latency: time.Hour})
 				}
-			}
-			// Ending watches, even with a latency, leaves the estimate alone.
-			for _, p := range picks {
-				p.Done(DoneInfo{StatusCode: 200, Latency: time.Hour})
-			}
-			for _, s := range b.Endpoints() {
-				if s.LatencyScore != before[s.Address] {
-					t.Errorf("%s latency estimate moved from %v to %v after long requests", s.Address, before[s.Address], s.LatencyScore)
+				for _, s := range b.Endpoints() {
+					if s.LatencyScore != before[s.Address] {
+						t.Errorf("%s latency estimate moved from %v to %v after long requests", s.Address, before[s.Address], s.LatencyScore)
+					}
+					if s.InflightLong != 0 {
+						t.Errorf("%s has %d open long requests after Done, want 0", s.Address, s.InflightLong)
+					}
 				}
-				if s.InflightLong != 0 {
-					t.Errorf("%s has %d open long requests after Done, want 0", s.Address, s.InflightLong)
-				}
-			}
+			})
 		})
 	}
 }
@@ -233,28 +244,30 @@ func TestLongRequestsBalancedByOpenCount(t *testing.T) {
 // Long requests fill the emptiest endpoint first, even when it is the
 // slowest.
 func TestLongRequestsFillEmptiestEndpoint(t *testing.T) {
-	b, _ := newTest(t, Config{}, 5, "a:443", "b:443", "c:443")
-	var onC []Pick
-	for range 6 {
-		p, _ := b.Pick(PickInfo{Kind: Long})
-		if p.Endpoint.Address() == "c:443" {
-			onC = append(onC, p)
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{}, 5, "a:443", "b:443", "c:443")
+		var onC []Pick
+		for range 6 {
+			p, _ := b.Pick(PickInfo{Kind: Long})
+			if p.Endpoint.Address() == "c:443" {
+				onC = append(onC, p)
+			}
 		}
-	}
-	if len(onC) != 2 {
-		t.Fatalf("6 long picks put %d on c:443, want 2 (%+v)", len(onC), b.Endpoints())
-	}
-	for _, p := range onC {
-		p.Done(DoneInfo{StatusCode: 200})
-		p.Endpoint.score.Store(math.Float64bits(100))
-	}
-	// Now a and b hold 2 watches each, c none: the next two go to c.
-	for i := range 2 {
-		p, _ := b.Pick(PickInfo{Kind: Long})
-		if got := p.Endpoint.Address(); got != "c:443" {
-			t.Fatalf("long pick %d went to %s, want c:443 with the fewest open (%+v)", i, got, b.Endpoints())
+		if len(onC) != 2 {
+			t.Fatalf("6 long picks put %d on c:443, want 2 (%+v)", len(onC), b.Endpoints())
 		}
-	}
+		for _, p := range onC {
+			p.Done(DoneInfo{StatusCode: 200})
+			p.Endpoint.score.Store(math.Float64bits(100))
+		}
+		// Now a and b hold 2 watches each, c none: the next two go to c.
+		for i := range 2 {
+			p, _ := b.Pick(PickInfo{Kind: Long})
+			if got := p.Endpoint.Address(); got != "c:443" {
+				t.Fatalf("long pick %d went to %s, want c:443 with the fewest open (%+v)", i, got, b.Endpoints())
+			}
+		}
+	})
 }
 
 func TestAvoid(t *testing.T) {
@@ -277,31 +290,33 @@ func TestAvoid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, _ := newTest(t, Config{Policy: tt.policy}, 9, tt.addrs...)
-			ejectAll(t, b, tt.eject...)
-			seen := map[string]int{}
-			for range 200 {
-				p, err := b.Pick(PickInfo{Kind: tt.kind, Avoid: tt.avoid})
-				if err != nil {
-					t.Fatal(err)
+			synctest.Test(t, func(t *testing.T) {
+				b := newTest(t, Config{Policy: tt.policy}, 9, tt.addrs...)
+				ejectAll(t, b, tt.eject...)
+				seen := map[string]int{}
+				for range 200 {
+					p, err := b.Pick(PickInfo{Kind: tt.kind, Avoid: tt.avoid})
+					if err != nil {
+						t.Fatal(err)
+					}
+					seen[p.Endpoint.Address()]++
+					p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
 				}
-				seen[p.Endpoint.Address()]++
-				p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
-			}
-			for a := range seen {
-				ok := false
+				for a := range seen {
+					ok := false
+					for _, w := range tt.want {
+						ok = ok || a == w
+					}
+					if !ok {
+						t.Errorf("picked %s (%d times), want only %v", a, seen[a], tt.want)
+					}
+				}
 				for _, w := range tt.want {
-					ok = ok || a == w
+					if seen[w] == 0 {
+						t.Errorf("never picked %s, want all of %v (saw %v)", w, tt.want, seen)
+					}
 				}
-				if !ok {
-					t.Errorf("picked %s (%d times), want only %v", a, seen[a], tt.want)
-				}
-			}
-			for _, w := range tt.want {
-				if seen[w] == 0 {
-					t.Errorf("never picked %s, want all of %v (saw %v)", w, tt.want, seen)
-				}
-			}
+			})
 		})
 	}
 }
@@ -401,20 +416,22 @@ func TestTie(t *testing.T) {
 // With equal latencies, short requests go to the endpoint with fewer in
 // flight.
 func TestLeastRequestPrefersFewerInFlight(t *testing.T) {
-	b, _ := newTest(t, Config{}, 4, "a:1", "b:1")
-	var held []Pick
-	for range 20 {
-		p, _ := b.Pick(PickInfo{Kind: Short})
-		held = append(held, p)
-	}
-	for _, s := range b.Endpoints() {
-		if s.InflightShort != 10 {
-			t.Errorf("%s has %d in flight, want 10 (all: %+v)", s.Address, s.InflightShort, b.Endpoints())
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{}, 4, "a:1", "b:1")
+		var held []Pick
+		for range 20 {
+			p, _ := b.Pick(PickInfo{Kind: Short})
+			held = append(held, p)
 		}
-	}
-	for _, p := range held {
-		p.Done(DoneInfo{StatusCode: 200})
-	}
+		for _, s := range b.Endpoints() {
+			if s.InflightShort != 10 {
+				t.Errorf("%s has %d in flight, want 10 (all: %+v)", s.Address, s.InflightShort, b.Endpoints())
+			}
+		}
+		for _, p := range held {
+			p.Done(DoneInfo{StatusCode: 200})
+		}
+	})
 }
 
 // TestOnly: Pick with Only returns that endpoint whatever its state and
@@ -435,27 +452,29 @@ func TestOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, _ := newTest(t, Config{}, 9, "a:1", "b:1", "c:1")
-			ejectAll(t, b, tt.eject...)
-			for range 50 {
-				p, err := b.Pick(PickInfo{Only: tt.only, Avoid: tt.avoid})
-				if err != tt.wantErr {
-					t.Fatalf("Pick = %v, want %v", err, tt.wantErr)
+			synctest.Test(t, func(t *testing.T) {
+				b := newTest(t, Config{}, 9, "a:1", "b:1", "c:1")
+				ejectAll(t, b, tt.eject...)
+				for range 50 {
+					p, err := b.Pick(PickInfo{Only: tt.only, Avoid: tt.avoid})
+					if err != tt.wantErr {
+						t.Fatalf("Pick = %v, want %v", err, tt.wantErr)
+					}
+					if err != nil {
+						return
+					}
+					if got := p.Endpoint.Address(); got != tt.only {
+						t.Fatalf("picked %s, want %s", got, tt.only)
+					}
+					if n := p.Endpoint.inflight[0].Load(); n != 1 {
+						t.Errorf("in flight while picked = %d, want 1", n)
+					}
+					p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
+					if n := p.Endpoint.inflight[0].Load(); n != 0 {
+						t.Errorf("in flight after Done = %d, want 0", n)
+					}
 				}
-				if err != nil {
-					return
-				}
-				if got := p.Endpoint.Address(); got != tt.only {
-					t.Fatalf("picked %s, want %s", got, tt.only)
-				}
-				if n := p.Endpoint.inflight[0].Load(); n != 1 {
-					t.Errorf("in flight while picked = %d, want 1", n)
-				}
-				p.Done(DoneInfo{StatusCode: 200, Latency: 10 * time.Millisecond})
-				if n := p.Endpoint.inflight[0].Load(); n != 0 {
-					t.Errorf("in flight after Done = %d, want 0", n)
-				}
-			}
+			})
 		})
 	}
 }

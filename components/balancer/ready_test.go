@@ -3,6 +3,7 @@ package balancer
 import (
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -93,26 +94,28 @@ func TestSetReady(t *testing.T) {
 	for _, pol := range policies {
 		for _, tt := range tests {
 			t.Run(pol+"/"+tt.name, func(t *testing.T) {
-				b, clock := newTest(t, Config{Policy: pol}, 3, "a:1", "b:1", "c:1")
-				ejectAll(t, b, tt.eject...)
-				for _, r := range tt.reports {
-					b.SetReady(r.addr, r.ready)
-				}
-				for _, u := range tt.updates {
-					b.Update(endpoints(u...))
-				}
-				for addr, want := range tt.wantStates {
-					s := status(t, b, addr)
-					if s.State != want || s.ProbeReady != (want != StateNotReady) {
-						t.Errorf("%s: state %q probe_ready %v, want %q", addr, s.State, s.ProbeReady, want)
+				synctest.Test(t, func(t *testing.T) {
+					b := newTest(t, Config{Policy: pol}, 3, "a:1", "b:1", "c:1")
+					ejectAll(t, b, tt.eject...)
+					for _, r := range tt.reports {
+						b.SetReady(r.addr, r.ready)
 					}
-				}
-				if got := b.Ready(); got != tt.wantReady {
-					t.Errorf("Ready() = %v, want %v", got, tt.wantReady)
-				}
-				if g := pickedAddresses(t, b, clock); g != tt.wantPicked {
-					t.Errorf("picked %s, want %s", g, tt.wantPicked)
-				}
+					for _, u := range tt.updates {
+						b.Update(endpoints(u...))
+					}
+					for addr, want := range tt.wantStates {
+						s := status(t, b, addr)
+						if s.State != want || s.ProbeReady != (want != StateNotReady) {
+							t.Errorf("%s: state %q probe_ready %v, want %q", addr, s.State, s.ProbeReady, want)
+						}
+					}
+					if got := b.Ready(); got != tt.wantReady {
+						t.Errorf("Ready() = %v, want %v", got, tt.wantReady)
+					}
+					if g := pickedAddresses(t, b); g != tt.wantPicked {
+						t.Errorf("picked %s, want %s", g, tt.wantPicked)
+					}
+				})
 			})
 		}
 	}
@@ -121,21 +124,24 @@ func TestSetReady(t *testing.T) {
 // TestSetReadyAvoid checks that a retry's Avoid does not bring back a
 // not-ready endpoint while another is usable.
 func TestSetReadyAvoid(t *testing.T) {
-	b, _ := newTest(t, Config{}, 4, "a:1", "b:1")
-	b.SetReady("b:1", false)
-	for range 50 {
-		p, _ := b.Pick(PickInfo{Avoid: "a:1"})
-		if p.Endpoint.Address() != "a:1" {
-			t.Fatalf("picked %s, want the avoided but only ready a:1", p.Endpoint.Address())
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{}, 4, "a:1", "b:1")
+		b.SetReady("b:1", false)
+		for range 50 {
+			p, _ := b.Pick(PickInfo{Avoid: "a:1"})
+			if p.Endpoint.Address() != "a:1" {
+				t.Fatalf("picked %s, want the avoided but only ready a:1", p.Endpoint.Address())
+			}
+			p.Done(DoneInfo{StatusCode: 200})
 		}
-		p.Done(DoneInfo{StatusCode: 200})
-	}
+	})
 }
 
 func TestSetReadyMetrics(t *testing.T) {
-	b, _ := newTest(t, Config{}, 1, "a:1", "b:1")
-	b.SetReady("a:1", false)
-	want := `
+	synctest.Test(t, func(t *testing.T) {
+		b := newTest(t, Config{}, 1, "a:1", "b:1")
+		b.SetReady("a:1", false)
+		want := `
 # HELP fanout_endpoint_ready 1 if the endpoint is eligible for picks, 0 while it is ejected, failing its readiness probe or draining.
 # TYPE fanout_endpoint_ready gauge
 fanout_endpoint_ready{endpoint="a:1"} 0
@@ -147,7 +153,8 @@ fanout_endpoints{state="ejected"} 0
 fanout_endpoints{state="not_ready"} 1
 fanout_endpoints{state="ready"} 1
 `
-	if err := testutil.CollectAndCompare(b.Collector(), strings.NewReader(want), "fanout_endpoint_ready", "fanout_endpoints"); err != nil {
-		t.Error(err)
-	}
+		if err := testutil.CollectAndCompare(b.Collector(), strings.NewReader(want), "fanout_endpoint_ready", "fanout_endpoints"); err != nil {
+			t.Error(err)
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -83,41 +84,43 @@ func TestTransientSpikeCostsLittle(t *testing.T) {
 	const n, at = 3000, 100
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			worstGap, worst := 0, 100.0/3
-			for seed := uint64(1); seed <= 20; seed++ {
-				b, clock := newTest(t, Config{}, seed, threeAddrs...)
-				r := rand.New(rand.NewPCG(seed, 7))
-				spiked, last := 0, -1
-				picked := playSequential(t, b, clock, n, nil, func(i int, addr string, _ Class) (time.Duration, int) {
-					d := tt.noise(r)
-					if i >= at && addr == "a:443" && spiked < tt.spikes {
-						spiked++
-						last = i
-						d *= time.Duration(tt.factor)
+			synctest.Test(t, func(t *testing.T) {
+				worstGap, worst := 0, 100.0/3
+				for seed := uint64(1); seed <= 20; seed++ {
+					b := newTest(t, Config{}, seed, threeAddrs...)
+					r := rand.New(rand.NewPCG(seed, 7))
+					spiked, last := 0, -1
+					picked := playSequential(t, b, n, nil, func(i int, addr string, _ Class) (time.Duration, int) {
+						d := tt.noise(r)
+						if i >= at && addr == "a:443" && spiked < tt.spikes {
+							spiked++
+							last = i
+							d *= time.Duration(tt.factor)
+						}
+						return d, 200
+					})
+					if spiked != tt.spikes {
+						t.Fatalf("seed %d: a:443 got %d spikes, want %d", seed, spiked, tt.spikes)
 					}
-					return d, 200
-				})
-				if spiked != tt.spikes {
-					t.Fatalf("seed %d: a:443 got %d spikes, want %d", seed, spiked, tt.spikes)
-				}
-				gap := -1
-				for i := last + 1; i < n; i++ {
-					if picked[i] == "a:443" {
-						gap = i - last
-						break
+					gap := -1
+					for i := last + 1; i < n; i++ {
+						if picked[i] == "a:443" {
+							gap = i - last
+							break
+						}
+					}
+					if gap < 0 || gap > tt.maxGap {
+						t.Errorf("seed %d: a:443 picked again %d requests after its last spike, want within %d", seed, gap, tt.maxGap)
+					}
+					got := count(picked)
+					checkEven(t, "seed "+strconv.FormatUint(seed, 10), got, n, threeAddrs)
+					worstGap = max(worstGap, gap)
+					if s := worstShare(got, n, threeAddrs); math.Abs(s-100.0/3) > math.Abs(worst-100.0/3) {
+						worst = s
 					}
 				}
-				if gap < 0 || gap > tt.maxGap {
-					t.Errorf("seed %d: a:443 picked again %d requests after its last spike, want within %d", seed, gap, tt.maxGap)
-				}
-				got := count(picked)
-				checkEven(t, "seed "+strconv.FormatUint(seed, 10), got, n, threeAddrs)
-				worstGap = max(worstGap, gap)
-				if s := worstShare(got, n, threeAddrs); math.Abs(s-100.0/3) > math.Abs(worst-100.0/3) {
-					worst = s
-				}
-			}
-			t.Logf("over 20 seeds: back in rotation within %d requests, worst share %.1f%%", worstGap, worst)
+				t.Logf("over 20 seeds: back in rotation within %d requests, worst share %.1f%%", worstGap, worst)
+			})
 		})
 	}
 }
@@ -178,29 +181,31 @@ func TestMixedVerbsShareEvenly(t *testing.T) {
 	const n = 3000
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			worst, worstGap := 100.0/3, 0
-			for seed := uint64(1); seed <= 20; seed++ {
-				b, clock := newTest(t, Config{}, seed, threeAddrs...)
-				r := rand.New(rand.NewPCG(seed, 7))
-				answer := func(_ int, _ string, c Class) (time.Duration, int) { return verbLatency(r, c, tt.listSpread), 200 }
-				var picked []string
-				if tt.clients == 1 {
-					picked = playSequential(t, b, clock, n, kubeVerbs, answer)
-				} else {
-					picked = playConcurrent(t, b, clock, tt.clients, n, kubeVerbs, answer)
+			synctest.Test(t, func(t *testing.T) {
+				worst, worstGap := 100.0/3, 0
+				for seed := uint64(1); seed <= 20; seed++ {
+					b := newTest(t, Config{}, seed, threeAddrs...)
+					r := rand.New(rand.NewPCG(seed, 7))
+					answer := func(_ int, _ string, c Class) (time.Duration, int) { return verbLatency(r, c, tt.listSpread), 200 }
+					var picked []string
+					if tt.clients == 1 {
+						picked = playSequential(t, b, n, kubeVerbs, answer)
+					} else {
+						picked = playConcurrent(t, b, tt.clients, n, kubeVerbs, answer)
+					}
+					got := count(picked)
+					checkEven(t, "seed "+strconv.FormatUint(seed, 10), got, n, threeAddrs)
+					if s := worstShare(got, n, threeAddrs); math.Abs(s-100.0/3) > math.Abs(worst-100.0/3) {
+						worst = s
+					}
+					gap := longestAbsence(picked, threeAddrs)
+					if tt.maxAbsence > 0 && gap > tt.maxAbsence {
+						t.Errorf("seed %d: an endpoint went unpicked for %d requests in a row, want at most %d", seed, gap, tt.maxAbsence)
+					}
+					worstGap = max(worstGap, gap)
 				}
-				got := count(picked)
-				checkEven(t, "seed "+strconv.FormatUint(seed, 10), got, n, threeAddrs)
-				if s := worstShare(got, n, threeAddrs); math.Abs(s-100.0/3) > math.Abs(worst-100.0/3) {
-					worst = s
-				}
-				gap := longestAbsence(picked, threeAddrs)
-				if tt.maxAbsence > 0 && gap > tt.maxAbsence {
-					t.Errorf("seed %d: an endpoint went unpicked for %d requests in a row, want at most %d", seed, gap, tt.maxAbsence)
-				}
-				worstGap = max(worstGap, gap)
-			}
-			t.Logf("over 20 seeds: worst share %.1f%%, longest absence %d requests", worst, worstGap)
+				t.Logf("over 20 seeds: worst share %.1f%%, longest absence %d requests", worst, worstGap)
+			})
 		})
 	}
 }
@@ -226,31 +231,33 @@ func TestPersistentlySlowBackendGetsLess(t *testing.T) {
 	const n = 3000
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			worst := 0.0
-			for seed := uint64(1); seed <= 10; seed++ {
-				b, clock := newTest(t, Config{}, seed, threeAddrs...)
-				r := rand.New(rand.NewPCG(seed, 7))
-				answer := func(_ int, addr string, c Class) (time.Duration, int) {
-					d := verbLatency(r, c, false)
-					if addr == "b:443" {
-						d *= tt.slowdown
+			synctest.Test(t, func(t *testing.T) {
+				worst := 0.0
+				for seed := uint64(1); seed <= 10; seed++ {
+					b := newTest(t, Config{}, seed, threeAddrs...)
+					r := rand.New(rand.NewPCG(seed, 7))
+					answer := func(_ int, addr string, c Class) (time.Duration, int) {
+						d := verbLatency(r, c, false)
+						if addr == "b:443" {
+							d *= tt.slowdown
+						}
+						return d, 200
 					}
-					return d, 200
+					var picked []string
+					if tt.clients == 1 {
+						picked = playSequential(t, b, n, tt.classes, answer)
+					} else {
+						picked = playConcurrent(t, b, tt.clients, n, tt.classes, answer)
+					}
+					got := count(picked)
+					share := 100 * float64(got["b:443"]) / n
+					if share >= tt.maxShare {
+						t.Errorf("seed %d: slow backend got %.1f%% of requests, want below %.0f%% (all: %v)", seed, share, tt.maxShare, got)
+					}
+					worst = max(worst, share)
 				}
-				var picked []string
-				if tt.clients == 1 {
-					picked = playSequential(t, b, clock, n, tt.classes, answer)
-				} else {
-					picked = playConcurrent(t, b, clock, tt.clients, n, tt.classes, answer)
-				}
-				got := count(picked)
-				share := 100 * float64(got["b:443"]) / n
-				if share >= tt.maxShare {
-					t.Errorf("seed %d: slow backend got %.1f%% of requests, want below %.0f%% (all: %v)", seed, share, tt.maxShare, got)
-				}
-				worst = max(worst, share)
-			}
-			t.Logf("over 10 seeds: slow backend got at most %.1f%%", worst)
+				t.Logf("over 10 seeds: slow backend got at most %.1f%%", worst)
+			})
 		})
 	}
 }
@@ -325,16 +332,18 @@ func TestClassBaseline(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, _ := newTest(t, Config{}, 1, "a:1")
-			for i, s := range tt.steps {
-				if got := b.p.ratio(s.class, s.sample, s.learn); math.Abs(got-s.want) > 1e-9 {
-					t.Errorf("step %d: ratio = %v, want %v", i, got, s.want)
+			synctest.Test(t, func(t *testing.T) {
+				b := newTest(t, Config{}, 1, "a:1")
+				for i, s := range tt.steps {
+					if got := b.p.ratio(s.class, s.sample, s.learn); math.Abs(got-s.want) > 1e-9 {
+						t.Errorf("step %d: ratio = %v, want %v", i, got, s.want)
+					}
+					got, ok := b.Baseline(ClassGet)
+					if ok != (s.wantGet != 0) || got != s.wantGet {
+						t.Errorf("step %d: GET baseline = %v, %v; want %v", i, got, ok, s.wantGet)
+					}
 				}
-				got, ok := b.Baseline(ClassGet)
-				if ok != (s.wantGet != 0) || got != s.wantGet {
-					t.Errorf("step %d: GET baseline = %v, %v; want %v", i, got, ok, s.wantGet)
-				}
-			}
+			})
 		})
 	}
 }

@@ -31,7 +31,7 @@ type WatchLoad struct {
 func (b *Balancer) WatchLoads() []WatchLoad {
 	snap := b.current.Load()
 	eps := snap.eps
-	now := b.p.nowNanos()
+	now := time.Now().UnixNano()
 	out := make([]WatchLoad, len(eps))
 	shares := make([]float64, len(eps))
 	b.endpointShares(snap, now, shares)

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -21,11 +22,10 @@ func zoned(specs ...string) []resolver.Endpoint {
 	return out
 }
 
-// newZoned returns a balancer over eps with a fake clock and seeded rand.
+// newZoned returns a balancer over eps with a seeded rand. Call it in a
+// synctest bubble, as newTest.
 func newZoned(t testing.TB, cfg Config, eps []resolver.Endpoint) *Balancer {
 	t.Helper()
-	clock := newClock()
-	cfg.Now = clock.Now
 	if cfg.Rand == nil {
 		cfg.Rand = seeded(7)
 	}
@@ -147,8 +147,10 @@ func TestZoneShares(t *testing.T) {
 	for _, tc := range cases {
 		for _, pol := range policies {
 			t.Run(tc.name+"/"+pol, func(t *testing.T) {
-				cfg := Config{Policy: pol, Zone: tc.zone, ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}
-				checkZoneShares(t, newZoned(t, cfg, tc.eps), tc.want)
+				synctest.Test(t, func(t *testing.T) {
+					cfg := Config{Policy: pol, Zone: tc.zone, ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}
+					checkZoneShares(t, newZoned(t, cfg, tc.eps), tc.want)
+				})
 			})
 		}
 	}
@@ -188,10 +190,12 @@ func TestZoneLocalEndpointsDown(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{Zone: "a", ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}
-			b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "x:1@b"))
-			tc.down(t, b)
-			checkZoneShares(t, b, tc.want)
+			synctest.Test(t, func(t *testing.T) {
+				cfg := Config{Zone: "a", ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}
+				b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "x:1@b"))
+				tc.down(t, b)
+				checkZoneShares(t, b, tc.want)
+			})
 		})
 	}
 }
@@ -214,21 +218,23 @@ func TestZoneRetryStaysInZone(t *testing.T) {
 	} {
 		for _, kind := range []Kind{Short, Long} {
 			t.Run(tc.name+"/"+kind.String(), func(t *testing.T) {
-				b := newZoned(t, Config{Zone: "a", ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}, tc.eps)
-				got := map[string]float64{}
-				for range 1000 {
-					p, err := b.Pick(PickInfo{Kind: kind, Avoid: "a1:1"})
-					if err != nil {
-						t.Fatal(err)
+				synctest.Test(t, func(t *testing.T) {
+					b := newZoned(t, Config{Zone: "a", ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}, tc.eps)
+					got := map[string]float64{}
+					for range 1000 {
+						p, err := b.Pick(PickInfo{Kind: kind, Avoid: "a1:1"})
+						if err != nil {
+							t.Fatal(err)
+						}
+						got[p.Endpoint.Address()] += 1.0 / 1000
+						p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
 					}
-					got[p.Endpoint.Address()] += 1.0 / 1000
-					p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
-				}
-				// Ties among idle watches go by a random start of the
-				// scan, which favours the endpoint after the avoided one.
-				if !near(got, tc.want, 0.2) {
-					t.Errorf("retries avoiding a1 went %v, want %v", got, tc.want)
-				}
+					// Ties among idle watches go by a random start of the
+					// scan, which favours the endpoint after the avoided one.
+					if !near(got, tc.want, 0.2) {
+						t.Errorf("retries avoiding a1 went %v, want %v", got, tc.want)
+					}
+				})
 			})
 		}
 	}
@@ -242,81 +248,87 @@ func TestZoneRetryStaysInZone(t *testing.T) {
 // zone a's clients put 1/2 × 4/5 / 2 = 1/5 on each a, and 1/2 × 2/15 / 2
 // = 1/30 on each b; b's own clients 1/3 / 2 = 1/6; 1/30 + 1/6 = 1/5.
 func TestZoneSpillProportionalToDeficit(t *testing.T) {
-	cfg := Config{Zone: "a", ZonePolicy: ZonePolicySpillOver, ZoneMinEndpoints: 1}
-	b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "a3:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
-	ejectOnly(t, b, "a3:1")
-	want := map[string]float64{"a1:1": .4, "a2:1": .4, "b1:1": 1.0 / 15, "b2:1": 1.0 / 15, "c1:1": 1.0 / 15}
-	if got := loadShares(b); !near(got, want, 1e-9) {
-		t.Errorf("target shares %v, want %v", got, want)
-	}
-	if got := shortShares(t, b, 10000); !near(got, want, 0.02) {
-		t.Errorf("short requests went %v, want %v ± 2 points", got, want)
-	}
-	// Nothing lost: with all back the zone keeps everything again.
-	b.Update(zoned("a1:1@a", "a2:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
-	want = map[string]float64{"a1:1": .5, "a2:1": .5}
-	// 2/5 of the capacity for 2/5 of the demand: nothing spills.
-	if got := loadShares(b); !near(got, want, 1e-9) {
-		t.Errorf("after removing a3: target shares %v, want %v", got, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Zone: "a", ZonePolicy: ZonePolicySpillOver, ZoneMinEndpoints: 1}
+		b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "a3:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
+		ejectOnly(t, b, "a3:1")
+		want := map[string]float64{"a1:1": .4, "a2:1": .4, "b1:1": 1.0 / 15, "b2:1": 1.0 / 15, "c1:1": 1.0 / 15}
+		if got := loadShares(b); !near(got, want, 1e-9) {
+			t.Errorf("target shares %v, want %v", got, want)
+		}
+		if got := shortShares(t, b, 10000); !near(got, want, 0.02) {
+			t.Errorf("short requests went %v, want %v ± 2 points", got, want)
+		}
+		// Nothing lost: with all back the zone keeps everything again.
+		b.Update(zoned("a1:1@a", "a2:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
+		want = map[string]float64{"a1:1": .5, "a2:1": .5}
+		// 2/5 of the capacity for 2/5 of the demand: nothing spills.
+		if got := loadShares(b); !near(got, want, 1e-9) {
+			t.Errorf("after removing a3: target shares %v, want %v", got, want)
+		}
+	})
 }
 
 // TestZoneOverloadSpills: an overload penalty counts against the zone's
 // capacity, so spill-over sends part of the traffic away from a zone
 // whose apiservers turn requests away.
 func TestZoneOverloadSpills(t *testing.T) {
-	cfg := Config{Zone: "a", ZonePolicy: ZonePolicySpillOver, ZoneMinEndpoints: 1}
-	b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "x:1@b"))
-	for _, a := range []string{"a1:1", "a2:1"} {
-		p, err := b.Pick(PickInfo{Only: a})
-		if err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		cfg := Config{Zone: "a", ZonePolicy: ZonePolicySpillOver, ZoneMinEndpoints: 1}
+		b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "x:1@b"))
+		for _, a := range []string{"a1:1", "a2:1"} {
+			p, err := b.Pick(PickInfo{Only: a})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Done(DoneInfo{StatusCode: 429, Overloaded: true, Latency: time.Millisecond})
 		}
-		p.Done(DoneInfo{StatusCode: 429, Overloaded: true, Latency: time.Millisecond})
-	}
-	// Capacity a = 2/4, b = 1: u = 1/3 for d = 2/3, so half stays.
-	want := map[string]float64{"a1:1": .25, "a2:1": .25, "x:1": .5}
-	if got := loadShares(b); !near(got, want, 1e-9) {
-		t.Errorf("target shares %v, want %v", got, want)
-	}
+		// Capacity a = 2/4, b = 1: u = 1/3 for d = 2/3, so half stays.
+		want := map[string]float64{"a1:1": .25, "a2:1": .25, "x:1": .5}
+		if got := loadShares(b); !near(got, want, 1e-9) {
+			t.Errorf("target shares %v, want %v", got, want)
+		}
+	})
 }
 
 // TestZoneRequestsMetric: fanout_zone_requests_total counts finished
 // requests by locality, keeps the counts of removed endpoints, and counts
 // nothing while the own zone is unknown.
 func TestZoneRequestsMetric(t *testing.T) {
-	b := newZoned(t, Config{Zone: "a"}, zoned("a1:1@a", "x:1@b"))
-	done := func(addr string, n int) {
-		for range n {
-			p, err := b.Pick(PickInfo{Only: addr})
-			if err != nil {
-				t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		b := newZoned(t, Config{Zone: "a"}, zoned("a1:1@a", "x:1@b"))
+		done := func(addr string, n int) {
+			for range n {
+				p, err := b.Pick(PickInfo{Only: addr})
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
 			}
-			p.Done(DoneInfo{StatusCode: 200, Latency: time.Millisecond})
 		}
-	}
-	done("a1:1", 3)
-	done("x:1", 2)
-	b.Update(zoned("a1:1@a")) // x leaves with its 2
-	done("a1:1", 1)
-	b.Update(zoned("a1:1@c")) // a1 moves out of the zone: its 4 stay local
-	done("a1:1", 5)
-	want := `
+		done("a1:1", 3)
+		done("x:1", 2)
+		b.Update(zoned("a1:1@a")) // x leaves with its 2
+		done("a1:1", 1)
+		b.Update(zoned("a1:1@c")) // a1 moves out of the zone: its 4 stay local
+		done("a1:1", 5)
+		want := `
 # HELP fanout_zone_requests_total Finished requests by the locality of the kube-apiserver that served them: local (in fanout's own zone, --zone) or remote. Nothing is counted while fanout's zone is unknown.
 # TYPE fanout_zone_requests_total counter
 fanout_zone_requests_total{locality="local"} 4
 fanout_zone_requests_total{locality="remote"} 7
 `
-	if err := testutil.CollectAndCompare(b.Collector(), strings.NewReader(want), "fanout_zone_requests_total"); err != nil {
-		t.Error(err)
-	}
+		if err := testutil.CollectAndCompare(b.Collector(), strings.NewReader(want), "fanout_zone_requests_total"); err != nil {
+			t.Error(err)
+		}
 
-	unknown := newZoned(t, Config{}, zoned("a1:1@a"))
-	p, _ := unknown.Pick(PickInfo{})
-	p.Done(DoneInfo{StatusCode: 200})
-	if err := testutil.CollectAndCompare(unknown.Collector(), strings.NewReader(strings.NewReplacer(" 4\n", " 0\n", " 7\n", " 0\n").Replace(want)), "fanout_zone_requests_total"); err != nil {
-		t.Errorf("zone unknown: %v", err)
-	}
+		unknown := newZoned(t, Config{}, zoned("a1:1@a"))
+		p, _ := unknown.Pick(PickInfo{})
+		p.Done(DoneInfo{StatusCode: 200})
+		if err := testutil.CollectAndCompare(unknown.Collector(), strings.NewReader(strings.NewReplacer(" 4\n", " 0\n", " 7\n", " 0\n").Replace(want)), "fanout_zone_requests_total"); err != nil {
+			t.Errorf("zone unknown: %v", err)
+		}
+	})
 }
 
 func TestZoneValidate(t *testing.T) {

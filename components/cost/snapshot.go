@@ -128,7 +128,7 @@ func (t *Table) Snapshot() Snapshot {
 	}
 	return Snapshot{
 		Since:     t.since.UTC(),
-		Now:       t.now().UTC(),
+		Now:       time.Now().UTC(),
 		Capacity:  t.size,
 		Evictions: evictions,
 		Rows:      rows,

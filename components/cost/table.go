@@ -66,7 +66,6 @@ const maxCachedUserAgent = 1024
 type Table struct {
 	size  int
 	since time.Time
-	now   func() time.Time
 
 	mu        sync.Mutex
 	rows      *simplelru.LRU[Key, *Row]
@@ -75,19 +74,15 @@ type Table struct {
 	other     Row
 }
 
-// New returns the table of c, nil when c.Size is 0. now is the clock (nil
-// means time.Now).
-func New(c Config, now func() time.Time) (*Table, error) {
+// New returns the table of c, nil when c.Size is 0.
+func New(c Config) (*Table, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	if c.Size == 0 {
 		return nil, nil
 	}
-	if now == nil {
-		now = time.Now
-	}
-	t := &Table{size: c.Size, since: now(), now: now}
+	t := &Table{size: c.Size, since: time.Now()}
 	t.other.key = Key{Component: Other}
 	var err error
 	if t.rows, err = simplelru.NewLRU(c.Size, t.evictedLocked); err != nil {

@@ -27,7 +27,7 @@ func infoOf(t testing.TB, method, target string) *reqinfo.Info {
 
 func newTable(t testing.TB, size int) *Table {
 	t.Helper()
-	tab, err := New(Config{Size: size, MetricsTop: min(size, DefaultMetricsTop)}, nil)
+	tab, err := New(Config{Size: size, MetricsTop: min(size, DefaultMetricsTop)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%+v: %v", c, err)
 		}
 	}
-	if tab, err := New(Config{}, nil); tab != nil || err != nil {
+	if tab, err := New(Config{}); tab != nil || err != nil {
 		t.Errorf("New with Size 0 = %v, %v; want the nil table (off)", tab, err)
 	}
 }

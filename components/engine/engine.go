@@ -267,15 +267,6 @@ func (c Config) withDefaults() Config {
 	if c.Transport.ServerName == "" {
 		c.Transport.ServerName = c.Upstream.ServerName
 	}
-	if c.Transport.Now == nil {
-		c.Transport.Now = c.Clock.Now
-	}
-	if c.Balancer.Now == nil {
-		c.Balancer.Now = c.Clock.Now
-	}
-	if c.Proxy.Now == nil {
-		c.Proxy.Now = c.Clock.Now
-	}
 	if c.Proxy.Log == nil {
 		c.Proxy.Log = c.Log
 	}
@@ -378,7 +369,7 @@ func (e *Engine) build() error {
 		}
 		proxyCfg.Rebalancer = e.rebalancer
 	}
-	e.cost, err = cost.New(cfg.Cost, cfg.Clock.Now)
+	e.cost, err = cost.New(cfg.Cost)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/fanout-dev/fanout/certs"
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/proxy"
-	"github.com/fanout-dev/fanout/internal/clock"
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
@@ -340,22 +339,3 @@ func TestUpgradesAreDialed(t *testing.T) {
 	}
 }
 
-// TestOneClock: the engine hands its Clock to every part that waits on
-// time and its Now to every part that only reads it, so that all of them
-// agree on what time it is; nil is the real clock.
-func TestOneClock(t *testing.T) {
-	at := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
-	clk := testkit.NewClock(at)
-	c := Config{Upstream: &certs.Upstream{}, Clock: clk}.withDefaults()
-	for name, now := range map[string]func() time.Time{
-		"Transport": c.Transport.Now, "Balancer": c.Balancer.Now,
-		"Proxy": c.Proxy.Now,
-	} {
-		if got := now(); !got.Equal(at) {
-			t.Errorf("%s.Now() = %v, want the engine's clock (%v)", name, got, at)
-		}
-	}
-	if d := (Config{Upstream: &certs.Upstream{}}).withDefaults(); d.Clock != clock.Real {
-		t.Errorf("a nil Clock gives %v, want clock.Real", d.Clock)
-	}
-}

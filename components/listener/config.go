@@ -104,9 +104,6 @@ type Config struct {
 	// Log takes the lines net/http writes itself (a failed TLS handshake,
 	// an accept error); nil discards them.
 	Log *slog.Logger
-
-	// Now is the clock; nil means time.Now. Tests inject a fake clock.
-	Now func() time.Time
 }
 
 // Defaults of Config.
@@ -280,9 +277,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return c
 }

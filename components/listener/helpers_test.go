@@ -25,7 +25,7 @@ func startProxy(t *testing.T, cfg Config, p *proxytest.Picker, u proxy.Upstream,
 	if cfg.ListenAddress == "" {
 		cfg.ListenAddress = "127.0.0.1:0"
 	}
-	h := proxy.New(proxy.Config{Now: cfg.Now}, p, u, nil)
+	h := proxy.New(proxy.Config{}, p, u, nil)
 	s := New(cfg, h, m)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)

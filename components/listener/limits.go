@@ -42,8 +42,8 @@ const (
 // would otherwise hold a --max-long-running slot for good. Upgrades are
 // exempt: exec and port-forward stream their input over the hijacked
 // connection for as long as they run.
-func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Duration, now func() time.Time, m *Metrics) *limits {
-	l := &limits{next: next, maxShort: int64(maxShort), maxLong: int64(maxLong), bodyTimeout: bodyTimeout, now: now, m: m}
+func withLimits(next http.Handler, maxShort, maxLong int, bodyTimeout time.Duration, m *Metrics) *limits {
+	l := &limits{next: next, maxShort: int64(maxShort), maxLong: int64(maxLong), bodyTimeout: bodyTimeout, m: m}
 	l.short.gauge = m.inflight.WithLabelValues(balancer.Short.String())
 	l.long.gauge = m.inflight.WithLabelValues(balancer.Long.String())
 	return l
@@ -56,7 +56,6 @@ type limits struct {
 	short, long       slots
 	maxShort, maxLong int64
 	bodyTimeout       time.Duration
-	now               func() time.Time
 	m                 *Metrics
 }
 
@@ -114,7 +113,7 @@ func (l *limits) serve(w http.ResponseWriter, r *http.Request, req *reqinfo.Requ
 	next := l.next
 	if !req.Upgrade && l.bodyTimeout > 0 && hasBody(r) {
 		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(l.now().Add(l.bodyTimeout)); err == nil {
+		if err := rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)); err == nil {
 			b := &deadlineBody{ReadCloser: r.Body, rc: rc, rejected: m.rejected.WithLabelValues(rejectBodyTimeout), left: r.ContentLength}
 			r.Body = b
 			next.ServeHTTP(w, r)

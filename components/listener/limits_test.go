@@ -473,7 +473,7 @@ func TestEdgeClassifiesOnce(t *testing.T) {
 		longWhileServed = testutil.ToFloat64(m.inflight.WithLabelValues("long"))
 		h.ServeHTTP(w, r)
 	})
-	edge := withRequestInfo(withLimits(served, 1, 1, 0, time.Now, m), time.Now)
+	edge := withRequestInfo(withLimits(served, 1, 1, 0, m))
 	req := httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=true", nil)
 	rec := httptest.NewRecorder()
 	edge.ServeHTTP(rec, req)

@@ -103,7 +103,7 @@ func New(cfg Config, h Handler, m *Metrics) *Server {
 		Addr: cfg.ListenAddress,
 		// Classified once, here at the edge; everything behind reads it.
 		Handler: withHeaderBudget(withRequestInfo(withLimits(WithRejectProxyRequests(handler), cfg.MaxInflight, cfg.MaxLongRunning,
-			cfg.RequestBodyTimeout, cfg.Now, m), cfg.Now), headers, cfg.ownH1()),
+			cfg.RequestBodyTimeout, m)), headers, cfg.ownH1()),
 		TLSConfig:         cfg.TLS,
 		ErrorLog:          log.New(serverLogWriter{cfg.Log}, "", 0),
 		Protocols:         &protocols,
@@ -159,9 +159,9 @@ func (s *Server) awaitAccept() bool {
 // result in the request's context (reqinfo.WithRequest), where the limits,
 // the handler, the forwarder, the watch hook and the metrics read it. It
 // also ends the request (endRequest), once, for everything behind.
-func withRequestInfo(next limitedHandler, now func() time.Time) http.Handler {
+func withRequestInfo(next limitedHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, req := reqinfo.WithRequest(r.Context(), reqinfo.New(r), now())
+		ctx, req := reqinfo.WithRequest(r.Context(), reqinfo.New(r), time.Now())
 		defer endRequest(w, req)
 		next.serve(w, r.WithContext(ctx), req)
 	})

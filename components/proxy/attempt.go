@@ -138,7 +138,7 @@ func (a *attempts) run() (answer, error) {
 		if err != nil {
 			switch {
 			case a.held != nil:
-				return answer{resp: a.held, addr: a.heldAddr, headers: h.now()}, nil
+				return answer{resp: a.held, addr: a.heldAddr, headers: time.Now()}, nil
 			case a.first != nil:
 				// The retry found nothing; the first failure is the story.
 				return answer{}, a.first
@@ -165,10 +165,10 @@ func (a *attempts) run() (answer, error) {
 		addr := pick.Endpoint.Address()
 		st.endpoint = addr
 
-		sent := h.now()
+		sent := time.Now()
 		resp, err := a.send(addr)
 		if err == nil {
-			headers := h.now()
+			headers := time.Now()
 			v := verdictAnswer
 			if !st.Origin.Relayed() && a.upgrade == nil {
 				// Only kube-apiserver's own rejections are verdicts; a

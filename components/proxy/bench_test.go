@@ -23,7 +23,7 @@ func BenchmarkServeShort(b *testing.B) { benchServeShort(b, Config{}) }
 // BenchmarkServeShortCost is BenchmarkServeShort reporting to a cost
 // table: the difference is the table's cost per request (docs/cost.md).
 func BenchmarkServeShortCost(b *testing.B) {
-	tab, err := cost.New(cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop}, nil)
+	tab, err := cost.New(cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop})
 	if err != nil {
 		b.Fatal(err)
 	}

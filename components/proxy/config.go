@@ -77,9 +77,6 @@ type Config struct {
 	// apiservers' addresses. Upgrades (exec, attach, port-forward) pass
 	// their answer through as it came and carry neither.
 	EndpointHeader bool
-
-	// Now is the clock; nil means time.Now. Tests inject a fake clock.
-	Now func() time.Time
 }
 
 // CostTable is where the Handler reports what each request cost; it is
@@ -178,9 +175,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return c
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 )
@@ -36,7 +37,7 @@ func (h *Handler) costEnded(ua string, st *reqState) {
 		return
 	}
 	o := &st.outcome
-	o.Elapsed = h.now().Sub(st.Start)
+	o.Elapsed = time.Since(st.Start)
 	o.Received = st.received.Load()
 	switch {
 	case st.costRow != nil:

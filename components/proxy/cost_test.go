@@ -47,7 +47,7 @@ func TestCostTable(t *testing.T) {
 	// The first endpoint is not there: every request is retried once, on
 	// addr.
 	p := proxytest.NewPicker("10.255.0.1:6443", addr)
-	tab, err := cost.New(cost.Config{Size: 100, MetricsTop: 10}, nil)
+	tab, err := cost.New(cost.Config{Size: 100, MetricsTop: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestCostTable(t *testing.T) {
 // TestShortRequestAllocationsWithCost: the cost table adds no allocation
 // to a short request (allocsShortHandler, as without it).
 func TestShortRequestAllocationsWithCost(t *testing.T) {
-	tab, err := cost.New(cost.Config{Size: 100, MetricsTop: 10}, nil)
+	tab, err := cost.New(cost.Config{Size: 100, MetricsTop: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,9 @@
 package proxy
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // Discovery answers discovery requests itself while the endpoints serve
 // different APIs (components/apis: the union of their discovery);
@@ -20,7 +23,7 @@ func (h *Handler) answerDiscovery(out *http.Request, st *reqState) *http.Respons
 	}
 	resp := h.discovery.Answer(out)
 	if resp != nil {
-		h.metrics.answered(st.Kind, resp.StatusCode, "", h.now().Sub(st.Start))
+		h.metrics.answered(st.Kind, resp.StatusCode, "", time.Since(st.Start))
 		h.costAnswered(out.Header, st, resp.StatusCode, false)
 	}
 	return resp

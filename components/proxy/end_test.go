@@ -51,7 +51,7 @@ func startWatchEnd(t *testing.T, h1 string) *watchEndFixture {
 	f.m, _ = NewMetrics(nil)
 	lm, _ := listener.NewMetrics(nil)
 	var err error
-	f.tab, err = cost.New(cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop}, nil)
+	f.tab, err = cost.New(cost.Config{Size: cost.DefaultSize, MetricsTop: cost.DefaultMetricsTop})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,8 +94,6 @@ type Handler struct {
 	// endpointHeader names the answering endpoint on each answer
 	// (Config.EndpointHeader).
 	endpointHeader bool
-
-	now func() time.Time
 }
 
 // New builds the Handler. m may be nil for unregistered metrics.
@@ -110,12 +108,11 @@ func New(cfg Config, p Picker, u Upstream, m *Metrics) *Handler {
 		metrics:        m,
 		endpointHeader: cfg.EndpointHeader,
 		maxBody:        cfg.MaxReplayBody,
-		now:            cfg.Now,
 		upgrader:       cfg.Upgrades,
 		watch:          watch.NewHook(cfg.Rebalancer),
 		cost:           cfg.Cost,
 		log:            cfg.Log,
-		budget:         newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window, cfg.Now),
+		budget:         newRetryBudget(cfg.RetryBudget.Ratio, cfg.RetryBudget.Min, cfg.RetryBudget.Window),
 	}
 	h.discovery = cfg.Discovery
 	h.replay = budget.New(cfg.ReplayBudget, m.replayUsed, m.replayExhausted)
@@ -178,13 +175,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Served without the listener's edge: classify here, once, as
 		// the edge would have, and end the request here too.
 		var ctx context.Context
-		ctx, req = reqinfo.WithRequest(r.Context(), reqinfo.New(r), h.now())
+		ctx, req = reqinfo.WithRequest(r.Context(), reqinfo.New(r), time.Now())
 		r = r.WithContext(ctx)
 		defer endRequest(w, req)
 	}
 	st := h.newState(req)
 	if h.stopping.Load() {
-		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", h.now().Sub(st.Start))
+		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", time.Since(st.Start))
 		writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
 			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
 		st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
@@ -746,7 +743,7 @@ func (s *bodySet) stopAll() {
 func (h *Handler) handleError(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateFrom(r.Context())
 	code, reason, msg := describeError(r.Context(), err)
-	h.metrics.answered(st.Kind, code, st.endpoint, h.now().Sub(st.Start))
+	h.metrics.answered(st.Kind, code, st.endpoint, time.Since(st.Start))
 	h.costAnswered(r.Header, st, code, fanoutFailed(code))
 	if code == statusClientClosedRequest {
 		return // nobody is listening

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,53 +25,62 @@ import (
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
+// TestForwardsRequestAndReportsDone runs the handler in a synctest bubble
+// before an in-memory apiserver, so that the latency it reports is exact:
+// from sending the request to the answer's headers, not to its body.
 func TestForwardsRequestAndReportsDone(t *testing.T) {
-	type seen struct {
-		method, uri, host, body string
-		tls                     bool
-	}
-	got := make(chan seen, 1)
-	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		got <- seen{r.Method, r.RequestURI, r.Host, string(b), r.TLS != nil}
-		w.Header().Set("X-From", "apiserver")
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, `{"kind":"Pod"}`)
-	}), false)
-	p := proxytest.NewPicker(addr)
-	u := proxytest.NewUpstream()
-	u.Set(addr, rt)
-	clock := &stepClock{t: time.Unix(1000, 0), step: 10 * time.Millisecond}
-	_, _, base := startProxy(t, Config{Now: clock.Now}, p, u, nil)
+	synctest.Test(t, func(t *testing.T) {
+		type seen struct {
+			method, uri, host, body string
+			tls                     bool
+		}
+		const headersAfter = 10 * time.Millisecond
+		got := make(chan seen, 1)
+		srv := httptest.NewTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			got <- seen{r.Method, r.RequestURI, r.Host, string(b), r.TLS != nil}
+			time.Sleep(headersAfter)
+			w.Header().Set("X-From", "apiserver")
+			w.WriteHeader(http.StatusCreated)
+			w.(http.Flusher).Flush()
+			time.Sleep(headersAfter) // the body comes later: not part of the latency
+			io.WriteString(w, `{"kind":"Pod"}`)
+		}))
+		srv.EnableHTTP2 = true
+		const addr = "10.0.0.1:6443"
+		p := proxytest.NewPicker(addr)
+		u := proxytest.NewUpstream()
+		u.Set(addr, srv.Client().Transport)
+		h := New(Config{}, p, u, nil)
 
-	target := "/api/v1/namespaces/a%2Fb/pods?labelSelector=app%3Dx&limit=5"
-	resp, err := testkit.NewClient(t, false).Post(base+target, "application/json", strings.NewReader(`{"spec":{}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated || string(body) != `{"kind":"Pod"}` || resp.Header.Get("X-From") != "apiserver" {
-		t.Errorf("response = %d %q X-From=%q, want the apiserver's 201", resp.StatusCode, body, resp.Header.Get("X-From"))
-	}
-	s := <-got
-	want := seen{"POST", target, addr, `{"spec":{}}`, true}
-	if s != want {
-		t.Errorf("apiserver saw %+v, want %+v", s, want)
-	}
-	if calls := u.Calls(); len(calls) != 1 || calls[0] != (proxytest.Call{Addr: addr, Mode: transport.AuthSidecar}) {
-		t.Errorf("upstream calls = %+v, want one sidecar-mode call to %s", calls, addr)
-	}
-	waitDone(t, p, 1)
-	r := p.Records()[0]
-	// The API is kube-apiserver's reading of the decoded path.
-	if r.Info != (balancer.PickInfo{Kind: balancer.Short, Class: balancer.ClassCreate, API: balancer.API{Version: "v1", Resource: "b"}}) {
-		t.Errorf("PickInfo = %+v, want a Short create pick with nothing to avoid", r.Info)
-	}
-	d := r.Dones[0]
-	if d.Err != nil || d.Unavailable || d.StatusCode != http.StatusCreated || d.Latency != clock.step {
-		t.Errorf("DoneInfo = %+v, want status 201, no error and latency %v (one clock step from pick to headers)", d, clock.step)
-	}
+		target := "/api/v1/namespaces/a%2Fb/pods?labelSelector=app%3Dx&limit=5"
+		req := httptest.NewRequest(http.MethodPost, target, strings.NewReader(`{"spec":{}}`))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusCreated || rec.Body.String() != `{"kind":"Pod"}` || rec.Header().Get("X-From") != "apiserver" {
+			t.Errorf("response = %d %q X-From=%q, want the apiserver's 201", rec.Code, rec.Body, rec.Header().Get("X-From"))
+		}
+		s := <-got
+		want := seen{"POST", target, addr, `{"spec":{}}`, true}
+		if s != want {
+			t.Errorf("apiserver saw %+v, want %+v", s, want)
+		}
+		if calls := u.Calls(); len(calls) != 1 || calls[0] != (proxytest.Call{Addr: addr, Mode: transport.AuthSidecar}) {
+			t.Errorf("upstream calls = %+v, want one sidecar-mode call to %s", calls, addr)
+		}
+		waitDone(t, p, 1)
+		p.CheckDoneOnce(t)
+		r := p.Records()[0]
+		// The API is kube-apiserver's reading of the decoded path.
+		if r.Info != (balancer.PickInfo{Kind: balancer.Short, Class: balancer.ClassCreate, API: balancer.API{Version: "v1", Resource: "b"}}) {
+			t.Errorf("PickInfo = %+v, want a Short create pick with nothing to avoid", r.Info)
+		}
+		d := r.Dones[0]
+		if d.Err != nil || d.Unavailable || d.StatusCode != http.StatusCreated || d.Latency != headersAfter {
+			t.Errorf("DoneInfo = %+v, want status 201, no error and latency %v (from sending to the headers)", d, headersAfter)
+		}
+	})
 }
 
 // waitDone waits until n picks reported Done: the reverse proxy closes the

@@ -5,9 +5,7 @@ import (
 	"flag"
 	"io"
 	"net/http"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -44,9 +42,6 @@ func startProxyOn(t *testing.T, lcfg listener.Config, lm *listener.Metrics, cfg 
 	if lcfg.ListenAddress == "" {
 		lcfg.ListenAddress = "127.0.0.1:0"
 	}
-	if lcfg.Now == nil {
-		lcfg.Now = cfg.Now
-	}
 	h := New(cfg, p, u, m)
 	s := listener.New(lcfg, h, lm)
 	if err := s.Start(context.Background()); err != nil {
@@ -61,21 +56,6 @@ func startProxyOn(t *testing.T, lcfg listener.Config, lm *listener.Metrics, cfg 
 		p.CheckDoneOnce(t)
 	})
 	return s, h, "http://" + s.Addr().String()
-}
-
-// stepClock advances by step on every reading, so durations measured
-// between two readings are exact multiples of step.
-type stepClock struct {
-	mu   sync.Mutex
-	t    time.Time
-	step time.Duration
-}
-
-func (c *stepClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(c.step)
-	return c.t
 }
 
 // cancelWatchProxy is a proxy before a backend that answers a watch with

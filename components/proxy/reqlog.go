@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/internal/logging"
@@ -93,7 +94,7 @@ func (h *Handler) logEnded(method string, u *url.URL, ua string, st *reqState) {
 		slog.String("endpoint", st.endpoint),
 		slog.Int("status", st.outcome.Code),
 		slog.Int("attempts", int(st.attempts)),
-		slog.Duration("duration", h.now().Sub(st.Start)),
+		slog.Duration("duration", time.Since(st.Start)),
 	)
 	if st.Kind == balancer.Long && !st.Upgrade {
 		if r := endReason(st.end.Load()); r != endUnknown {

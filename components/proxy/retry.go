@@ -285,7 +285,6 @@ const maxAttempts = 3
 // racing with that reset may be lost. The budget is approximate by design;
 // the request path takes no lock.
 type retryBudget struct {
-	now     func() time.Time
 	ratio   float64
 	min     int64
 	buckets []budgetBucket
@@ -297,9 +296,9 @@ type budgetBucket struct {
 	retries  atomic.Int64
 }
 
-func newRetryBudget(ratio float64, minPerWindow int, window time.Duration, now func() time.Time) *retryBudget {
+func newRetryBudget(ratio float64, minPerWindow int, window time.Duration) *retryBudget {
 	n := max(int(window/time.Second), 1)
-	return &retryBudget{now: now, ratio: ratio, min: int64(minPerWindow), buckets: make([]budgetBucket, n)}
+	return &retryBudget{ratio: ratio, min: int64(minPerWindow), buckets: make([]budgetBucket, n)}
 }
 
 func (b *retryBudget) bucket(sec int64) *budgetBucket {
@@ -318,12 +317,12 @@ func (b *retryBudget) bucket(sec int64) *budgetBucket {
 }
 
 // request counts one request from a client.
-func (b *retryBudget) request() { b.bucket(b.now().Unix()).requests.Add(1) }
+func (b *retryBudget) request() { b.bucket(time.Now().Unix()).requests.Add(1) }
 
 // allow reports whether one more retry fits in the budget, without
 // spending it.
 func (b *retryBudget) allow() bool {
-	sec := b.now().Unix()
+	sec := time.Now().Unix()
 	var requests, retries int64
 	for i := range b.buckets {
 		bk := &b.buckets[i]
@@ -336,7 +335,7 @@ func (b *retryBudget) allow() bool {
 }
 
 // spend counts one retry.
-func (b *retryBudget) spend() { b.bucket(b.now().Unix()).retries.Add(1) }
+func (b *retryBudget) spend() { b.bucket(time.Now().Unix()).retries.Add(1) }
 
 // doneInfo is what the balancer learns from an answer. A relayed answer
 // (see origin) teaches it nothing but that the request ended.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fanout-dev/fanout/components/listener"
@@ -206,44 +207,41 @@ func TestConnectFailed(t *testing.T) {
 }
 
 func TestRetryBudget(t *testing.T) {
-	clock := &manualClock{t: time.Unix(1000, 0)}
-	b := newRetryBudget(0.1, 2, 10*time.Second, clock.Now)
-	spendAll := func() int {
-		n := 0
-		for b.allow() && n < 1000 {
-			b.spend()
-			n++
+	synctest.Test(t, func(t *testing.T) {
+		b := newRetryBudget(0.1, 2, 10*time.Second)
+		spendAll := func() int {
+			n := 0
+			for b.allow() && n < 1000 {
+				b.spend()
+				n++
+			}
+			return n
 		}
-		return n
-	}
-	if got := spendAll(); got != 2 {
-		t.Errorf("with no requests: %d retries allowed, want the minimum 2", got)
-	}
-	for range 100 {
-		b.request()
-	}
-	if got := spendAll(); got != 10 {
-		t.Errorf("after 100 requests: %d more retries allowed, want 10", got)
-	}
-	// The window slides: 10 s later the old requests and retries are gone.
-	clock.t = clock.t.Add(10 * time.Second)
-	if got := spendAll(); got != 2 {
-		t.Errorf("after the window: %d retries allowed, want 2", got)
-	}
-	// Within the window, older buckets still count.
-	clock.t = clock.t.Add(3 * time.Second)
-	for range 50 {
-		b.request()
-	}
-	clock.t = clock.t.Add(5 * time.Second)
-	if got := spendAll(); got != 5 {
-		t.Errorf("50 requests 5 s ago: %d retries allowed, want 5", got)
-	}
+		if got := spendAll(); got != 2 {
+			t.Errorf("with no requests: %d retries allowed, want the minimum 2", got)
+		}
+		for range 100 {
+			b.request()
+		}
+		if got := spendAll(); got != 10 {
+			t.Errorf("after 100 requests: %d more retries allowed, want 10", got)
+		}
+		// The window slides: 10 s later the old requests and retries are gone.
+		time.Sleep(10 * time.Second)
+		if got := spendAll(); got != 2 {
+			t.Errorf("after the window: %d retries allowed, want 2", got)
+		}
+		// Within the window, older buckets still count.
+		time.Sleep(3 * time.Second)
+		for range 50 {
+			b.request()
+		}
+		time.Sleep(5 * time.Second)
+		if got := spendAll(); got != 5 {
+			t.Errorf("50 requests 5 s ago: %d retries allowed, want 5", got)
+		}
+	})
 }
-
-type manualClock struct{ t time.Time }
-
-func (c *manualClock) Now() time.Time { return c.t }
 
 // realCluster is a proxy in front of a real balancer over httptest
 // apiservers, one handler each, in address order.
@@ -277,7 +275,7 @@ func newRealCluster(t *testing.T, cfg Config, handlers ...http.Handler) *realClu
 	}
 	b.Update(eps)
 	c.m, _ = NewMetrics(nil)
-	s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0", Now: cfg.Now}, New(cfg, b, u, c.m), nil)
+	s := listener.New(listener.Config{ListenAddress: "127.0.0.1:0"}, New(cfg, b, u, c.m), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/internal/reqinfo"
@@ -42,7 +43,7 @@ var _ http.RoundTripper = (*roundTripper)(nil)
 
 func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	h := (*Handler)(rt)
-	start := h.now()
+	start := time.Now()
 	info := reqinfo.New(r)
 	kind := classify(info).Kind
 	if h.stopping.Load() {
@@ -51,7 +52,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	if info.Upgrade || info.H2COffer {
 		closeRequestBody(r)
-		h.metrics.answered(kind, http.StatusNotImplemented, "", h.now().Sub(start))
+		h.metrics.answered(kind, http.StatusNotImplemented, "", time.Since(start))
 		return statusResponse(r, http.StatusNotImplemented, statusReasonUnknown,
 			"upgrade requests (exec/attach/port-forward) are not supported by fanout's balancing transport; use a rest.Config that talks to the apiserver directly for them"), nil
 	}
@@ -90,7 +91,7 @@ func (rt *roundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		code, reason, msg := describeError(ctx, err)
 		st.outcome.Code = code
 		req.End()
-		h.metrics.answered(kind, code, st.endpoint, h.now().Sub(start))
+		h.metrics.answered(kind, code, st.endpoint, time.Since(start))
 		if code == statusClientClosedRequest {
 			return nil, fmt.Errorf("%s: %w", msg, context.Cause(r.Context()))
 		}

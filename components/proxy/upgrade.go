@@ -84,7 +84,7 @@ func (h *Handler) serveUpgrade(w http.ResponseWriter, r *http.Request, st *reqSt
 	proto := upgradeProtocol(r)
 	if h.upgrader == nil {
 		st.outcome.Code = http.StatusNotImplemented
-		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", h.now().Sub(st.Start))
+		h.metrics.answered(balancer.Long, http.StatusNotImplemented, "", time.Since(st.Start))
 		h.metrics.upgraded(proto, resultError)
 		writeStatus(w, http.StatusNotImplemented, statusReasonUnknown,
 			"fanout: this fanout's upstream cannot dial HTTP/1.1 connections for upgrade requests (exec/attach/port-forward)")
@@ -128,7 +128,7 @@ type upgradeSession struct {
 // answer the client already got: only its status is read.
 func (s *upgradeSession) send(addr string) (*http.Response, error) {
 	s.release()
-	a := &upgradeAttempt{h: s.h, addr: addr, mode: s.mode, proto: s.proto, start: s.start, sent: s.h.now()}
+	a := &upgradeAttempt{h: s.h, addr: addr, mode: s.mode, proto: s.proto, start: s.start, sent: time.Now()}
 	s.cur = a
 	a.run(s.w, s.r)
 	if status := int(a.status.Load()); status != 0 {
@@ -157,7 +157,7 @@ func (s *upgradeSession) release() {
 // apiserver, and returns the status it answered with.
 func (h *Handler) upgradeFailed(w http.ResponseWriter, r *http.Request, proto, endpoint string, start time.Time, err error) int {
 	code, reason, msg := describeError(r.Context(), err)
-	h.metrics.answered(balancer.Long, code, endpoint, h.now().Sub(start))
+	h.metrics.answered(balancer.Long, code, endpoint, time.Since(start))
 	h.metrics.upgraded(proto, resultError)
 	if code == statusClientClosedRequest {
 		return code
@@ -230,7 +230,7 @@ func (a *upgradeAttempt) run(w http.ResponseWriter, r *http.Request) {
 		a.err = err
 		return
 	}
-	answered := a.h.now()
+	answered := time.Now()
 	code := resp.StatusCode
 	if code != http.StatusSwitchingProtocols && code < 400 {
 		// Neither switched nor refused: nothing a client could use.
@@ -249,7 +249,7 @@ func (a *upgradeAttempt) run(w http.ResponseWriter, r *http.Request) {
 	if code != http.StatusSwitchingProtocols {
 		// An error status, often the kubelet's: the client gets it as
 		// the apiserver wrote it, and the connection ends with it.
-		deadline := a.h.now().Add(upgradeErrorDeadline)
+		deadline := time.Now().Add(upgradeErrorDeadline)
 		_ = backend.SetReadDeadline(deadline)
 		_ = client.SetWriteDeadline(deadline)
 		_ = resp.Write(client)
@@ -301,7 +301,7 @@ func (a *upgradeAttempt) dial(ctx context.Context) (net.Conn, error) {
 		return nil, err
 	}
 	// Until the apiserver answers; the hijack clears it.
-	_ = c.SetReadDeadline(a.h.now().Add(upgradeResponseTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(upgradeResponseTimeout))
 	a.conns = &upgradeConns{backend: c, proto: a.proto, metrics: a.h.metrics}
 	if !a.h.upgrades.add(a.conns) {
 		c.Close()

@@ -82,9 +82,6 @@ type Config struct {
 	// this long. Default 90s.
 	IdleConnTimeout time.Duration
 
-	// Now is the clock, replaced in tests. Default time.Now.
-	Now func() time.Time
-
 	// Client is the HTTP/2 client of the upstream connections
 	// (--upstream-http2): ClientOwn (the default) or ClientStd. It exists
 	// to measure one against the other; ClientStd has no answer window
@@ -165,9 +162,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.ReadIdleTimeout, c.PingTimeout, c.IdleConnTimeout = h.ReadIdleTimeout, h.PingTimeout, h.IdleConnTimeout
 	c.MaxReceiveBufferPerStream, c.MaxReceiveBufferPerConnection = h.MaxReceiveBufferPerStream, h.MaxReceiveBufferPerConnection
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if c.AnswerWindowBudget == 0 {
 		c.AnswerWindowBudget = AutoAnswerWindowBudget(debug.SetMemoryLimit(-1))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 )
@@ -36,12 +37,12 @@ func (t *Transports) dial(ctx context.Context, k poolKey, g *generation) (*track
 		return nil, fmt.Errorf("dial: %w", err)
 	}
 	tc := tls.Client(raw, t.tlsConfig(k.mode))
-	start := t.cfg.Now()
+	start := time.Now()
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("TLS handshake verifying server name %q: %w", t.cfg.ServerName, err)
 	}
-	t.metrics.handshake.Observe(t.cfg.Now().Sub(start).Seconds())
+	t.metrics.handshake.Observe(time.Since(start).Seconds())
 	if p := tc.ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
 		tc.Close()
 		return nil, fmt.Errorf("the server negotiated ALPN protocol %q, not %q: fanout speaks only HTTP/2 to kube-apiserver; check that nothing between them terminates TLS or forces HTTP/1.1", p, http2.NextProtoTLS)

@@ -67,11 +67,11 @@ type h2Server struct {
 // newH2Server starts an HTTP/2 server serving a certificate for
 // serverName from p.CA and checking
 // client certificates against p.CA with policy auth. maxStreams > 0 sets
-// SETTINGS_MAX_CONCURRENT_STREAMS. GET /readyz is the kit's; the tests
-// here send none.
-func newH2Server(t testing.TB, p *testkit.PKI, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
+// SETTINGS_MAX_CONCURRENT_STREAMS; opts add to those. GET /readyz is the
+// kit's; the tests here send none.
+func newH2Server(t testing.TB, p *testkit.PKI, auth tls.ClientAuthType, maxStreams int, h http.Handler, opts ...testkit.APIServerOption) *h2Server {
 	t.Helper()
-	s := testkit.NewAPIServer(t, p.CA, h, h2Options(auth, maxStreams)...)
+	s := testkit.NewAPIServer(t, p.CA, h, append(h2Options(auth, maxStreams), opts...)...)
 	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened, closed: &s.Closed}
 }
 

@@ -52,7 +52,7 @@ type generation struct {
 }
 
 func (p *pool) newGeneration(cert *tls.Certificate) *generation {
-	g := &generation{p: p, cert: cert, born: p.t.cfg.Now()}
+	g := &generation{p: p, cert: cert, born: time.Now()}
 	g.h2 = &h2Conns{g: g}
 	if p.t.cfg.Client == ClientStd {
 		g.std = g.newStdTransport()
@@ -196,7 +196,7 @@ func (p *pool) renew(g *generation) bool {
 	cert, _ := p.t.creds.ClientCertificate()
 	reason := "certificate"
 	if cert == g.cert {
-		if p.t.cfg.Now().Sub(g.born) < minRenew {
+		if time.Since(g.born) < minRenew {
 			return false
 		}
 		reason = "unauthorized"

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
@@ -245,15 +246,13 @@ func unauthorizedUnless(user func() string) http.Handler {
 // certificate is theirs, and says whether sending again could help. The
 // transport never sends twice itself.
 func TestRenewAfterUnauthorized(t *testing.T) {
-	p := testkit.NewPKI(t, serverName)
-	bob := p.CA.Client("bob")
 	for _, tc := range []struct {
 		name string
-		// onReload is what the re-read finds.
-		onReload func(*fakeCreds)
+		// newCert: the re-read finds bob's certificate; else nothing new.
+		newCert bool
 		// accepted is the user the server accepts.
 		accepted string
-		// advance moves the clock before the request.
+		// advance is the pool's age at the request.
 		advance time.Duration
 		noCert  bool
 
@@ -267,74 +266,85 @@ func TestRenewAfterUnauthorized(t *testing.T) {
 		wantOpened int32
 	}{
 		{
-			name:     "reload finds a new certificate",
-			onReload: func(c *fakeCreds) { c.cert.Store(&bob.TLS) }, accepted: "bob",
+			name:    "reload finds a new certificate",
+			newCert: true, accepted: "bob",
 			wantRenewed: true, wantReloads: 1, wantStatus: 200, wantCN: "bob", wantOpened: 2,
 		},
 		{
 			name:     "nothing new on disk: one re-dial, then the 401",
-			onReload: func(*fakeCreds) {}, accepted: "nobody", advance: 2 * minRenew,
+			accepted: "nobody", advance: 2 * minRenew,
 			wantRenewed: true, wantReloads: 1, wantStatus: 401, wantOpened: 2,
 		},
 		{
-			name:     "nothing new on disk and fresh connections: no renewal",
-			onReload: func(*fakeCreds) {}, accepted: "nobody",
+			name:        "nothing new on disk and fresh connections: no renewal",
+			accepted:    "nobody",
 			wantRenewed: false, wantReloads: 1, wantStatus: 401, wantOpened: 1,
 		},
 		{
 			name:     "token-only user: nothing to renew",
-			onReload: func(*fakeCreds) {}, accepted: "nobody", noCert: true,
+			accepted: "nobody", noCert: true,
 			wantRenewed: false, wantReloads: 0, wantStatus: 401, wantOpened: 1,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var hits atomic.Int32
-			srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				hits.Add(1)
-				if len(r.TLS.PeerCertificates) == 0 {
-					w.WriteHeader(http.StatusUnauthorized)
-					return
+			synctest.Test(t, func(t *testing.T) {
+				// The bubble's own PKI: its certificates are valid at the
+				// bubble's time.
+				p := testkit.NewPKI(t, serverName)
+				bob := p.CA.Client("bob")
+				var hits atomic.Int32
+				srv := newH2Server(t, p, tls.VerifyClientCertIfGiven, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					hits.Add(1)
+					if len(r.TLS.PeerCertificates) == 0 {
+						w.WriteHeader(http.StatusUnauthorized)
+						return
+					}
+					unauthorizedUnless(func() string { return tc.accepted }).ServeHTTP(w, r)
+				}), testkit.Unstarted())
+				cert := &p.Alice.TLS
+				if tc.noCert {
+					cert = nil
 				}
-				unauthorizedUnless(func() string { return tc.accepted }).ServeHTTP(w, r)
-			}))
-			cert := &p.Alice.TLS
-			if tc.noCert {
-				cert = nil
-			}
-			fc := newCreds(p.CA.Pool, cert, "")
-			creds := &reloadingCreds{fakeCreds: fc, onReload: func() { tc.onReload(fc) }}
-			var now atomic.Int64
-			now.Store(time.Now().UnixNano())
-			tr := newTransports(t, Config{Now: func() time.Time { return time.Unix(0, now.Load()) }}, creds)
-			rt := tr.For(srv.addr, AuthSidecar)
-			now.Add(int64(tc.advance))
+				fc := newCreds(p.CA.Pool, cert, "")
+				creds := &reloadingCreds{fakeCreds: fc, onReload: func() {
+					if tc.newCert {
+						fc.cert.Store(&bob.TLS)
+					}
+				}}
+				tr := newTransports(t, Config{}, creds)
+				rt := tr.For(srv.addr, AuthSidecar)
+				// The pool ages before the server starts: the bubble's clock
+				// stands still while the server waits on its socket.
+				time.Sleep(tc.advance)
+				srv.StartTLS()
 
-			res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/api"))
-			if err != nil {
-				t.Fatalf("RoundTrip: %v", err)
-			}
-			if res.StatusCode != http.StatusUnauthorized || hits.Load() != 1 {
-				t.Fatalf("first answer %d after %d requests, want the 401 after one: the transport must not send again", res.StatusCode, hits.Load())
-			}
-			if got := RenewAfterUnauthorized(res); got != tc.wantRenewed {
-				t.Errorf("RenewAfterUnauthorized = %v, want %v", got, tc.wantRenewed)
-			}
-			io.Copy(io.Discard, res.Body)
-			res.Body.Close()
-			if n := creds.reloads.Load(); n != tc.wantReloads {
-				t.Errorf("credentials re-read %d times, want %d", n, tc.wantReloads)
-			}
-			// What the proxy's attempt loop does when it sends again.
-			res, err = testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/api"))
-			if err != nil {
-				t.Fatalf("RoundTrip: %v", err)
-			}
-			if res.StatusCode != tc.wantStatus || res.Header.Get("X-Client-CN") != tc.wantCN {
-				t.Errorf("sent again: %d with CN %q, want %d with CN %q", res.StatusCode, res.Header.Get("X-Client-CN"), tc.wantStatus, tc.wantCN)
-			}
-			if n := srv.opened.Load(); n != tc.wantOpened {
-				t.Errorf("server saw %d connections, want %d", n, tc.wantOpened)
-			}
+				res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/api"))
+				if err != nil {
+					t.Fatalf("RoundTrip: %v", err)
+				}
+				if res.StatusCode != http.StatusUnauthorized || hits.Load() != 1 {
+					t.Fatalf("first answer %d after %d requests, want the 401 after one: the transport must not send again", res.StatusCode, hits.Load())
+				}
+				if got := RenewAfterUnauthorized(res); got != tc.wantRenewed {
+					t.Errorf("RenewAfterUnauthorized = %v, want %v", got, tc.wantRenewed)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if n := creds.reloads.Load(); n != tc.wantReloads {
+					t.Errorf("credentials re-read %d times, want %d", n, tc.wantReloads)
+				}
+				// What the proxy's attempt loop does when it sends again.
+				res, err = testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/api"))
+				if err != nil {
+					t.Fatalf("RoundTrip: %v", err)
+				}
+				if res.StatusCode != tc.wantStatus || res.Header.Get("X-Client-CN") != tc.wantCN {
+					t.Errorf("sent again: %d with CN %q, want %d with CN %q", res.StatusCode, res.Header.Get("X-Client-CN"), tc.wantStatus, tc.wantCN)
+				}
+				if n := srv.opened.Load(); n != tc.wantOpened {
+					t.Errorf("server saw %d connections, want %d", n, tc.wantOpened)
+				}
+			})
 		})
 	}
 }

@@ -512,10 +512,6 @@ func TestConfigDefaults(t *testing.T) {
 		IdleConnTimeout:               90 * time.Second,
 		Client:                        ClientOwn,
 	}
-	if got.Now == nil {
-		t.Error("Now not defaulted")
-	}
-	got.Now = nil
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("defaults = %+v, want %+v", got, want)
 	}

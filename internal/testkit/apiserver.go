@@ -61,6 +61,7 @@ type apiServerConfig struct {
 	http2      *http.HTTP2Config
 	connState  func(net.Conn, http.ConnState)
 	alpn       []string
+	unstarted  bool
 }
 
 // APIServerOption changes how NewAPIServer sets the server up.
@@ -97,6 +98,14 @@ func WithConnState(f func(net.Conn, http.ConnState)) APIServerOption {
 // "h2", "http/1.1" one that also takes upgrades.
 func WithALPN(protos ...string) APIServerOption {
 	return func(c *apiServerConfig) { c.alpn = protos }
+}
+
+// Unstarted leaves the server to the test to start (StartTLS). Its
+// address is known at once, so a transport can be pointed at it first;
+// this is for synctest bubbles, whose clock stands still while a goroutine
+// of the bubble waits on a real socket, as a serving server's does.
+func Unstarted() APIServerOption {
+	return func(c *apiServerConfig) { c.unstarted = true }
 }
 
 // NewAPIServer starts an APIServer with a serving certificate from ca and
@@ -137,7 +146,9 @@ func NewAPIServer(tb testing.TB, ca *CA, h http.Handler, opts ...APIServerOption
 	// Tests break connections on purpose (freezes, resets, hang-ups); the
 	// server's complaints about them would bury the test's own output.
 	a.Config.ErrorLog = log.New(io.Discard, "", 0)
-	a.StartTLS()
+	if !cfg.unstarted {
+		a.StartTLS()
+	}
 	tb.Cleanup(a.Close)
 	return a
 }

@@ -37,10 +37,14 @@
 //
 // A bubble cannot wait for the network: a goroutine blocked on a socket,
 // loopback included, is not durably blocked, so time stops and the test
-// hangs. Tests that talk to an APIServer (or any listener) therefore stay
-// outside bubbles, and where they need to control time they inject a
-// Clock: it implements clock.Clock, its Now fits the Now funcs of the
-// packages under test, and Advance moves it.
+// hangs. A test that talks to an APIServer can still run in a bubble if
+// time only has to pass before the server serves: make the PKI in the
+// bubble (its certificates are then valid at the bubble's time), make the
+// server Unstarted, let time pass, then start it. Other tests that talk
+// to an APIServer (or any listener) stay outside bubbles, and where they
+// need to control time they inject a Clock: it implements clock.Clock,
+// its Now fits the Now funcs of the packages under test, and Advance
+// moves it.
 //
 // The fakes of what the proxy sends through (a picker, an upstream) live in
 // components/proxy/proxytest, which may import fanout's components.
