@@ -338,4 +338,3 @@ func TestUpgradesAreDialed(t *testing.T) {
 		t.Errorf("the apiservers saw %d upgrades, want 1", got)
 	}
 }
-
