@@ -446,14 +446,15 @@ func TestStartFailsWithoutAccess(t *testing.T) {
 			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, testSecret, errors.New("RBAC: no"))
 		})
 		r := newReplica(t, cs)
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		// Start retries every second until ctx ends: at 0, 1 and 2s.
+		ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
 		defer cancel()
 		err := r.Start(ctx)
 		if err == nil || !apierrors.IsForbidden(errors.Unwrap(err)) && !bytes.Contains([]byte(err.Error()), []byte("forbidden")) {
 			t.Fatalf("Start without access to the Secret: %v, want an error that says forbidden", err)
 		}
-		if got := testutil.ToFloat64(r.metrics.SyncErrors); got < 1 {
-			t.Errorf("sync errors = %v, want at least 1", got)
+		if got := testutil.ToFloat64(r.metrics.SyncErrors); got != 3 {
+			t.Errorf("sync errors = %v in 2.5s of retries every second, want 3", got)
 		}
 	})
 }
