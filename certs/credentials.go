@@ -40,7 +40,6 @@ type Credentials struct {
 	// refresh is held by whoever re-reads the token file: one request at
 	// a time (the others serve the current value) or the watcher.
 	refresh sync.Mutex
-	now     func() time.Time
 
 	opts    Options
 	watcher *watcher
@@ -84,7 +83,7 @@ func NewCredentialsWithOptions(u *Upstream, opts Options) (*Credentials, error) 
 		return nil, errors.New("certs: NewCredentials needs an Upstream")
 	}
 	opts = opts.withDefaults()
-	c := &Credentials{now: opts.Clock.Now, opts: opts, up: u}
+	c := &Credentials{opts: opts, up: u}
 	c.token.Store(&tokenState{})
 	if u.Kubeconfig != "" {
 		// Remember what was loaded, so that the first check does not
@@ -122,7 +121,7 @@ func (c *Credentials) Stop() { c.watcher.Stop() }
 func (c *Credentials) Reload() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
+	now := time.Now()
 	if !c.lastReload.IsZero() && now.Sub(c.lastReload) < reloadMinInterval {
 		return
 	}
@@ -147,7 +146,7 @@ func (c *Credentials) ClientCertificate() (*tls.Certificate, error) { return c.c
 // still valid.
 func (c *Credentials) Token() (string, error) {
 	st := c.token.Load()
-	if st.path == "" || c.now().Sub(st.checked) < tokenRecheck {
+	if st.path == "" || time.Since(st.checked) < tokenRecheck {
 		return st.value, nil
 	}
 	// Whoever loses the race serves the current value rather than wait
@@ -163,7 +162,7 @@ func (c *Credentials) Token() (string, error) {
 // refreshTokenLocked re-reads the token file if it changed; c.refresh is
 // held.
 func (c *Credentials) refreshTokenLocked(old *tokenState) *tokenState {
-	now := c.now()
+	now := time.Now()
 	if now.Sub(old.checked) < tokenRecheck {
 		return old
 	}
@@ -241,7 +240,7 @@ func (c *Credentials) checkLocked() checkResult {
 			c.logReloaded(s.kind, s.source)
 		}
 	}
-	if cert := c.cert.Load(); cert != nil && cert.Leaf != nil && cert.Leaf != c.renewWarned && renewalDue(cert.Leaf, c.now()) {
+	if cert := c.cert.Load(); cert != nil && cert.Leaf != nil && cert.Leaf != c.renewWarned && renewalDue(cert.Leaf, time.Now()) {
 		c.renewWarned = cert.Leaf
 		c.opts.Log.Warn("the client certificate is past 80% of its lifetime and its files hold no newer one; renew it",
 			"kind", KindClient, "source", up.ClientCert.String(), "not_after", cert.Leaf.NotAfter)
@@ -387,7 +386,7 @@ func (c *Credentials) loadToken() (changed bool, err error) {
 	if readErr != nil {
 		return true, readErr
 	}
-	c.token.Store(&tokenState{value: v, path: src.Path, modTime: fi.ModTime(), size: fi.Size(), checked: c.now()})
+	c.token.Store(&tokenState{value: v, path: src.Path, modTime: fi.ModTime(), size: fi.Size(), checked: time.Now()})
 	// The request path may have read this value already.
 	return v != old.value || old.path != src.Path, nil
 }

@@ -308,19 +308,16 @@ func TestBadFilesKeepLastGood(t *testing.T) {
 }
 
 // TestPollingAloneReloads turns inotify off: a change must still be
-// found by the poll, driven by the test's clock. Without inotify the
-// watcher blocks only on its clock and its stop channel, so it runs in a
-// synctest bubble: synctest.Wait, not polling, tells when it is idle.
+// found by the poll, exactly at the poll interval. Without inotify the
+// watcher blocks only on its timers and its stop channel, so it runs in
+// a synctest bubble: synctest.Wait, not polling, tells when it is idle.
 func TestPollingAloneReloads(t *testing.T) {
-	f := newFixture(t)
-	bob := f.ca.Client("bob")
-	// The certificates are valid around the real now; the bubble's
-	// time.Now starts in 2000, so the watcher's clock keeps the real one.
-	clock := testkit.NewClock(time.Now())
 	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		bob := f.ca.Client("bob")
 		m := NewMetrics()
 		c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
-			Options{Metrics: m, Clock: clock, PollInterval: 10 * time.Second})
+			Options{Metrics: m, PollInterval: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,20 +328,14 @@ func TestPollingAloneReloads(t *testing.T) {
 		defer c.Stop()
 		os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
 		os.WriteFile(f.certFile, bob.CertPEM, 0o600)
-		synctest.Wait()
-		if n := clock.Waiters(); n < 1 {
-			t.Fatalf("the idle watcher has %d timers, want its poll timer", n)
-		}
-		// Without inotify the watcher wakes only on its clock's timers: none
-		// due 9s in means no check could run, so the old material stays.
-		if fired := clock.Advance(9 * time.Second); fired != 0 {
-			t.Fatalf("%d timers fired 9s into a 10s poll interval without inotify", fired)
-		}
+		// Without inotify the watcher wakes only on its timers: 9s into a
+		// 10s poll interval no check has run, so the old material stays.
+		time.Sleep(9 * time.Second)
 		synctest.Wait()
 		if certCN(c) != "alice" {
 			t.Fatal("reloaded before the poll interval without inotify")
 		}
-		clock.Advance(time.Second)
+		time.Sleep(time.Second)
 		synctest.Wait()
 		if certCN(c) != "bob" {
 			t.Fatal("the poll did not load bob")
@@ -410,27 +401,27 @@ func TestKubeconfigReload(t *testing.T) {
 }
 
 func TestReloadIsRateLimited(t *testing.T) {
-	f := newFixture(t)
-	bob := f.ca.Client("bob")
-	c, err := NewCredentials(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := testkit.NewClock(time.Now())
-	c.now = clock.Now
-	c.Reload()
-	os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
-	os.WriteFile(f.certFile, bob.CertPEM, 0o600)
-	clock.Advance(reloadMinInterval / 2)
-	c.Reload()
-	if certCN(c) != "alice" {
-		t.Fatal("Reload re-read the files twice within reloadMinInterval")
-	}
-	clock.Advance(reloadMinInterval)
-	c.Reload()
-	if certCN(c) != "bob" {
-		t.Fatal("Reload did not pick up the new pair")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		bob := f.ca.Client("bob")
+		c, err := NewCredentials(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Reload()
+		os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
+		os.WriteFile(f.certFile, bob.CertPEM, 0o600)
+		time.Sleep(reloadMinInterval - time.Nanosecond)
+		c.Reload()
+		if certCN(c) != "alice" {
+			t.Fatal("Reload re-read the files twice within reloadMinInterval")
+		}
+		time.Sleep(time.Nanosecond)
+		c.Reload()
+		if certCN(c) != "bob" {
+			t.Fatal("Reload did not pick up the new pair reloadMinInterval after the last")
+		}
+	})
 }
 
 func TestServingCertificate(t *testing.T) {
@@ -493,26 +484,29 @@ func TestWatchDirs(t *testing.T) {
 }
 
 // TestRenewalWarning: a certificate past 80% of its lifetime with no newer
-// one on disk is logged once, not at every check.
+// one on disk is logged once, not at every check. The fixture is made in
+// the bubble, so that its certificates are valid around the bubble's
+// clock.
 func TestRenewalWarning(t *testing.T) {
-	f := newFixture(t)
-	life := f.alice.Leaf.NotAfter.Sub(f.alice.Leaf.NotBefore)
-	clock := testkit.NewClock(time.Now())
-	clock.Set(f.alice.Leaf.NotBefore.Add(life * 7 / 10))
-	var logs logBuffer
-	c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
-		Options{Clock: clock, Log: slog.New(slog.NewJSONHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.check()
-	if n := logs.count("renew it"); n != 0 {
-		t.Fatalf("warned at 70%% of the lifetime")
-	}
-	clock.Advance(life * 15 / 100)
-	c.check()
-	c.check()
-	if n := logs.count("renew it"); n != 1 {
-		t.Errorf("%d renewal warnings at 85%% of the lifetime over two checks, want 1", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t)
+		life := f.alice.Leaf.NotAfter.Sub(f.alice.Leaf.NotBefore)
+		var logs logBuffer
+		c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
+			Options{Log: slog.New(slog.NewJSONHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(f.alice.Leaf.NotBefore.Add(life * 7 / 10)))
+		c.check()
+		if n := logs.count("renew it"); n != 0 {
+			t.Fatalf("warned at 70%% of the lifetime")
+		}
+		time.Sleep(life * 15 / 100)
+		c.check()
+		c.check()
+		if n := logs.count("renew it"); n != 1 {
+			t.Errorf("%d renewal warnings at 85%% of the lifetime over two checks, want 1", n)
+		}
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // ServingCertificate is a TLS serving key pair read from two files (a
@@ -89,7 +90,7 @@ func (s *ServingCertificate) check() checkResult {
 		s.opts.Log.Info("reloaded the serving certificate", "kind", KindServing, "cert_file", s.certFile,
 			"subject", c.Leaf.Subject.String(), "not_after", c.Leaf.NotAfter)
 	}
-	if c := s.cert.Load(); c.Leaf != s.renewWarned && renewalDue(c.Leaf, s.opts.Clock.Now()) {
+	if c := s.cert.Load(); c.Leaf != s.renewWarned && renewalDue(c.Leaf, time.Now()) {
 		s.renewWarned = c.Leaf
 		s.opts.Log.Warn("the serving certificate is past 80% of its lifetime and its files hold no newer one; renew it",
 			"kind", KindServing, "cert_file", s.certFile, "not_after", c.Leaf.NotAfter)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-
-	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // Timings of the watchers.
@@ -35,8 +33,7 @@ const (
 )
 
 // Options configure how file-backed material is watched. The zero value
-// is usable: the default logger, no metrics, DefaultPollInterval, the
-// real clock.
+// is usable: the default logger, no metrics, DefaultPollInterval.
 type Options struct {
 	// Log receives one line per reload and per failed reload; nil discards.
 	Log *slog.Logger
@@ -44,9 +41,6 @@ type Options struct {
 	Metrics *Metrics
 	// PollInterval is how often files are re-read without an event.
 	PollInterval time.Duration
-	// Clock times polls, retries and the settling of event bursts, and
-	// tells when a certificate is due for renewal; nil is the real clock.
-	Clock clock.Clock
 }
 
 func (o Options) withDefaults() Options {
@@ -56,7 +50,6 @@ func (o Options) withDefaults() Options {
 	if o.PollInterval <= 0 {
 		o.PollInterval = DefaultPollInterval
 	}
-	o.Clock = clock.Or(o.Clock)
 	return o
 }
 
@@ -78,7 +71,9 @@ type watcher struct {
 	opts  Options
 	check func() checkResult
 	// noNotify leaves polling alone, as on a file system without
-	// inotify; set by tests before Start.
+	// inotify; set by tests before Start, also by those in a synctest
+	// bubble, whose clock stands still while a goroutine waits on
+	// inotify.
 	noNotify bool
 	// watched and warned are the directories watched and those that
 	// could not be; owned by Start, then by run.
@@ -170,14 +165,13 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 		defer fsw.Close()
 		events, errs = fsw.Events, fsw.Errors
 	}
-	after := func(d time.Duration) <-chan time.Time { return w.opts.Clock.NewTimer(d).C() }
 	// apply watches the directories of r's files and returns when to
 	// poll next.
 	apply := func(r checkResult) <-chan time.Time {
 		w.watch(fsw, r.files)
-		return after(w.wait(r))
+		return time.After(w.wait(r))
 	}
-	poll := after(w.wait(first))
+	poll := time.After(w.wait(first))
 	var settle <-chan time.Time
 	for {
 		select {
@@ -194,7 +188,7 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 				delete(w.watched, ev.Name)
 			}
 			if settle == nil {
-				settle = after(settleDelay)
+				settle = time.After(settleDelay)
 			}
 		case err, ok := <-errs:
 			if !ok {
@@ -205,7 +199,7 @@ func (w *watcher) run(fsw *fsnotify.Watcher, first checkResult) {
 			// look at the files now rather than at the next poll.
 			w.opts.Log.Debug("credential file watcher error; re-reading the files", "error", err)
 			if settle == nil {
-				settle = after(settleDelay)
+				settle = time.After(settleDelay)
 			}
 		case <-settle:
 			settle = nil

@@ -283,7 +283,7 @@ func (e *Engine) build() error {
 		}
 	}
 	var err error
-	e.creds, err = certs.NewCredentialsWithOptions(cfg.Upstream, certs.Options{Log: e.log, Metrics: certMetrics, Clock: cfg.Clock})
+	e.creds, err = certs.NewCredentialsWithOptions(cfg.Upstream, certs.Options{Log: e.log, Metrics: certMetrics})
 	if err != nil {
 		return &CredentialsError{Err: err}
 	}

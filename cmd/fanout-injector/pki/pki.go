@@ -16,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	admissionv1client "k8s.io/client-go/kubernetes/typed/admissionregistration/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-
-	"github.com/fanout-dev/fanout/internal/clock"
 )
 
 // Defaults of Config.
@@ -57,8 +55,6 @@ type Config struct {
 	// Resync is how often the Secret and the caBundle are re-read and
 	// repaired; 0 takes DefaultResync.
 	Resync time.Duration
-	// Clock is nil for the real one.
-	Clock clock.Clock
 	// Log is nil to discard.
 	Log *slog.Logger
 	// Metrics and Expiry may be nil.
@@ -79,7 +75,6 @@ type Config struct {
 // replicas that race converge on what the first writer stored.
 type Manager struct {
 	cfg      Config
-	clock    clock.Clock
 	log      *slog.Logger
 	secrets  corev1client.SecretInterface
 	webhooks admissionv1client.MutatingWebhookConfigurationInterface
@@ -115,7 +110,6 @@ func New(cfg Config, secrets corev1client.SecretsGetter, webhooks admissionv1cli
 	}
 	return &Manager{
 		cfg:      cfg,
-		clock:    clock.Or(cfg.Clock),
 		log:      log.With("secret", cfg.Namespace+"/"+cfg.SecretName, "webhook_configuration", cfg.WebhookConfiguration),
 		secrets:  secrets.Secrets(cfg.Namespace),
 		webhooks: webhooks.MutatingWebhookConfigurations(),
@@ -143,13 +137,13 @@ func (m *Manager) Start(ctx context.Context) error {
 		if m.cert.Load() != nil {
 			break
 		}
-		t := m.clock.NewTimer(time.Second)
+		t := time.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("--pki=self: no serving certificate from Secret %s/%s: %w; check that the injector's ServiceAccount may get, create and update it (manifests/injector/pki-rbac.yaml)",
 				m.cfg.Namespace, m.cfg.SecretName, err)
-		case <-t.C():
+		case <-t.C:
 		}
 	}
 	m.started.Store(true)
@@ -181,12 +175,12 @@ func (m *Manager) run() {
 	}()
 	wait := m.cfg.Resync
 	for {
-		t := m.clock.NewTimer(wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-m.stop:
 			t.Stop()
 			return
-		case <-t.C():
+		case <-t.C:
 		}
 		wait = m.cfg.Resync
 		// A hung API call must not stop the resyncs: the client has no
@@ -241,8 +235,7 @@ func (m *Manager) syncSecret(ctx context.Context) (material, error) {
 				m.log.Warn("a part of the PKI Secret is unusable and will be replaced", "error", e)
 			}
 		}
-		now := m.clock.Now()
-		next, changes, err := plan(current, now, timing{m.cfg.CAValidity, m.cfg.ServingValidity}, m.cfg.DNSNames)
+		next, changes, err := plan(current, time.Now(), timing{m.cfg.CAValidity, m.cfg.ServingValidity}, m.cfg.DNSNames)
 		if err != nil {
 			return material{}, err
 		}

@@ -28,7 +28,6 @@ type ClientCASource interface {
 type ClientCAFile struct {
 	path    string
 	log     *slog.Logger
-	now     func() time.Time
 	pool    atomic.Pointer[x509.CertPool]
 	mu      sync.Mutex // held by the one handshake that checks the file
 	checked time.Time
@@ -45,7 +44,7 @@ func NewClientCAFile(path string, log *slog.Logger) (*ClientCAFile, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	f := &ClientCAFile{path: path, log: log, now: time.Now}
+	f := &ClientCAFile{path: path, log: log}
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("--client-ca-file: %w", err)
@@ -55,7 +54,7 @@ func NewClientCAFile(path string, log *slog.Logger) (*ClientCAFile, error) {
 		return nil, err
 	}
 	f.pool.Store(pool)
-	f.info, f.checked = info, f.now()
+	f.info, f.checked = info, time.Now()
 	return f, nil
 }
 
@@ -64,7 +63,7 @@ func NewClientCAFile(path string, log *slog.Logger) (*ClientCAFile, error) {
 // looking.
 func (f *ClientCAFile) ClientCAs() *x509.CertPool {
 	if f.mu.TryLock() {
-		if now := f.now(); now.Sub(f.checked) >= clientCARecheck {
+		if now := time.Now(); now.Sub(f.checked) >= clientCARecheck {
 			f.checked = now
 			f.recheckLocked()
 		}

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -341,80 +342,97 @@ func startServer(t *testing.T, cfg ServerConfig, ca *testkit.CA) (string, *Metri
 // certificate, or with one another CA signed, gets no answer (the
 // handshake fails) and is counted; one the CA signed gets its review. A
 // new bundle written over the file (rename, as a secret volume's swap) is
-// in force from the next handshake a second later, resumed sessions
-// included.
+// in force from the first handshake a second after the last look at the
+// file, not before, resumed sessions included. The server runs on
+// httptest's in-memory network in a synctest bubble, whose clock the
+// test moves.
 func TestClientCertificateRequired(t *testing.T) {
-	ca, other := testkit.NewCA(t), testkit.NewCA(t)
-	dir := t.TempDir()
-	file, err := NewClientCAFile(testkit.WriteFile(t, dir, "ca.crt", ca.CertPEM), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	var clock sync.Mutex
-	file.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
-	addr, m := startServer(t, ServerConfig{ClientCAs: file}, ca)
-	body := review(t, kcmPod())
-	sessions := tls.NewLRUClientSessionCache(8)
-	call := func(cert *testkit.KeyPair, resume bool) error {
-		c := &tls.Config{RootCAs: ca.Pool}
-		if cert != nil {
-			c.Certificates = []tls.Certificate{cert.TLS}
-		}
-		if resume {
-			c.ClientSessionCache = sessions
-		}
-		tr := &http.Transport{TLSClientConfig: c, ForceAttemptHTTP2: true}
-		defer tr.CloseIdleConnections()
-		resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Post("https://"+addr+"/mutate", "application/json", bytes.NewReader(body))
+	synctest.Test(t, func(t *testing.T) {
+		ca, other := testkit.NewCA(t), testkit.NewCA(t)
+		dir := t.TempDir()
+		file, err := NewClientCAFile(testkit.WriteFile(t, dir, "ca.crt", ca.CertPEM), nil)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"patch"`)) {
-			return fmt.Errorf("%d %s", resp.StatusCode, b)
+		m, err := NewMetrics(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}
-	good, bad := ca.Client("kube-apiserver"), other.Client("kube-apiserver")
-	if err := call(nil, false); err == nil {
-		t.Error("a caller without a client certificate got an answer")
-	}
-	if err := call(&bad, false); err == nil {
-		t.Error("a caller with another CA's certificate got an answer")
-	}
-	if got := testutil.ToFloat64(m.Rejected.WithLabelValues(string(RejectClientCertificate))); got != 2 {
-		t.Errorf("rejected{client-certificate} = %v, want 2", got)
-	}
-	if err := call(&good, true); err != nil {
-		t.Fatalf("the CA's client: %v", err)
-	}
+		kp := ca.Serving("injector.svc")
+		ts := httptest.NewTestServer(t, NewHandler(testConfig(), m, nil, DefaultLimits()))
+		ts.EnableHTTP2 = true
+		ts.TLS = tlsConfig(ServerConfig{ClientCAs: file}, staticCert{&kp.TLS}, m)
+		inMemory := ts.Client().Transport.(*http.Transport)
+		body := review(t, kcmPod())
+		sessions := tls.NewLRUClientSessionCache(8)
+		call := func(cert *testkit.KeyPair, resume bool) error {
+			c := &tls.Config{RootCAs: ca.Pool, ServerName: "injector.svc", NextProtos: []string{"h2", "http/1.1"}}
+			if cert != nil {
+				c.Certificates = []tls.Certificate{cert.TLS}
+			}
+			if resume {
+				c.ClientSessionCache = sessions
+			}
+			tr := &http.Transport{ForceAttemptHTTP2: true, DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				conn, err := inMemory.DialTLSContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				// The in-memory connection, with this caller's TLS
+				// rather than httptest's.
+				return tls.Client(conn.(*tls.Conn).NetConn(), c), nil
+			}}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Post("https://injector.svc/mutate", "application/json", bytes.NewReader(body))
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"patch"`)) {
+				return fmt.Errorf("%d %s", resp.StatusCode, b)
+			}
+			return nil
+		}
+		good, bad := ca.Client("kube-apiserver"), other.Client("kube-apiserver")
+		if err := call(nil, false); err == nil {
+			t.Error("a caller without a client certificate got an answer")
+		}
+		if err := call(&bad, false); err == nil {
+			t.Error("a caller with another CA's certificate got an answer")
+		}
+		if got := testutil.ToFloat64(m.Rejected.WithLabelValues(string(RejectClientCertificate))); got != 2 {
+			t.Errorf("rejected{client-certificate} = %v, want 2", got)
+		}
+		if err := call(&good, true); err != nil {
+			t.Fatalf("the CA's client: %v", err)
+		}
 
-	// Rotate: the other CA replaces the first.
-	tmp := testkit.WriteFile(t, dir, ".ca.crt.tmp", other.CertPEM)
-	if err := os.Rename(tmp, filepath.Join(dir, "ca.crt")); err != nil {
-		t.Fatal(err)
-	}
-	clock.Lock()
-	now = now.Add(clientCARecheck)
-	clock.Unlock()
-	if err := call(&bad, false); err != nil {
-		t.Errorf("the new CA's client after the rotation: %v", err)
-	}
-	if err := call(&good, true); err == nil {
-		t.Error("a resumed session of the old CA's client still got an answer after the rotation")
-	}
-	// A file that is no bundle keeps the last good one.
-	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), []byte("not PEM"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	clock.Lock()
-	now = now.Add(clientCARecheck)
-	clock.Unlock()
-	if err := call(&bad, false); err != nil {
-		t.Errorf("after a broken bundle was written, the last good one's client: %v", err)
-	}
+		// Rotate: the other CA replaces the first.
+		tmp := testkit.WriteFile(t, dir, ".ca.crt.tmp", other.CertPEM)
+		if err := os.Rename(tmp, filepath.Join(dir, "ca.crt")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(clientCARecheck - time.Nanosecond)
+		if err := call(&bad, false); err == nil {
+			t.Error("the new CA's client got an answer before the file was looked at again")
+		}
+		time.Sleep(time.Nanosecond)
+		if err := call(&bad, false); err != nil {
+			t.Errorf("the new CA's client after the rotation: %v", err)
+		}
+		if err := call(&good, true); err == nil {
+			t.Error("a resumed session of the old CA's client still got an answer after the rotation")
+		}
+		// A file that is no bundle keeps the last good one.
+		if err := os.WriteFile(filepath.Join(dir, "ca.crt"), []byte("not PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(clientCARecheck)
+		if err := call(&bad, false); err != nil {
+			t.Errorf("after a broken bundle was written, the last good one's client: %v", err)
+		}
+	})
 }
 
 // TestClientCAFileUnusable: a file that is missing or holds no

@@ -69,20 +69,9 @@ func NewServer(cfg ServerConfig, h *Handler, certs CertificateSource, log *slog.
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	tc := &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: certs.GetCertificate,
-	}
-	if cfg.ClientCAs != nil {
-		// Requested, then verified by verifyClient against the CAs of
-		// this moment, which RequireAndVerifyClientCert with a fixed
-		// ClientCAs could not do (the file is reloaded), nor count.
-		tc.ClientAuth = tls.RequestClientCert
-		tc.VerifyConnection = verifyClient(cfg.ClientCAs, h.metrics)
-	}
 	s := serve.New("admission webhook (/mutate)", "--listen-address", &http.Server{
 		Handler:           mux,
-		TLSConfig:         tc,
+		TLSConfig:         tlsConfig(cfg, certs, h.metrics),
 		HTTP2:             h2Config,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
@@ -95,6 +84,25 @@ func NewServer(cfg ServerConfig, h *Handler, certs CertificateSource, log *slog.
 	}
 	s.LimitConnections(cfg.MaxConnections, h.metrics.ConnectionsEvicted)
 	return &Server{cfg: cfg, Server: s}
+}
+
+// tlsConfig serves the certificate of each handshake's moment and, with
+// cfg.ClientCAs, verifies the caller's. It stands apart from NewServer so
+// that tests can serve it over httptest's in-memory network, where a
+// synctest bubble moves the clock.
+func tlsConfig(cfg ServerConfig, certs CertificateSource, m *Metrics) *tls.Config {
+	tc := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: certs.GetCertificate,
+	}
+	if cfg.ClientCAs != nil {
+		// Requested, then verified by verifyClient against the CAs of
+		// this moment, which RequireAndVerifyClientCert with a fixed
+		// ClientCAs could not do (the file is reloaded), nor count.
+		tc.ClientAuth = tls.RequestClientCert
+		tc.VerifyConnection = verifyClient(cfg.ClientCAs, m)
+	}
+	return tc
 }
 
 // Start listens on the configured address and serves TLS in the
