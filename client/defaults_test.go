@@ -99,7 +99,7 @@ func settings(c engine.Config) engine.Config {
 	up := *c.Upstream
 	up.Kubeconfig = ""
 	c.Upstream = &up
-	c.Discovery, c.Log, c.Registerer, c.Clock = nil, nil, nil, nil
+	c.Discovery, c.Log, c.Registerer = nil, nil, nil
 	c.Proxy.Log = nil
 	return c
 }

@@ -36,7 +36,6 @@ import (
 	"github.com/fanout-dev/fanout/components/proxy"
 	"github.com/fanout-dev/fanout/components/transport"
 	"github.com/fanout-dev/fanout/components/watch"
-	"github.com/fanout-dev/fanout/internal/clock"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
@@ -91,13 +90,6 @@ type Config struct {
 	// Registerer takes the fanout_* metrics, which Stop unregisters; nil
 	// registers nothing.
 	Registerer prometheus.Registerer
-	// Clock is the one clock of every part: the credential watchers
-	// take it, and the balancer, the handler, the
-	// transports and the server take its Now, unless their own Config
-	// sets one. nil is the real clock. The resolver, the prober, the
-	// state log and the watch rebalancer read the time package (their
-	// tests run in testing/synctest bubbles).
-	Clock clock.Clock
 }
 
 // Defaults returns the sidecar's defaults, which are the library's: the
@@ -263,7 +255,6 @@ func (c Config) withDefaults() Config {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
-	c.Clock = clock.Or(c.Clock)
 	if c.Transport.ServerName == "" {
 		c.Transport.ServerName = c.Upstream.ServerName
 	}

@@ -9,8 +9,6 @@
 //     serving certificate from the PKI, /readyz answered as told, a
 //     handler of the test's own for everything else, and a record of who
 //     asked;
-//   - a manual clock (Clock), a clock.Clock for code that takes its time
-//     source as a value;
 //   - what the tests of an HTTP client need around that server: handlers
 //     that report what the server saw (Echo) or stream (Streaming), a
 //     TCP proxy whose connections can go silent (FreezeProxy), and
@@ -21,30 +19,24 @@
 //   - a series read as /metrics would serve it (Registry, Series).
 //   - a Buffer for logs written by other goroutines or processes.
 //
-// # synctest or Clock
+// # Time
 //
-// Production code reads time through internal/clock's clock.Clock (or a
-// Now func taken from one, where it only reads the time). Tests use
-// testing/synctest where the code waits on time and nothing blocks on
-// the network inside the bubble; the code then keeps clock.Real. Else
-// they inject a Clock.
+// fanout's code reads the time package; tests move time with
+// testing/synctest (synctest.Test, time.Sleep, synctest.Wait), the one way
+// to fake it here. Time in a bubble moves only when every goroutine in it
+// is durably blocked, so such a test is exact and fast.
 //
-// A test that waits on real time (sleeps, tickers, timeouts, polling
-// until a deadline) should rather run inside testing/synctest's
-// synctest.Test: time in the bubble is virtual and moves only when every
-// goroutine in it is blocked, so such a test is fast and deterministic,
-// and the code under test keeps the real clock (clock.Real).
-//
-// A bubble cannot wait for the network: a goroutine blocked on a socket,
-// loopback included, is not durably blocked, so time stops and the test
-// hangs. A test that talks to an APIServer can still run in a bubble if
-// time only has to pass before the server serves: make the PKI in the
-// bubble (its certificates are then valid at the bubble's time), make the
-// server Unstarted, let time pass, then start it. Other tests that talk
-// to an APIServer (or any listener) stay outside bubbles, and where they
-// need to control time they inject a Clock: it implements clock.Clock,
-// its Now fits the Now funcs of the packages under test, and Advance
-// moves it.
+// A goroutine blocked on a real socket (loopback included) or in a system
+// call is not durably blocked: while one is, the bubble's clock stands
+// still. So a test in a bubble talks HTTP over httptest.NewTestServer's
+// in-memory network (its Client, or its Client's Transport, reaches the
+// server whatever the host). A test that must use real sockets (fanout's
+// own TLS dialer, an APIServer) can still run in a bubble if time only has
+// to pass before the server serves: make the PKI in the bubble (its
+// certificates are then valid at the bubble's time), make the server
+// Unstarted, let time pass, then start it. A test that needs inotify or
+// spins a goroutine stays on real time and asserts on events or
+// counters, never on a fixed sleep.
 //
 // The fakes of what the proxy sends through (a picker, an upstream) live in
 // components/proxy/proxytest, which may import fanout's components.
