@@ -139,13 +139,7 @@ func (r *readyzServer) serve(w http.ResponseWriter, req *http.Request) {
 		r.t.Errorf("the server of %s got %s %s for host %s, want GET /readyz for it", r.addr, req.Method, req.URL.Path, req.Host)
 	}
 	r.probes.Add(1)
-	code := int(r.code.Load())
-	if code == http.StatusOK {
-		fmt.Fprint(w, "ok")
-		return
-	}
-	w.WriteHeader(code)
-	fmt.Fprint(w, "[+]ping ok\n[-]shutdown failed: reason withheld\nreadyz check failed\n")
+	testkit.WriteReadyz(w, int(r.code.Load()))
 }
 
 // upstream sends the probes of each server's address to it.

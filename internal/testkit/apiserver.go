@@ -219,7 +219,12 @@ func (a *APIServer) serve(w http.ResponseWriter, r *http.Request) {
 		a.handler.ServeHTTP(w, r)
 		return
 	}
-	code := int(a.readyz.Load())
+	WriteReadyz(w, int(a.readyz.Load()))
+}
+
+// WriteReadyz answers /readyz as kube-apiserver does with code: "ok" for
+// 200, else code and the check list of an apiserver shutting down.
+func WriteReadyz(w http.ResponseWriter, code int) {
 	if code == http.StatusOK {
 		fmt.Fprint(w, "ok")
 		return
