@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
@@ -106,31 +103,7 @@ func TestHelpAndVersion(t *testing.T) {
 	kp := testkit.NewCA(t).Serving("fanout-injector.fanout-system.svc")
 	cmd := exec.Command(bin, "--tls-cert-file", testkit.WriteFile(t, dir, "tls.crt", kp.CertPEM), "--tls-private-key-file", testkit.WriteFile(t, dir, "tls.key", kp.KeyPEM),
 		"--sidecar-image", "i", "--listen-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0")
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		for sc.Scan() {
-			if m := regexp.MustCompile(`msg="metrics server listening" address=(\S+)`).FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, pipe)
-	}()
-	var a string
-	select {
-	case a = <-addr:
-	case <-time.After(30 * time.Second):
-		t.Fatal("fanout-injector logged no metrics server address within 30s")
-	}
+	a := testkit.StartLogged(t, cmd, "metrics server listening")
 	resp, err := http.Get("http://" + a + "/metrics")
 	if err != nil {
 		t.Fatal(err)

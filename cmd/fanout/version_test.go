@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"io"
 	"net/http"
 	"os/exec"
@@ -10,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/fanout-dev/fanout/internal/testkit"
 )
@@ -117,31 +115,7 @@ func buildInfoLabels(t *testing.T, bin string) map[string]string {
 	dir := t.TempDir()
 	kc := clientKubeconfig(t, dir, testkit.NewCA(t), "u", "https://127.0.0.1:1")
 	cmd := exec.Command(bin, "--kubeconfig", kc, "--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--allow-shared-loopback", "--probe-interval", "0")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := regexp.MustCompile(`msg="admin server listening" address=(\S+)`).FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	var a string
-	select {
-	case a = <-addr:
-	case <-time.After(30 * time.Second):
-		t.Fatal("fanout logged no admin server address within 30s")
-	}
+	a := testkit.StartLogged(t, cmd, "admin server listening")
 	resp, err := http.Get("http://" + a + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,14 @@
 package testkit
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +65,40 @@ func CheckOneCause(t *testing.T, program, stderr string, want []string) {
 		if !strings.Contains(causes[0], w) {
 			t.Errorf("cause line lacks %q:\n%s", w, causes[0])
 		}
+	}
+}
+
+// StartLogged starts cmd and returns the address its log (stderr, slog's
+// text format) gives in the first line of message msg, such as
+// msg="admin server listening" address=127.0.0.1:41234. cmd is killed when
+// the test ends.
+func StartLogged(t *testing.T, cmd *exec.Cmd, msg string) string {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `" address=(\S+)`)
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := line.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case a := <-addr:
+		return a
+	case <-time.After(WaitLimit):
+		t.Fatalf("%s logged no %q with an address within %s", filepath.Base(cmd.Path), msg, WaitLimit)
+		return ""
 	}
 }
