@@ -66,15 +66,8 @@ func TestFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := exec.Command(bin, tt.args...).CombinedOutput()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tt.wantCode || !strings.Contains(string(out), tt.wantOut) {
+			code, stdout, stderr := testkit.RunBinary(t, bin, tt.args...)
+			if out := stdout + stderr; code != tt.wantCode || !strings.Contains(out, tt.wantOut) {
 				t.Fatalf("fanout %v: exit %d, output:\n%s\nwant exit %d and output containing %q", tt.args, code, out, tt.wantCode, tt.wantOut)
 			}
 		})
