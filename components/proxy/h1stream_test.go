@@ -213,23 +213,7 @@ func BenchmarkRequestOnNewConnection(b *testing.B) {
 // TestDetachedStreamClientLeaving.)
 func TestClientLeavingEndsTakenOverWatch(t *testing.T) {
 	cw := startCancelWatchProxy(t, Config{})
-	canceled, p, m := cw.canceled, cw.p, cw.m
-	base := cw.base
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/pods?watch=1", nil)
-	resp, err := testkit.NewClient(t, false).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	resp, cancel := cw.openWatch(t, false)
 	testkit.WaitFor(t, "the watch's handler to return (its connection taken over)", func() bool { return handlersServingLong() == 0 })
-	cancel()
-	resp.Body.Close()
-	testkit.Wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
-	waitDone(t, p, 1)
-	testkit.WaitFor(t, "the open long-running gauge to return to 0", func() bool { return gaugeValue(t, m.openLong) == 0 })
+	cw.leave(t, resp, cancel)
 }

@@ -487,27 +487,11 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	for _, h2c := range []bool{false, true} {
 		t.Run(fmt.Sprintf("h2c=%v", h2c), func(t *testing.T) {
 			cw := startCancelWatchProxy(t, Config{})
-			canceled, p, m := cw.canceled, cw.p, cw.m
-			base := cw.base
-
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/pods?watch=1", nil)
-			resp, err := testkit.NewClient(t, h2c).Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-				t.Fatal(err)
-			}
-			if got := gaugeValue(t, m.openLong); got != 1 {
+			resp, cancel := cw.openWatch(t, h2c)
+			if got := gaugeValue(t, cw.m.openLong); got != 1 {
 				t.Errorf("fanout_open_long_running_requests = %v during the watch, want 1", got)
 			}
-			cancel()
-			resp.Body.Close()
-			testkit.Wait(t, canceled, "the apiserver's request context to be cancelled after the client left")
-			waitDone(t, p, 1)
-			testkit.WaitFor(t, "the open long-running gauge to return to 0", func() bool { return gaugeValue(t, m.openLong) == 0 })
+			cw.leave(t, resp, cancel)
 		})
 	}
 }

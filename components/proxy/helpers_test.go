@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"io"
@@ -72,6 +73,34 @@ type cancelWatchProxy struct {
 func startCancelWatchProxy(t *testing.T, cfg Config) cancelWatchProxy {
 	t.Helper()
 	return startCancelWatchProxyOn(t, listener.Config{}, cfg)
+}
+
+// openWatch opens a watch through the proxy (HTTP/1.1, or h2c) and reads
+// its first event; cancel is how its client leaves.
+func (cw cancelWatchProxy) openWatch(t *testing.T, h2c bool) (resp *http.Response, cancel context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", cw.base+"/api/v1/pods?watch=1", nil)
+	resp, err := testkit.NewClient(t, h2c).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	return resp, cancel
+}
+
+// leave has the watch's client leave, then waits for the proxy to end the
+// upstream request, report the pick's Done and give back the gauge.
+func (cw cancelWatchProxy) leave(t *testing.T, resp *http.Response, cancel context.CancelFunc) {
+	t.Helper()
+	cancel()
+	resp.Body.Close()
+	testkit.Wait(t, cw.canceled, "the apiserver's request context to be cancelled after the client left")
+	waitDone(t, cw.p, 1)
+	testkit.WaitFor(t, "the open long-running gauge to return to 0", func() bool { return gaugeValue(t, cw.m.openLong) == 0 })
 }
 
 // startCancelWatchProxyOn is startCancelWatchProxy behind a listener
