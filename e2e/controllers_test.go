@@ -21,9 +21,7 @@ import (
 // still do their jobs (a Deployment ends with every pod bound to a node) and
 // that each one's requests spread over every apiserver.
 func TestControllersBehindSidecars(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 
 	ctrl := startControllers(ctx, t, cp, "")
 	kcm, sched := ctrl.kcm, ctrl.sched

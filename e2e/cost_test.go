@@ -27,9 +27,7 @@ import (
 // what the apiservers' audit logs say they served for the controllers'
 // service accounts: within 2%, the done-criterion.
 func TestCostTableMatchesAudit(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 
 	kcmKubeconfig, err := cp.ControllerManagerKubeconfig()
 	if err != nil {

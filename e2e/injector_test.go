@@ -117,9 +117,7 @@ func sidecar(pod *corev1.Pod) *corev1.Container {
 // and that a hostNetwork pod is admitted unmutated with a warning and
 // counted.
 func TestInjector(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 
 	endpoints := strings.Join(cp.Endpoints(), ",")
 	inj, err := cp.StartInjector(ctx, t, "--sidecar-image=fanout:e2e", "--default-endpoints="+endpoints)
@@ -139,28 +137,7 @@ func TestInjector(t *testing.T) {
 	}
 
 	const whName = "fanout-injector-e2e"
-	wh := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: whName},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "inject.fanout.dev",
-			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
-			TimeoutSeconds:          ptr.To[int32](5),
-			ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{"fanout.dev/inject": "true"}},
-			// The control plane is shared: only this test's namespace.
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{
-					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
-				},
-			}},
-			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(inj.URL), CABundle: inj.CABundle},
-		}},
-	}
+	wh := podWebhook(whName, "inject.fanout.dev", ns, "fanout.dev/inject", admissionregistrationv1.Ignore, admissionregistrationv1.IfNeededReinvocationPolicy, inj.URL, inj.CABundle)
 	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, wh, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("registering the webhook: %v", err)
 	}
@@ -414,27 +391,7 @@ func TestInjector(t *testing.T) {
 	t.Run("pod made hostNetwork by a later webhook loses fanout", func(t *testing.T) {
 		url, ca := hostNetworkWebhook(t, cp.Net.BridgeIP)
 		const later = "zz-e2e-make-host-network"
-		cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
-			ObjectMeta: metav1.ObjectMeta{Name: later},
-			Webhooks: []admissionregistrationv1.MutatingWebhook{{
-				Name:                    "make-host-network.e2e.fanout.dev",
-				AdmissionReviewVersions: []string{"v1"},
-				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-				FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-				TimeoutSeconds:          ptr.To[int32](5),
-				ReinvocationPolicy:      ptr.To(admissionregistrationv1.NeverReinvocationPolicy),
-				ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{labelMakeHostNetwork: "true"}},
-				NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-				Rules: []admissionregistrationv1.RuleWithOperations{{
-					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-					Rule: admissionregistrationv1.Rule{
-						APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-						Scope: ptr.To(admissionregistrationv1.NamespacedScope),
-					},
-				}},
-				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url), CABundle: ca},
-			}},
-		}
+		cfg := podWebhook(later, "make-host-network.e2e.fanout.dev", ns, labelMakeHostNetwork, admissionregistrationv1.Fail, admissionregistrationv1.NeverReinvocationPolicy, url, ca)
 		if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("registering the later webhook: %v", err)
 		}
@@ -500,9 +457,7 @@ func scrape(t *testing.T, url string) string {
 // of a namespaced object needs its namespace to exist, and the Namespace in
 // the same apply is not persisted.
 func TestManifestsDryRun(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 5*time.Minute)
 	root, err := harness.ModuleDir()
 	if err != nil {
 		t.Fatal(err)
@@ -572,5 +527,32 @@ func TestManifestsDryRun(t *testing.T) {
 	}
 	if _, err := admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "fanout-injector", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the dry run persisted the webhook configuration (err %v)", err)
+	}
+}
+
+// podWebhook is a MutatingWebhookConfiguration (name) with one webhook
+// (hook), served at url, on the creation of the pods labelled label=true
+// in namespace ns: the control plane is shared, so only the test's own.
+func podWebhook(name, hook, ns, label string, failure admissionregistrationv1.FailurePolicyType, reinvoke admissionregistrationv1.ReinvocationPolicyType, url string, ca []byte) *admissionregistrationv1.MutatingWebhookConfiguration {
+	return &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    hook,
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			FailurePolicy:           ptr.To(failure),
+			TimeoutSeconds:          ptr.To[int32](5),
+			ReinvocationPolicy:      ptr.To(reinvoke),
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{label: "true"}},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{
+					APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+					Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+				},
+			}},
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(url), CABundle: ca},
+		}},
 	}
 }

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"bufio"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,9 +30,7 @@ data:
 // nothing but the kubeconfig fanout wrote: reads, server-side apply of a
 // manifest, a watch that sees a change, and a delete.
 func TestKubectl(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 5*time.Minute)
 
 	const user = "e2e-kubectl"
 	kubeconfig, err := cp.UserKubeconfig(user, "system:masters")

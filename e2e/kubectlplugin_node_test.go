@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -25,9 +24,7 @@ import (
 // 0 (admitted unmutated: failurePolicy Ignore) and nothing about the
 // injected one, whose sidecar knows the three apiservers.
 func TestNodeKubectlFanout(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 8*time.Minute)
 	const ns = "e2e-node-plugin"
 	e.namespace(t, ctx, ns)
 	e.allowDiscovery(t, ctx, ns, rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: ns})

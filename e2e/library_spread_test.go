@@ -175,9 +175,7 @@ func TestLibrarySpreadRounds(t *testing.T) {
 	if n <= 0 || testing.Short() {
 		t.Skip("set " + envLibraryRounds + "=N to run the library's spread phase N times")
 	}
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n)*4*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, time.Duration(n)*4*time.Minute)
 	passed := 0
 	for r := range n {
 		ok := t.Run(fmt.Sprintf("round%d", r+1), func(t *testing.T) {

@@ -28,9 +28,7 @@ import (
 // The same workload through a plaintext fanout shows the connection count
 // HTTP/1.1 costs.
 func TestListenTLSThroughFanout(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 
 	const user, ns = "e2e-listen-tls", "e2e-listen-tls"
 	kubeconfig, err := cp.UserKubeconfig(user)

@@ -24,10 +24,15 @@ var shared struct {
 	err  error
 }
 
-// controlPlane returns the package's control plane, starting it on first
-// use (so `go test -run` of one test starts only what it needs).
-func controlPlane(t *testing.T) *harness.ControlPlane {
+// controlPlane is the preamble of a test on the package's shared control
+// plane: it skips the test under -short, starts the control plane on first
+// use (so `go test -run` of one test starts only what it needs), and
+// returns it with a context that ends after timeout or when the test ends.
+func controlPlane(t *testing.T, timeout time.Duration) (context.Context, *harness.ControlPlane) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the control plane")
+	}
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
@@ -38,7 +43,16 @@ func controlPlane(t *testing.T) *harness.ControlPlane {
 	if shared.err != nil {
 		t.Fatalf("starting the control plane: %v", shared.err)
 	}
-	return shared.cp
+	return testContext(t, timeout), shared.cp
+}
+
+// testContext returns a context that ends after timeout, or when the test
+// ends: t.Context ends before the test's cleanups run, as a deferred
+// cancel would.
+func testContext(t *testing.T, timeout time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // ownControlPlane is the preamble of a test that needs a control plane of
@@ -53,10 +67,7 @@ func ownControlPlane(t *testing.T, timeout time.Duration, opts harness.Options) 
 	if testing.Short() {
 		t.Skip("starts a control plane of its own")
 	}
-	// t.Context ends before the test's cleanups run, as a deferred cancel
-	// would.
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	t.Cleanup(cancel)
+	ctx := testContext(t, timeout)
 	if opts.Nodes == 0 {
 		opts.Nodes = 1
 	}
@@ -83,10 +94,6 @@ func userFanout(ctx context.Context, t *testing.T, cp *harness.ControlPlane, use
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("last lines of the sidecar log %s:\n%s", f.LogPath, harness.Tail(f.LogPath, 60))
-		}
-	})
+	logOnFailure(t, f)
 	return f
 }

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -24,9 +23,7 @@ const prometheusOperatorModule = "github.com/prometheus-operator/prometheus-oper
 // accepted: the PodMonitor, the alerting rules and the dashboard
 // ConfigMap match the CRDs' schemas.
 func TestMonitoringManifestsDryRun(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 5*time.Minute)
 	root, err := harness.ModuleDir()
 	if err != nil {
 		t.Fatal(err)

@@ -46,9 +46,7 @@ sidecar:
 // namespace it serves injected by it, and helm uninstall removing its
 // webhook configuration and its namespace.
 func TestNodeHelmInstall(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 8*time.Minute)
 	const (
 		release  = "fanout-helm"
 		ns       = "fanout-helm"

@@ -48,10 +48,13 @@ var sharedNode struct {
 	err                error
 }
 
-// nodeBase returns the package's control plane and real node, starting them
-// on first use.
-func nodeBase(t *testing.T) *nodeEnv {
+// startedNode returns the package's control plane and real node, starting
+// them on first use; it skips the test under -short.
+func startedNode(t *testing.T) *nodeEnv {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the real node")
+	}
 	sharedNode.baseOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
@@ -63,11 +66,21 @@ func nodeBase(t *testing.T) *nodeEnv {
 	return sharedNode.env
 }
 
-// realNode returns nodeBase with fanout installed: the injector and the
-// example Deployments, Running, with the in-pod controllers leading.
-func realNode(t *testing.T) *nodeEnv {
+// nodeBase is the preamble of a test on the real node without fanout
+// installed: the node, and a context that ends after timeout or with the
+// test.
+func nodeBase(t *testing.T, timeout time.Duration) (context.Context, *nodeEnv) {
 	t.Helper()
-	e := nodeBase(t)
+	e := startedNode(t)
+	return testContext(t, timeout), e
+}
+
+// realNode is nodeBase with fanout installed: the injector and the example
+// Deployments, Running, with the in-pod controllers leading. The context's
+// time starts once they are.
+func realNode(t *testing.T, timeout time.Duration) (context.Context, *nodeEnv) {
+	t.Helper()
+	e := startedNode(t)
 	sharedNode.fullOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 		defer cancel()
@@ -76,7 +89,7 @@ func realNode(t *testing.T) *nodeEnv {
 	if sharedNode.err != nil {
 		t.Fatalf("installing fanout on the real node: %v", sharedNode.err)
 	}
-	return e
+	return testContext(t, timeout), e
 }
 
 // startNodeBase starts the control plane and the node. Progress goes to
@@ -252,9 +265,7 @@ func podClientPod(name string, labels map[string]string) *corev1.Pod {
 // runs both containers with a pod IP from the CNI bridge, and kubectl exec
 // and logs reach the real container through an apiserver and the kubelet.
 func TestNodeNativeSidecarPod(t *testing.T) {
-	e := nodeBase(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, e := nodeBase(t, 5*time.Minute)
 	const ns = "e2e-node-plain"
 	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
@@ -326,9 +337,7 @@ func TestNodeNativeSidecarPod(t *testing.T) {
 // root filesystem) that started, and passed its startup probe, before the
 // client container started.
 func TestNodePodsStartRight(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 5*time.Minute)
 
 	pods, err := e.admin.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "fanout.dev/inject=true"})
 	if err != nil {
@@ -452,9 +461,7 @@ func deployment(name string, n int32, image string, labels map[string]string, ar
 // third on each apiserver, per client: within a quarter of a third
 // (spreadLow..spreadHigh). A client pinned by an L4 balancer gets 100/0/0.
 func TestNodeControlPlaneWorkSpreads(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 10*time.Minute)
 	const ns = "e2e-node-spread"
 	e.namespace(t, ctx, ns)
 
@@ -598,9 +605,7 @@ func (e *nodeEnv) nodeClientPod(t *testing.T, ctx context.Context, ns string, po
 // port-forward through a fanout sidecar to a real container on the real
 // kubelet, over SPDY and over WebSocket.
 func TestNodeStreaming(t *testing.T) {
-	n := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, n := realNode(t, 10*time.Minute)
 	ns := upgradeNS
 	n.namespace(t, ctx, ns)
 	n.allowDiscovery(t, ctx, "e2e-node-streaming", rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: ns})
@@ -789,9 +794,7 @@ func (e *nodeEnv) followLogs(ctx context.Context, ns, pod, container string) (<-
 // requests for 5 s after SIGTERM), and exits after it, within the grace
 // period; none of the client's shutdown requests fails.
 func TestNodeShutdownOrder(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 5*time.Minute)
 	const ns = "e2e-node-shutdown"
 	e.namespace(t, ctx, ns)
 	e.allowDiscovery(t, ctx, "e2e-node-shutdown", rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: ns})
@@ -920,9 +923,7 @@ type summary struct {
 // from the kubelet's summary API (through the apiserver's node proxy), fits
 // within the memory request the injector gave it.
 func TestNodeFootprint(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 3*time.Minute)
 	pods, err := e.admin.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "fanout.dev/inject=true"})
 	if err != nil {
 		t.Fatal(err)
@@ -994,9 +995,7 @@ func countSidecarStats(s *summary) int {
 // Deployment removes fanout; and with the injector scaled to 0, labelled
 // pods are still created (failurePolicy Ignore), unmutated.
 func TestNodeLabelToggle(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 8*time.Minute)
 	const ns = "e2e-node-toggle"
 	e.namespace(t, ctx, ns)
 	e.allowDiscovery(t, ctx, "e2e-node-toggle", rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: ns})
@@ -1075,9 +1074,7 @@ const (
 // ServiceAccount's token and the old ServiceAccount is deleted (so the old
 // token is dead), without a restart of either container.
 func TestNodeGardenerTokenRotation(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 8*time.Minute)
 	const ns = "e2e-node-gardener"
 	e.namespace(t, ctx, ns)
 	sas := []string{"shoot-access-a", "shoot-access-b"}

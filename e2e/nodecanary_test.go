@@ -35,9 +35,7 @@ images:
 // one's again. Each injector gives sidecars its own image (no
 // --sidecar-image in the manifests), so the tag is the version marker.
 func TestNodeInjectorCanary(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 6*time.Minute)
 	begin := time.Now()
 	const ns = "e2e-node-canary"
 	repo, _, _ := strings.Cut(harness.FanoutImage, ":")

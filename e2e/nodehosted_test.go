@@ -51,9 +51,7 @@ const hostedMaxRelists = 0
 //   - the namespace label removed and the scheduler rolled: no fanout;
 //   - the injector scaled to 0: a client pod is admitted unmutated.
 func TestNodeHostedControlPlane(t *testing.T) {
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 25*time.Minute)
 	// What docs/hosted-control-planes.md tells an operator to run in the
 	// namespace: the pods' ServiceAccount may read the EndpointSlices there.
 	rolebinding := []string{"-n", hostedNS, "create", "rolebinding", "fanout-endpointslice-discovery",

@@ -36,9 +36,7 @@ const kcmInformerUser = "system:kube-controller-manager"
 // controllers with the same freshness requests and allows no re-list.
 func TestNodeQuietWatchesRespread(t *testing.T) {
 	skipUnlessLong(t, "TestNodeHostedControlPlane rolls the apiservers under in-pod controllers and allows no re-list")
-	e := realNode(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	ctx, e := realNode(t, 20*time.Minute)
 	fromKCM := func(ev *harness.AuditEvent) bool {
 		return harness.ControllerManagerUsers(ev.User.Username) && e.node.FromPod(ev)
 	}

@@ -40,10 +40,8 @@ const (
 // failed a restart (and a fifth of the other case's), and without it some
 // refused: the kills opened a gap. Measured: docs/resilience.md.
 func TestNodeRestartGap(t *testing.T) {
-	e := realNode(t)
+	ctx, e := realNode(t, 6*time.Minute)
 	begin := time.Now() // the node is up: what the test itself takes
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
-	defer cancel()
 	const ns = "e2e-node-restart"
 	e.namespace(t, ctx, ns)
 	e.allowDiscovery(t, ctx, "e2e-node-restart", rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: ns})
@@ -153,10 +151,8 @@ func TestNodeRestartGap(t *testing.T) {
 // out of make test (FANOUT_E2E_LONG=1) for CI's time budget.
 func TestNodeCrashLoopGap(t *testing.T) {
 	skipUnlessLong(t, "TestNodeRestartGap checks the held socket across a restart")
-	e := realNode(t)
+	ctx, e := realNode(t, 8*time.Minute)
 	begin := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
 	const ns = "e2e-node-crashloop"
 	e.namespace(t, ctx, ns)
 	e.allowDiscovery(t, ctx, "e2e-node-crashloop", rbacv1.Subject{Kind: "ServiceAccount", Name: "default", Namespace: ns})

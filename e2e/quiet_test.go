@@ -12,10 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/fanout-dev/fanout/e2e/harness"
 )
@@ -56,7 +52,7 @@ func TestQuietWatchesRespread(t *testing.T) {
 	infCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
 	var lists harness.Lists
-	startQuietInformers(infCtx, t, sidecar.Config, namespaces, informers, &lists)
+	startInformers(infCtx, t, sidecar.Config, namespaces, true, informers, &lists)
 	synced := time.Now()
 	before := waitWatches(ctx, t, cp, user, informers)
 	t.Logf("informers synced (%d LIST, %d WatchList); watches per apiserver %v", lists.List(), lists.WatchList(), before)
@@ -160,42 +156,6 @@ func quietNamespace(ctx context.Context, t *testing.T, cp *harness.ControlPlane,
 				t.Fatal(err)
 			}
 		}
-	}
-}
-
-// startQuietInformers starts n informers through cfg, alternating
-// ConfigMaps and Secrets over namespaces, and waits for them to sync.
-func startQuietInformers(ctx context.Context, t *testing.T, cfg *rest.Config, namespaces []string, n int, l *harness.Lists) {
-	t.Helper()
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = 1000, 1000
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var synced []cache.InformerSynced
-	for i := range n {
-		ns := namespaces[i%len(namespaces)]
-		var inf cache.SharedIndexInformer
-		if i%2 == 0 {
-			cms := client.CoreV1().ConfigMaps(ns)
-			inf, err = harness.CountedInformer(l, &corev1.ConfigMap{},
-				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, o) }, cms.Watch)
-		} else {
-			secrets := client.CoreV1().Secrets(ns)
-			inf, err = harness.CountedInformer(l, &corev1.Secret{},
-				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return secrets.List(ctx, o) }, secrets.Watch)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		go inf.RunWithContext(ctx)
-		synced = append(synced, inf.HasSynced)
-	}
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), synced...) {
-		t.Fatal("informers did not sync within 2 minutes")
 	}
 }
 

@@ -64,8 +64,8 @@ func TestWatchRebalance(t *testing.T) {
 	infCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
 	var viaOn, viaOff harness.Lists
-	startInformers(infCtx, t, sidecars[userOn].Config, ns, informers, &viaOn)
-	startInformers(infCtx, t, sidecars[userOff].Config, ns, informers, &viaOff)
+	startInformers(infCtx, t, sidecars[userOn].Config, []string{ns}, false, informers, &viaOn)
+	startInformers(infCtx, t, sidecars[userOff].Config, []string{ns}, false, informers, &viaOff)
 	onStart, offStart := viaOn.Total(), viaOff.Total()
 	t.Logf("informers synced: %d LIST and %d WatchList requests through each sidecar", viaOn.List(), viaOn.WatchList())
 	before := map[string][]int{}

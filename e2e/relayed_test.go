@@ -174,12 +174,10 @@ func (closedWaitGroup) Done()         {}
 // fanout neither drains, ejects nor penalises an apiserver, nor reloads
 // credentials.
 func TestRelayedAnswersDriveNothing(t *testing.T) {
-	cp := controlPlane(t)
+	ctx, cp := controlPlane(t, 10*time.Minute)
 	if !cp.Net.NetNS {
 		t.Skip("needs network namespaces: the apiservers must reach the backend on the bridge address")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	const ns, svc = "relayed", "relay"
 	admin := cp.AdminClient
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -416,9 +414,7 @@ func waitStatus(ctx context.Context, t *testing.T, admin *rest.Config, a *harnes
 // group fanout does not list is a CustomResourceDefinition's, which fanout
 // treats as possibly aggregated on purpose.
 func TestOwnGroupsAreLocalAPIServices(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, time.Minute)
 	raw, err := cp.AdminClient.Discovery().RESTClient().Get().AbsPath("/apis/apiregistration.k8s.io/v1/apiservices").DoRaw(ctx)
 	if err != nil {
 		t.Fatal(err)

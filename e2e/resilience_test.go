@@ -19,7 +19,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -195,10 +194,11 @@ func testClientDeath(ctx context.Context, t *testing.T, cp *harness.ControlPlane
 	}
 }
 
-// startInformers runs n informers on ConfigMaps in ns with real
-// reflectors, counting their lists in r, until ctx ends. It returns once
-// all have synced.
-func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, ns string, n int, r *harness.Lists) {
+// startInformers runs n informers through cfg with real reflectors,
+// counting their lists in r, until ctx ends: informer i watches namespace
+// i modulo len(namespaces), ConfigMaps, or with secrets Secrets for odd i.
+// It returns once all have synced.
+func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, namespaces []string, secrets bool, n int, r *harness.Lists) {
 	t.Helper()
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = 1000, 1000
@@ -206,12 +206,19 @@ func startInformers(ctx context.Context, t *testing.T, cfg *rest.Config, ns stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	cms := client.CoreV1().ConfigMaps(ns)
 	var synced []cache.InformerSynced
-	for range n {
-		inf, err := harness.CountedInformer(r, &corev1.ConfigMap{},
-			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, o) },
-			cms.Watch)
+	for i := range n {
+		ns := namespaces[i%len(namespaces)]
+		var inf cache.SharedIndexInformer
+		if secrets && i%2 == 1 {
+			s := client.CoreV1().Secrets(ns)
+			inf, err = harness.CountedInformer(r, &corev1.Secret{},
+				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return s.List(ctx, o) }, s.Watch)
+		} else {
+			cms := client.CoreV1().ConfigMaps(ns)
+			inf, err = harness.CountedInformer(r, &corev1.ConfigMap{},
+				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, o) }, cms.Watch)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -283,24 +290,6 @@ func (l *ratedLoad) failures() ([]time.Time, []error) {
 	return append([]time.Time(nil), l.failed...), append([]error(nil), l.errs...)
 }
 
-// grantConfigMaps lets another user use the configmaps role in ns.
-func grantConfigMaps(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns, user string) {
-	t.Helper()
-	rb := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "configmaps-" + user, Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "configmaps"},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-	}
-	if _, err := cp.AdminClient.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, verb := range []string{"create", "get", "list", "watch", "update", "delete"} {
-		if err := cp.WaitAuthorized(ctx, user, verb, "configmaps", ns); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // testRollingRestart restarts every apiserver in turn, gracefully, under
 // 200 requests/s and 50 informers through fanout, with 50 informers
 // connected directly to the first apiserver for comparison.
@@ -323,11 +312,11 @@ func testRollingRestart(ctx context.Context, t *testing.T, cp *harness.ControlPl
 	infCtx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
 	var viaFanout, viaDirect, viaHAProxy harness.Lists
-	startInformers(infCtx, t, sidecar.Config, ns, 50, &viaFanout)
-	startInformers(infCtx, t, directCfg, ns, 50, &viaDirect)
+	startInformers(infCtx, t, sidecar.Config, []string{ns}, false, 50, &viaFanout)
+	startInformers(infCtx, t, directCfg, []string{ns}, false, 50, &viaDirect)
 	var hapLoad *ratedLoad
 	if hap != nil {
-		startInformers(infCtx, t, hap.Config, ns, 50, &viaHAProxy)
+		startInformers(infCtx, t, hap.Config, []string{ns}, false, 50, &viaHAProxy)
 		hapLoad = startRatedLoad(ctx, t, hap.Config, ns, "hroll", 32, 200)
 	}
 	fanoutStart, directStart, hapStart := viaFanout.Total(), viaDirect.Total(), viaHAProxy.Total()

@@ -27,22 +27,32 @@ import (
 // Kubernetes pod would see them (a secret volume with the ..data swap) or
 // the way an operator edits them (atomic renames).
 
-// fileKubeconfig writes a kubeconfig for server that names its material
-// by file, as a kubeconfig mounted next to a secret volume does.
-func fileKubeconfig(t *testing.T, path, server, caFile, certFile, keyFile, tokenFile string) {
+// fileFanout starts a fanout sidecar (name) on a kubeconfig, written in
+// dir, that names its credentials by file as a mounted volume does; empty
+// names leave a credential out. It logs the tail of fanout's log if the test
+// fails.
+func fileFanout(ctx context.Context, t *testing.T, cp *harness.ControlPlane, name, dir, caFile, certFile, keyFile, tokenFile string) *harness.Fanout {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: cp.Endpoints()[0], CertificateAuthority: caFile}
 	cfg.AuthInfos["e2e"] = &clientcmdapi.AuthInfo{ClientCertificate: certFile, ClientKey: keyFile, TokenFile: tokenFile}
 	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "e2e"}
 	cfg.CurrentContext = "e2e"
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	f, err := cp.StartFanout(ctx, t, name, kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logOnFailure(t, f)
+	return f
 }
 
-// bindUser lets user use the configmaps Role that userNamespace made in ns.
-func bindUser(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns, user string) {
+// grantConfigMaps lets user use the configmaps Role that userNamespace
+// made in ns.
+func grantConfigMaps(ctx context.Context, t *testing.T, cp *harness.ControlPlane, ns, user string) {
 	t.Helper()
 	rb := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "configmaps-" + user, Namespace: ns},
@@ -112,7 +122,7 @@ func checkNoRestart(t *testing.T, f *harness.Fanout, pid int) {
 func logOnFailure(t *testing.T, f *harness.Fanout) {
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("last lines of the sidecar log %s:\n%s", f.LogPath, harness.Tail(f.LogPath, 40))
+			t.Logf("last lines of the sidecar log %s:\n%s", f.LogPath, harness.Tail(f.LogPath, 60))
 		}
 	})
 }
@@ -124,15 +134,10 @@ func logOnFailure(t *testing.T, f *harness.Fanout) {
 // connection made with the old certificate, must keep delivering; and
 // the old connections must close once idle.
 func TestRotateClientCertificate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the control plane")
-	}
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 	const ns, user1, user2 = "e2e-rotate-cert", "e2e-rotate-cert-one", "e2e-rotate-cert-two"
 	userNamespace(ctx, t, cp, ns, user1)
-	bindUser(ctx, t, cp, ns, user2)
+	grantConfigMaps(ctx, t, cp, ns, user2)
 
 	dir := t.TempDir()
 	ck1, err := harness.IssueClient(cp.PKI.CA, filepath.Join(dir, "minted"), "one", user1)
@@ -151,13 +156,7 @@ func TestRotateClientCertificate(t *testing.T) {
 	if err := os.WriteFile(caFile, cp.PKI.CA.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	fileKubeconfig(t, kubeconfig, cp.Endpoints()[0], caFile, vol.Path("tls.crt"), vol.Path("tls.key"), "")
-	sidecar, err := cp.StartFanout(ctx, t, "rotate-cert", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logOnFailure(t, sidecar)
+	sidecar := fileFanout(ctx, t, cp, "rotate-cert", dir, caFile, vol.Path("tls.crt"), vol.Path("tls.key"), "")
 	pid := sidecar.PID()
 	if got := whoAmI(ctx, t, sidecar.Config); got != user1 {
 		t.Fatalf("before the rotation fanout acts as %q, want %q", got, user1)
@@ -250,12 +249,7 @@ func TestRotateClientCertificate(t *testing.T) {
 // the first (it is bound to a Secret that gets deleted): requests keep
 // succeeding only if fanout uses the new token.
 func TestRotateToken(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the control plane")
-	}
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 	const ns, sa = "e2e-rotate-token", "rotator"
 	user := "system:serviceaccount:" + ns + ":" + sa
 	userNamespace(ctx, t, cp, ns, user)
@@ -290,13 +284,7 @@ func TestRotateToken(t *testing.T) {
 	if err := os.WriteFile(caFile, cp.PKI.CA.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	fileKubeconfig(t, kubeconfig, cp.Endpoints()[0], caFile, "", "", vol.Path("token"))
-	sidecar, err := cp.StartFanout(ctx, t, "rotate-token", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logOnFailure(t, sidecar)
+	sidecar := fileFanout(ctx, t, cp, "rotate-token", dir, caFile, "", "", vol.Path("token"))
 	pid := sidecar.PID()
 	if got := whoAmI(ctx, t, sidecar.Config); got != user {
 		t.Fatalf("fanout acts as %q, want %q", got, user)
@@ -356,12 +344,7 @@ func TestRotateToken(t *testing.T) {
 // original serving certificate is restored at the end: the other tests'
 // clients trust only the original CA.
 func TestRotateServingCA(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs the control plane")
-	}
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 	const ns, user = "e2e-rotate-ca", "e2e-rotate-ca-user"
 	userNamespace(ctx, t, cp, ns, user)
 
@@ -394,13 +377,7 @@ func TestRotateServingCA(t *testing.T) {
 	if err := os.WriteFile(caFile, cp.PKI.CA.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	fileKubeconfig(t, kubeconfig, cp.Endpoints()[0], caFile, vol.Path("tls.crt"), vol.Path("tls.key"), "")
-	sidecar, err := cp.StartFanout(ctx, t, "rotate-ca", kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logOnFailure(t, sidecar)
+	sidecar := fileFanout(ctx, t, cp, "rotate-ca", dir, caFile, vol.Path("tls.crt"), vol.Path("tls.key"), "")
 	pid := sidecar.PID()
 
 	orig := cp.PKI.Serving

@@ -194,17 +194,15 @@ func soakSettings(t *testing.T) (time.Duration, uint64, string) {
 // each fault and at the end every write is read back; see docs/resilience.md
 // (Soak) for the checks and their limits.
 func TestSoak(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() { // before soakSettings makes its output folder
 		t.Skip("needs the real node")
 	}
 	duration, seed, out := soakSettings(t)
 	t.Logf("soak: %s, seed %d (FANOUT_SOAK_SEED), output in %s", duration, seed, out)
 	wallStart := time.Now()
-	e := realNode(t)
+	ctx, e := realNode(t, duration+30*time.Minute)
 	envS := time.Since(wallStart).Seconds()
 	cp := e.cp
-	ctx, cancel := context.WithTimeout(context.Background(), duration+30*time.Minute)
-	defer cancel()
 
 	const ns, user, l4User = "e2e-soak", "e2e-soak", "e2e-soak-l4"
 	e.namespace(t, ctx, ns)
@@ -237,12 +235,7 @@ func TestSoak(t *testing.T) {
 	if err := os.WriteFile(caFile, cp.PKI.CA.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(s.dir, "kubeconfig")
-	fileKubeconfig(t, kubeconfig, cp.Endpoints()[0], caFile, s.vol.Path("tls.crt"), s.vol.Path("tls.key"), "")
-	if s.sidecar, err = cp.StartFanout(ctx, t, "soak", kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	logOnFailure(t, s.sidecar)
+	s.sidecar = fileFanout(ctx, t, cp, "soak", s.dir, caFile, s.vol.Path("tls.crt"), s.vol.Path("tls.key"), "")
 	fanoutClient := soakClient(t, s.sidecar.Config, time.Minute)
 	fanoutInformerClient := soakClient(t, s.sidecar.Config, 0)
 

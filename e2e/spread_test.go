@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -19,9 +18,7 @@ var mixed = workload{requests: 3000, workers: 8, watches: 20}
 // TestOneClientThroughFanout is the point of fanout: one client-go client,
 // one rest.Config, and its requests spread evenly over every apiserver.
 func TestOneClientThroughFanout(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 
 	const user = "e2e-fanout-client"
 	userNamespace(ctx, t, cp, "e2e-fanout", user)
@@ -49,9 +46,7 @@ func TestOneClientThroughFanout(t *testing.T) {
 // through a round-robin TCP load balancer lands on one apiserver, because
 // client-go multiplexes everything over a single HTTP/2 connection.
 func TestOneClientThroughL4Proxy(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 10*time.Minute)
 
 	const user = "e2e-l4-client"
 	kubeconfig, err := cp.UserKubeconfig(user)

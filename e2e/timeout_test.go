@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,9 +21,7 @@ import (
 // TestClientTimeoutsAreNotFailures (components/proxy); this one checks
 // that the real apiserver answers as those fakes do.
 func TestClientTimeoutIsNotAnEndpointFailure(t *testing.T) {
-	cp := controlPlane(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx, cp := controlPlane(t, 5*time.Minute)
 
 	const user, ns = "e2e-timeout-client", "e2e-timeout"
 	userNamespace(ctx, t, cp, ns, user)

@@ -50,9 +50,9 @@ type upgradeEnv struct {
 	dir     string
 }
 
-func newUpgradeEnv(ctx context.Context, t *testing.T) *upgradeEnv {
+func newUpgradeEnv(t *testing.T) (context.Context, *upgradeEnv) {
 	t.Helper()
-	cp := controlPlane(t)
+	ctx, cp := controlPlane(t, 15*time.Minute)
 	kl, err := cp.StartKubelet(ctx, t, "e2e-kubelet-1")
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func newUpgradeEnv(ctx context.Context, t *testing.T) *upgradeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &upgradeEnv{cp: cp, kubelet: kl, sidecar: sidecar, dir: t.TempDir()}
+	return ctx, &upgradeEnv{cp: cp, kubelet: kl, sidecar: sidecar, dir: t.TempDir()}
 }
 
 // kubectl builds a kubectl command through the sidecar with env added to a
@@ -225,9 +225,7 @@ func checkProtocol(t *testing.T, d protocolCounts, websocket bool, upgrades floa
 }
 
 func TestUpgradesThroughFanout(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	e := newUpgradeEnv(ctx, t)
+	ctx, e := newUpgradeEnv(t)
 
 	for _, p := range protocols {
 		t.Run("exec/"+p.name, func(t *testing.T) {
@@ -309,32 +307,7 @@ func TestUpgradesThroughFanout(t *testing.T) {
 	t.Run("logs-follow", func(t *testing.T) {
 		before := e.counts(ctx, t)
 		e.kubelet.Log("line 0")
-		cmd := e.kubectl(ctx, nil, "logs", "-f", upgradePod, "-c", "main")
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		// Buffered beyond the lines the test writes, so the scanner never
-		// blocks once the test stops reading.
-		lines := make(chan string, 64)
-		go func() {
-			defer close(lines)
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-		}()
-		defer func() {
-			_ = cmd.Process.Kill()
-			<-exited
-		}()
-		go func() { _ = cmd.Wait(); close(exited) }()
+		lines, stderr, exited := startLines(t, e.kubectl(ctx, nil, "logs", "-f", upgradePod, "-c", "main"))
 		next := func(want string) {
 			t.Helper()
 			select {
@@ -497,28 +470,7 @@ func testExecOutlivesShutdownStart(ctx context.Context, t *testing.T, e *upgrade
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan time.Time, 1)
-	go func() { _ = cmd.Wait(); exited <- time.Now() }()
-	defer func() {
-		_ = cmd.Process.Kill()
-	}()
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	lines, stderr, exited := startLines(t, cmd)
 	roundTrip := func(msg string) {
 		t.Helper()
 		if _, err := io.WriteString(stdin, msg+"\n"); err != nil {
@@ -566,6 +518,39 @@ func testExecOutlivesShutdownStart(ctx context.Context, t *testing.T, e *upgrade
 	if err := <-stopped; err != nil {
 		t.Logf("sidecar exit: %v", err)
 	}
+}
+
+// startLines starts cmd, a kubectl that streams, and returns the lines it
+// prints (closed when its output ends), its stderr, and the time it exits.
+// It kills cmd when the test ends.
+func startLines(t *testing.T, cmd *exec.Cmd) (lines <-chan string, stderr *bytes.Buffer, exited <-chan time.Time) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr = &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Buffered beyond the lines a test writes, so the scanner never blocks
+	// once the test stops reading.
+	out := make(chan string, 64)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			out <- sc.Text()
+		}
+	}()
+	at, done := make(chan time.Time, 1), make(chan struct{})
+	go func() { _ = cmd.Wait(); at <- time.Now(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	return out, stderr, at
 }
 
 // startPortForward starts a kubectl port-forward and returns its local
