@@ -30,10 +30,10 @@ const SteadySchedtrace = "schedtrace=2147483647"
 
 // sysmonExecEnv returns the environment to re-execute fanout with, given
 // the process's, or nil when the process can go on as it is:
-//   - steady (--sysmon steady, the default): GODEBUG with SteadySchedtrace
+//   - steady (--sysmon steady, opt-in): GODEBUG with SteadySchedtrace
 //     added, unless GODEBUG sets schedtrace already (the operator's choice
 //     wins);
-//   - not steady (--sysmon go): nil, Go's own behaviour.
+//   - not steady (--sysmon go, the default): nil, Go's own behaviour.
 //
 // The runtime reads schedtrace only at start, hence the re-execution.
 func sysmonExecEnv(steady bool, environ []string) []string {
