@@ -179,3 +179,28 @@ func h2Options(auth tls.ClientAuthType, maxStreams int) []testkit.APIServerOptio
 	}
 	return opts
 }
+
+// wantServerConns fails the test unless the server saw want connections
+// (n); why, if set, says what another count would mean.
+func wantServerConns(t *testing.T, n, want int32, why string) {
+	t.Helper()
+	if n != want {
+		t.Errorf("the server saw %d connections, want %d%s", n, want, because(why))
+	}
+}
+
+// wantDialed fails the test unless the pool for addr dialled want
+// connections; why, if set, says what another count would mean.
+func (c *clients) wantDialed(t *testing.T, addr string, want int32, why string) {
+	t.Helper()
+	if n := c.dialed(addr); n != want {
+		t.Errorf("connections dialled = %d, want %d%s", n, want, because(why))
+	}
+}
+
+func because(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ": " + why
+}
