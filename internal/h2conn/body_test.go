@@ -543,7 +543,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 			}
 		})
 	}
-	wantServerConns(t, srv.conns.Load(), 1, "")
+	wantServerConns(t, srv.Accepted.Load(), 1, "")
 }
 
 // --- bugs and edge cases found while testing -------------------------

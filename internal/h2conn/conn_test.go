@@ -42,16 +42,11 @@ import (
 // wire, those of any request read after it. It ignores the client's
 // flow-control windows: answers must stay small.
 type scriptH2 struct {
-	ln    net.Listener
+	*testkit.RawH2
 	addr  string
 	serve func(c *scriptConn, id uint32, path string)
 
-	conns atomic.Int32 // connections accepted
 	pings atomic.Int32 // PINGs answered
-
-	mu   sync.Mutex
-	open []net.Conn
-	wg   sync.WaitGroup
 }
 
 type scriptConn struct {
@@ -64,48 +59,13 @@ func newScriptH2(t *testing.T, p *testkit.PKI, serve func(c *scriptConn, id uint
 	t.Helper()
 	cfg := p.CA.ServerTLSConfig(p.Serving, tls.NoClientCert)
 	cfg.NextProtos = []string{http2.NextProtoTLS}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scriptH2{ln: ln, addr: ln.Addr().String(), serve: serve}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.conns.Add(1)
-			s.mu.Lock()
-			s.open = append(s.open, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				s.serveConn(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		for _, c := range s.open {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
+	s := &scriptH2{serve: serve}
+	s.RawH2 = testkit.NewRawH2(t, cfg, s.serveConn)
+	s.addr = s.Addr
 	return s
 }
 
 func (s *scriptH2) serveConn(c net.Conn) {
-	preface := make([]byte, len(http2.ClientPreface))
-	if _, err := io.ReadFull(c, preface); err != nil || string(preface) != http2.ClientPreface {
-		return
-	}
 	sc := &scriptConn{fr: http2.NewFramer(c, c)}
 	sc.enc = hpack.NewEncoder(&sc.buf)
 	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -539,7 +499,7 @@ func TestH2ClientGoAway(t *testing.T) {
 		t.Run(tc.path, func(t *testing.T) {
 			tr := newClients(t, p, Config{})
 			rt := tr.For(srv.addr)
-			before := srv.conns.Load()
+			before := srv.Accepted.Load()
 			// Stream 1 is answered normally; the GOAWAY comes on stream 3.
 			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatal(err)
@@ -568,7 +528,7 @@ func TestH2ClientGoAway(t *testing.T) {
 				t.Fatalf("request after the GOAWAY: %v", err)
 			}
 			tr.wantDialed(t, srv.addr, 2, "the request after the GOAWAY must use a new connection")
-			wantServerConns(t, srv.conns.Load()-before, 2, "")
+			wantServerConns(t, srv.Accepted.Load()-before, 2, "")
 		})
 	}
 }
