@@ -5,7 +5,6 @@ package transport
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net/http"
 	"testing"
 
@@ -20,29 +19,16 @@ import (
 // one that decides.
 func BenchmarkPoolRoundTrip(b *testing.B) {
 	p := testkit.NewPKI(b, serverName)
-	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"kind":"ConfigMap"}`)
-	}))
+	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 0, testkit.ShortAnswer())
 	url := "https://" + srv.addr + "/api/v1/namespaces/default/configmaps/x"
 	for _, c := range []Client{ClientOwn, ClientStd} {
 		b.Run(string(c), func(b *testing.B) {
 			tr := newTransports(b, Config{Client: c}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
 			rt := tr.For(srv.addr, AuthSidecar)
-			b.ReportAllocs()
-			b.SetParallelism(4)
-			defer testkit.ReportCPU(b)()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
-					res, err := rt.RoundTrip(req)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-				}
+			testkit.RunParallelCPU(b, func() error {
+				req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+				_, err := testkit.RoundTrip(rt, req)
+				return err
 			})
 		})
 	}

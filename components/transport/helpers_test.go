@@ -71,7 +71,7 @@ type h2Server struct {
 // kit's; the tests here send none.
 func newH2Server(t testing.TB, p *testkit.PKI, auth tls.ClientAuthType, maxStreams int, h http.Handler, opts ...testkit.APIServerOption) *h2Server {
 	t.Helper()
-	s := testkit.NewAPIServer(t, p.CA, h, append(h2Options(auth, maxStreams), opts...)...)
+	s := testkit.NewAPIServer(t, p.CA, h, append(testkit.H2Options(serverName, auth, maxStreams), opts...)...)
 	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened, closed: &s.Closed}
 }
 
@@ -122,7 +122,7 @@ func dials(t *testing.T, tr *Transports, addr string, mode AuthMode, result stri
 // the client's flow-control settings. onHeaders runs for every HEADERS
 // frame and returns true to close the connection.
 type rawH2 struct {
-	ln        net.Listener
+	*testkit.RawH2
 	addr      string
 	onHeaders func(fr *http2.Framer, streamID uint32) (closeConn bool)
 
@@ -134,9 +134,6 @@ type rawH2 struct {
 	acks           int                        // SETTINGS ACKs from the client
 	settings       map[http2.SettingID]uint32 // first client SETTINGS
 	connWindowIncr uint32                     // first connection WINDOW_UPDATE
-	conns          []net.Conn
-
-	wg sync.WaitGroup
 }
 
 // newRawH2 listens with TLS; alpn false makes it negotiate no protocol.
@@ -146,41 +143,13 @@ func newRawH2(t *testing.T, p *testkit.PKI, alpn bool, onHeaders func(*http2.Fra
 	if alpn {
 		cfg.NextProtos = []string{http2.NextProtoTLS}
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &rawH2{ln: ln, addr: ln.Addr().String(), onHeaders: onHeaders}
-	s.wg.Add(1)
-	go s.serve()
-	t.Cleanup(s.close)
+	s := &rawH2{onHeaders: onHeaders}
+	s.RawH2 = testkit.NewRawH2(t, cfg, s.serveConn)
+	s.addr = s.Addr
 	return s
 }
 
-func (s *rawH2) serve() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		s.mu.Lock()
-		s.conns = append(s.conns, c)
-		s.mu.Unlock()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer c.Close()
-			s.serveConn(c)
-		}()
-	}
-}
-
 func (s *rawH2) serveConn(c net.Conn) {
-	preface := make([]byte, len(http2.ClientPreface))
-	if _, err := io.ReadFull(c, preface); err != nil || !bytes.Equal(preface, []byte(http2.ClientPreface)) {
-		return
-	}
 	fr := http2.NewFramer(c, c)
 	s.mu.Lock()
 	settings := s.serverSettings
@@ -236,16 +205,6 @@ func (s *rawH2) serveConn(c net.Conn) {
 	}
 }
 
-func (s *rawH2) close() {
-	s.ln.Close()
-	s.mu.Lock()
-	for _, c := range s.conns {
-		c.Close()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
-}
-
 // respond200 answers the stream with an empty 200.
 func respond200(fr *http2.Framer, id uint32) bool {
 	var buf bytes.Buffer
@@ -260,15 +219,6 @@ func respond200(fr *http2.Framer, id uint32) bool {
 type onlyReader struct{ io.Reader }
 
 var errTest = errors.New("test failure")
-
-// h2Options are the kit options for newH2Server's policy and stream limit.
-func h2Options(auth tls.ClientAuthType, maxStreams int) []testkit.APIServerOption {
-	opts := []testkit.APIServerOption{testkit.WithNames(serverName), testkit.WithClientAuth(auth)}
-	if maxStreams > 0 {
-		opts = append(opts, testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: maxStreams}))
-	}
-	return opts
-}
 
 // forEachClient runs test with each HTTP/2 client a pool can use
 // (Config.Client), as subtests named after it.

@@ -24,11 +24,7 @@ func TestStdErrorsRecognised(t *testing.T) {
 	g := tr.For(srv.addr, AuthSidecar).(*pool).gen.Load()
 	sc := &stdConn{cs: g.h2}
 	closeServerSide := func(cc *http.ClientConn) {
-		srv.mu.Lock()
-		for _, c := range srv.conns {
-			c.Close()
-		}
-		srv.mu.Unlock()
+		srv.CloseConns()
 		testkit.WaitFor(t, "the client to see its connection closed", func() bool { return cc.Err() != nil })
 	}
 	for _, tc := range []struct {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -65,12 +64,8 @@ func TestH1ServerHeaderBudget(t *testing.T) {
 	}
 	dial := func() (net.Conn, *bufio.Reader) {
 		t.Helper()
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dialServer(t, addr)
 		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(testkit.WaitLimit))
 		return c, bufio.NewReader(c)
 	}
 	status := func(br *bufio.Reader) int {

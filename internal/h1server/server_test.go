@@ -604,12 +604,8 @@ func TestH1ServerShutdown(t *testing.T) {
 		}
 		io.WriteString(w, "done")
 	}), Config{})
-	idle, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	idle := dialServer(t, addr)
 	defer idle.Close()
-	idle.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	ibr := bufio.NewReader(idle)
 	io.WriteString(idle, "GET /fast HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	if resp, err := http.ReadResponse(ibr, nil); err != nil {
@@ -617,12 +613,8 @@ func TestH1ServerShutdown(t *testing.T) {
 	} else {
 		io.Copy(io.Discard, resp.Body)
 	}
-	busy, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	busy := dialServer(t, addr)
 	defer busy.Close()
-	busy.SetDeadline(time.Now().Add(testkit.WaitLimit))
 	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n")
 	testkit.Wait(t, arrived, "the slow request to arrive")
 

@@ -79,6 +79,10 @@ func smugglingCases() []smugglingCase {
 	const hello = "5\r\nhello\r\n0\r\n\r\n" // chunked
 	chunked := func(body string) string { return post("Transfer-Encoding: chunked\r\n", body) }
 	te := func(value string) string { return post("Transfer-Encoding: "+value+"\r\n", hello+next) }
+	// sizeLine is a chunked "hello" whose chunk-size line is line, then next.
+	sizeLine := func(line string) string { return chunked(line + "\r\nhello\r\n0\r\n\r\n" + next) }
+	// trailed is a chunked "hello" whose trailer section is fields, then next.
+	trailed := func(fields string) string { return chunked("5\r\nhello\r\n0\r\n" + fields + "\r\n" + next) }
 	get := func(target, headers string) string { return "GET " + target + " HTTP/1.1\r\n" + headers + "\r\n" }
 	proto := func(version, headers string) string { return "GET /read " + version + "\r\n" + headers + "\r\n" }
 	values := func(n int) string { // n header values, Host among them
@@ -146,31 +150,31 @@ func smugglingCases() []smugglingCase {
 
 		// Chunk framing.
 		{name: "chunk size of 16 hex digits", raw: chunked("ffffffffffffffff\r\nhello\r\n0\r\n\r\n")},
-		{name: "chunk size of 17 hex digits", raw: chunked("10000000000000005\r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk size with leading zeros", raw: chunked("00000000000000000005\r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk size 0x5", raw: chunked("0x5\r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk size with junk", raw: chunked("5g\r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk size negative", raw: chunked("-5\r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk size with a leading space", raw: chunked(" 5\r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk size with trailing spaces", raw: chunked("5 \t \r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk size missing", raw: chunked("\r\nhello\r\n0\r\n\r\n" + next)},
-		{name: "chunk longer than its size", raw: chunked("3\r\nhello\r\n0\r\n\r\n" + next)},
+		{name: "chunk size of 17 hex digits", raw: sizeLine("10000000000000005")},
+		{name: "chunk size with leading zeros", raw: sizeLine("00000000000000000005")},
+		{name: "chunk size 0x5", raw: sizeLine("0x5")},
+		{name: "chunk size with junk", raw: sizeLine("5g")},
+		{name: "chunk size negative", raw: sizeLine("-5")},
+		{name: "chunk size with a leading space", raw: sizeLine(" 5")},
+		{name: "chunk size with trailing spaces", raw: sizeLine("5 \t ")},
+		{name: "chunk size missing", raw: sizeLine("")},
+		{name: "chunk longer than its size", raw: sizeLine("3")},
 		{name: "chunk data ends with bare LF", raw: chunked("5\r\nhello\n0\r\n\r\n" + next)},
 		{name: "chunk lines with bare LF", raw: chunked("5\nhello\r\n0\n\n" + next)},
 		{name: "chunk extension", raw: chunked("5;name=value\r\nhello\r\n0;last\r\n\r\n" + next)},
-		{name: "chunk extension quoted", raw: chunked("5;name=\"a;b\\\"c\"\r\nhello\r\n0\r\n\r\n" + next)},
+		{name: "chunk extension quoted", raw: sizeLine("5;name=\"a;b\\\"c\"")},
 		{name: "chunk extension with a bare LF in quotes", raw: chunked("5;a=\"\n0\r\n\r\n" + smuggled + "\"\r\nhello\r\n0\r\n\r\n")},
-		{name: "chunk extension of 4 KiB", raw: chunked("5;" + strings.Repeat("e", 4096) + "\r\nhello\r\n0\r\n\r\n" + next)},
+		{name: "chunk extension of 4 KiB", raw: sizeLine("5;" + strings.Repeat("e", 4096))},
 		{name: "chunk extensions, 16 KiB in all", raw: chunked(chunks(20, strings.Repeat("e", 1000)) + next)},
 		{name: "chunk extensions, small in all", raw: chunked(chunks(20, "e") + next)},
 		{name: "trailer", raw: post("Transfer-Encoding: chunked\r\nTrailer: X-T\r\n", "5\r\nhello\r\n0\r\nX-T: v\r\n\r\n"+next)},
-		{name: "trailer not declared", raw: chunked("5\r\nhello\r\n0\r\nX-T: v\r\n\r\n" + next)},
-		{name: "Content-Length in the trailer", raw: chunked("5\r\nhello\r\n0\r\nContent-Length: 50\r\n\r\n" + next)},
-		{name: "Transfer-Encoding in the trailer", raw: chunked("5\r\nhello\r\n0\r\nTransfer-Encoding: chunked\r\n\r\n" + next)},
+		{name: "trailer not declared", raw: trailed("X-T: v\r\n")},
+		{name: "Content-Length in the trailer", raw: trailed("Content-Length: 50\r\n")},
+		{name: "Transfer-Encoding in the trailer", raw: trailed("Transfer-Encoding: chunked\r\n")},
 		{name: "Content-Length declared as a trailer", raw: post("Transfer-Encoding: chunked\r\nTrailer: Content-Length\r\n", "5\r\nhello\r\n0\r\nContent-Length: 5\r\n\r\n"+next)},
 		{name: "Host declared as a trailer", raw: post("Transfer-Encoding: chunked\r\nTrailer: Host\r\n", "5\r\nhello\r\n0\r\nHost: evil\r\n\r\n"+next)},
-		{name: "trailer with a bad name", raw: chunked("5\r\nhello\r\n0\r\nX T: v\r\n\r\n" + next)},
-		{name: "trailer obs-fold", raw: chunked("5\r\nhello\r\n0\r\nX-T: v\r\n w\r\n\r\n" + next)},
+		{name: "trailer with a bad name", raw: trailed("X T: v\r\n")},
+		{name: "trailer obs-fold", raw: trailed("X-T: v\r\n w\r\n")},
 		{name: "last chunk without final CRLF", raw: chunked("5\r\nhello\r\n0\r\n")},
 		{name: "last chunk without final CRLF, then a request", raw: chunked("5\r\nhello\r\n0\r\n" + next)},
 		{name: "no last chunk", raw: chunked("5\r\nhello\r\n")},

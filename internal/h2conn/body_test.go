@@ -196,8 +196,7 @@ func TestH2ClientBodyLarge(t *testing.T) {
 	const size = 3 << 20
 	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 
 	t.Run("known length", func(t *testing.T) {
 		b := pattern(1, size)
@@ -217,9 +216,7 @@ func TestH2ClientBodyLarge(t *testing.T) {
 		}
 		within(t, 5*time.Second, body.closed, "the request body to be closed")
 	})
-	if n := srv.opened.Load(); n != 1 {
-		t.Errorf("the server saw %d connections, want 1", n)
-	}
+	wantServerConns(t, srv.opened.Load(), 1, "")
 }
 
 // --- 2. concurrent bodies on one connection --------------------------
@@ -253,12 +250,8 @@ func TestH2ClientBodyConcurrent(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if d := tr.dialed(srv.addr); d != 1 {
-		t.Errorf("connections dialled = %v, want 1: the bodies must share one connection", d)
-	}
-	if c := srv.opened.Load(); c != 1 {
-		t.Errorf("the server saw %d connections, want 1", c)
-	}
+	tr.wantDialed(t, srv.addr, 1, "the bodies must share one connection")
+	wantServerConns(t, srv.opened.Load(), 1, "")
 }
 
 // --- 3. a body that fails --------------------------------------------
@@ -295,12 +288,8 @@ func TestH2ClientBodyReadError(t *testing.T) {
 	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatalf("request after the failed body: %v", err)
 	}
-	if d := tr.dialed(srv.addr); d != 1 {
-		t.Errorf("connections dialled = %v, want 1: a failed body must not cost the connection", d)
-	}
-	if c := srv.opened.Load(); c != 1 {
-		t.Errorf("the server saw %d connections, want 1", c)
-	}
+	tr.wantDialed(t, srv.addr, 1, "a failed body must not cost the connection")
+	wantServerConns(t, srv.opened.Load(), 1, "")
 }
 
 // --- 4. an answer before the body is sent ----------------------------
@@ -342,9 +331,7 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 		if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 			t.Fatalf("request after the early answers: %v", err)
 		}
-		if c := srv.opened.Load(); c != 1 {
-			t.Errorf("the server saw %d connections, want 1", c)
-		}
+		wantServerConns(t, srv.opened.Load(), 1, "")
 	})
 
 	t.Run("RST_STREAM CANCEL", func(t *testing.T) {
@@ -355,24 +342,13 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 		srv := newScriptH2(t, p, func(c *scriptConn, id uint32, path string) {
 			c.headers(id, true, ":status", "413", "content-length", "0")
 			for {
-				f, err := c.fr.ReadFrame()
+				f, err := c.nextFrame()
 				if err != nil {
 					return
 				}
-				switch f := f.(type) {
-				case *http2.RSTStreamFrame:
-					if f.StreamID == id {
-						rst <- f.ErrCode
-						return
-					}
-				case *http2.PingFrame:
-					if !f.IsAck() {
-						c.fr.WritePing(true, f.Data)
-					}
-				case *http2.SettingsFrame:
-					if !f.IsAck() {
-						c.fr.WriteSettingsAck()
-					}
+				if f, ok := f.(*http2.RSTStreamFrame); ok && f.StreamID == id {
+					rst <- f.ErrCode
+					return
 				}
 			}
 		})
@@ -403,8 +379,7 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 func TestH2ClientBodyEmpty(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 	for _, tc := range []struct {
 		name string
 		body io.ReadCloser
@@ -471,7 +446,7 @@ func (w *windowScript) serve(c *scriptConn, id uint32, path string) {
 	var r windowResult
 	sw, cw := int(w.initial), &w.connWindow
 	for {
-		f, err := c.fr.ReadFrame()
+		f, err := c.nextFrame()
 		if err != nil {
 			r.violations = append(r.violations, fmt.Sprintf("connection lost: %v", err))
 			w.results <- r
@@ -512,14 +487,6 @@ func (w *windowScript) serve(c *scriptConn, id uint32, path string) {
 				w.results <- r
 				return
 			}
-		case *http2.PingFrame:
-			if !f.IsAck() {
-				c.fr.WritePing(true, f.Data)
-			}
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				c.fr.WriteSettingsAck()
-			}
 		}
 	}
 }
@@ -534,8 +501,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	ws := &windowScript{initial: 1000, streamGrant: 777, connGrant: 3000, results: make(chan windowResult, 1), connWindow: InitialWindow}
 	srv := newScriptH2(t, p, ws.serve)
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 	// The answer follows the SETTINGS on the wire: once it is here, the
 	// client applied them.
 	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
@@ -577,9 +543,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 			}
 		})
 	}
-	if c := srv.conns.Load(); c != 1 {
-		t.Errorf("the server saw %d connections, want 1", c)
-	}
+	wantServerConns(t, srv.Accepted.Load(), 1, "")
 }
 
 // --- bugs and edge cases found while testing -------------------------
@@ -595,8 +559,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 func TestH2ClientBodyBlockedReadEndsWithStream(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	srv := newBodyServer(t, p)
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 
 	// blockedBody gives 10,000 bytes, then blocks until it is closed (or
 	// the test ends).
@@ -734,8 +697,7 @@ func TestH2ClientBodyWindowBelowZero(t *testing.T) {
 			}
 		}
 	})
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
 		t.Fatal(err)
 	}

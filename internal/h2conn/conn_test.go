@@ -42,16 +42,11 @@ import (
 // wire, those of any request read after it. It ignores the client's
 // flow-control windows: answers must stay small.
 type scriptH2 struct {
-	ln    net.Listener
+	*testkit.RawH2
 	addr  string
 	serve func(c *scriptConn, id uint32, path string)
 
-	conns atomic.Int32 // connections accepted
 	pings atomic.Int32 // PINGs answered
-
-	mu   sync.Mutex
-	open []net.Conn
-	wg   sync.WaitGroup
 }
 
 type scriptConn struct {
@@ -64,48 +59,13 @@ func newScriptH2(t *testing.T, p *testkit.PKI, serve func(c *scriptConn, id uint
 	t.Helper()
 	cfg := p.CA.ServerTLSConfig(p.Serving, tls.NoClientCert)
 	cfg.NextProtos = []string{http2.NextProtoTLS}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &scriptH2{ln: ln, addr: ln.Addr().String(), serve: serve}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s.conns.Add(1)
-			s.mu.Lock()
-			s.open = append(s.open, c)
-			s.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				defer c.Close()
-				s.serveConn(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		s.mu.Lock()
-		for _, c := range s.open {
-			c.Close()
-		}
-		s.mu.Unlock()
-		s.wg.Wait()
-	})
+	s := &scriptH2{serve: serve}
+	s.RawH2 = testkit.NewRawH2(t, cfg, s.serveConn)
+	s.addr = s.Addr
 	return s
 }
 
 func (s *scriptH2) serveConn(c net.Conn) {
-	preface := make([]byte, len(http2.ClientPreface))
-	if _, err := io.ReadFull(c, preface); err != nil || string(preface) != http2.ClientPreface {
-		return
-	}
 	sc := &scriptConn{fr: http2.NewFramer(c, c)}
 	sc.enc = hpack.NewEncoder(&sc.buf)
 	sc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -146,6 +106,31 @@ func (c *scriptConn) headers(id uint32, end bool, kv ...string) {
 
 func (c *scriptConn) data(id uint32, end bool, s string) { c.fr.WriteData(id, end, []byte(s)) }
 
+// nextFrame is the client's next frame for a serve that reads past the
+// request's HEADERS: PINGs and SETTINGS are answered as serveConn does
+// and not returned (their ACKs are).
+func (c *scriptConn) nextFrame() (http2.Frame, error) {
+	for {
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			return nil, err
+		}
+		switch f := f.(type) {
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				c.fr.WritePing(true, f.Data)
+				continue
+			}
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				c.fr.WriteSettingsAck()
+				continue
+			}
+		}
+		return f, nil
+	}
+}
+
 // within waits for ch to be closed or to deliver, failing the test after
 // d: a bound on an event that is expected, never a wait for something
 // not to happen.
@@ -158,6 +143,20 @@ func within[T any](t *testing.T, d time.Duration, ch <-chan T, what string) T {
 		t.Fatalf("timed out after %v waiting for %s", d, what)
 		panic("unreachable")
 	}
+}
+
+// getBody sends GET path on rt, failing the test if it gets no answer,
+// and returns the answer and its body read to the end; the body is closed
+// when the test ends.
+func getBody(t *testing.T, rt http.RoundTripper, addr, path string) (*http.Response, []byte, error) {
+	t.Helper()
+	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), addr, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Body.Close() })
+	b, err := io.ReadAll(res.Body)
+	return res, b, err
 }
 
 // readAsync reads body to its end (or error) on a goroutine.
@@ -270,8 +269,7 @@ func TestH2ClientFlowControlSlowReader(t *testing.T) {
 			}
 		}
 	}))
-	tr := newClients(t, p, Config{MaxReceiveBufferPerStream: window, MaxReceiveBufferPerConnection: 128 << 10})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{MaxReceiveBufferPerStream: window, MaxReceiveBufferPerConnection: 128 << 10}).For(srv.addr)
 
 	// get reads path in small pieces and checks the bytes and how far the
 	// server got ahead of the reader.
@@ -333,9 +331,7 @@ func TestH2ClientFlowControlSlowReader(t *testing.T) {
 				t.Error(err)
 			}
 		}
-		if n := srv.opened.Load(); n != 1 {
-			t.Errorf("the server saw %d connections, want 1: the streams must share one", n)
-		}
+		wantServerConns(t, srv.opened.Load(), 1, "the streams must share one")
 	})
 }
 
@@ -363,8 +359,7 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 		flushed <- struct{}{}
 		<-r.Context().Done()
 	}))
-	tr := newClients(t, p, Config{MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 128 << 10})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 128 << 10}).For(srv.addr)
 	for i := range 6 {
 		res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/big"))
 		if err != nil {
@@ -381,9 +376,7 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 		}
 		res.Body.Close()
 	}
-	if n := srv.opened.Load(); n != 1 {
-		t.Errorf("the server saw %d connections, want 1", n)
-	}
+	wantServerConns(t, srv.opened.Load(), 1, "")
 }
 
 // --- 2, 3. cancellation and Close -----------------------------------
@@ -395,8 +388,7 @@ func TestH2ClientCloseGivesBackConnectionWindow(t *testing.T) {
 func TestH2ClientCancelWhileStreaming(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 
 	t.Run("body streaming", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -445,9 +437,7 @@ func TestH2ClientCancelWhileStreaming(t *testing.T) {
 	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
-	if n := srv.opened.Load(); n != 1 {
-		t.Errorf("the server saw %d connections, want 1: a reset stream must not end its connection", n)
-	}
+	wantServerConns(t, srv.opened.Load(), 1, "a reset stream must not end its connection")
 }
 
 // TestH2ClientCloseResetsStream: closing a body before its end resets the
@@ -456,8 +446,7 @@ func TestH2ClientCancelWhileStreaming(t *testing.T) {
 func TestH2ClientCloseResetsStream(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	srv := newWatchServer(t, p, tls.RequireAndVerifyClientCert, 0)
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 
 	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
 	if err != nil {
@@ -474,9 +463,7 @@ func TestH2ClientCloseResetsStream(t *testing.T) {
 	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 		t.Fatal(err)
 	}
-	if n := srv.opened.Load(); n != 1 {
-		t.Errorf("the server saw %d connections, want 1", n)
-	}
+	wantServerConns(t, srv.opened.Load(), 1, "")
 }
 
 // --- 4. GOAWAY -------------------------------------------------------
@@ -512,7 +499,7 @@ func TestH2ClientGoAway(t *testing.T) {
 		t.Run(tc.path, func(t *testing.T) {
 			tr := newClients(t, p, Config{})
 			rt := tr.For(srv.addr)
-			before := srv.conns.Load()
+			before := srv.Accepted.Load()
 			// Stream 1 is answered normally; the GOAWAY comes on stream 3.
 			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatal(err)
@@ -540,12 +527,8 @@ func TestH2ClientGoAway(t *testing.T) {
 			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
 				t.Fatalf("request after the GOAWAY: %v", err)
 			}
-			if n := tr.dialed(srv.addr); n != 2 {
-				t.Errorf("connections dialled = %v, want 2: the request after the GOAWAY must use a new connection", n)
-			}
-			if n := srv.conns.Load() - before; n != 2 {
-				t.Errorf("the server saw %d connections, want 2", n)
-			}
+			tr.wantDialed(t, srv.addr, 2, "the request after the GOAWAY must use a new connection")
+			wantServerConns(t, srv.Accepted.Load()-before, 2, "")
 		})
 	}
 }
@@ -584,12 +567,8 @@ func TestH2ClientMaxConcurrentStreamsOpensConnections(t *testing.T) {
 	if n := srv.running.Load(); n != 2 {
 		t.Errorf("%d handlers running, want 2", n)
 	}
-	if n := srv.opened.Load(); n != 2 {
-		t.Errorf("the server saw %d connections, want 2 (one stream each)", n)
-	}
-	if n := tr.dialed(srv.addr); n != 2 {
-		t.Errorf("connections dialled = %v, want 2", n)
-	}
+	wantServerConns(t, srv.opened.Load(), 2, "one stream each")
+	tr.wantDialed(t, srv.addr, 2, "")
 }
 
 // --- 6. trailers -----------------------------------------------------
@@ -606,14 +585,8 @@ func TestH2ClientTrailers(t *testing.T) {
 		w.Header().Set("X-Checksum", "abc123")
 		w.Header().Set(http.TrailerPrefix+"X-Late", "late")
 	}))
-	tr := newClients(t, p, Config{})
-	res, err := tr.For(srv.addr).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
 	// (What res.Trailer holds before EOF is TestH2ClientTrailersFilledOnlyAtEOF's.)
-	b, err := io.ReadAll(res.Body)
+	res, b, err := getBody(t, newClients(t, p, Config{}).For(srv.addr), srv.addr, "/")
 	if err != nil || string(b) != "some body" {
 		t.Fatalf("body %q, %v", b, err)
 	}
@@ -654,8 +627,7 @@ func TestH2ClientTrailersFilledOnlyAtEOF(t *testing.T) {
 		c.headers(id, false, ":status", "200")
 		c.data(id, true, "ok")
 	})
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/trailers"))
 	if err != nil {
 		t.Fatal(err)
@@ -702,8 +674,7 @@ func TestH2ClientTransparentGzip(t *testing.T) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(plain)))
 		w.Write(plain)
 	}))
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 
 	get := func(t *testing.T, hdr map[string]string) (*http.Response, []byte) {
 		req := testkit.NewRequest(t, context.Background(), srv.addr, "/")
@@ -782,13 +753,7 @@ func TestH2ClientSkipsInformationalAnswers(t *testing.T) {
 		c.headers(id, false, ":status", "200", "content-type", "text/plain")
 		c.data(id, true, "final")
 	})
-	tr := newClients(t, p, Config{})
-	res, err := tr.For(srv.addr).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(res.Body)
+	res, b, err := getBody(t, newClients(t, p, Config{}).For(srv.addr), srv.addr, "/")
 	if res.StatusCode != 200 || err != nil || string(b) != "final" {
 		t.Fatalf("got %d %q, %v; want 200 \"final\"", res.StatusCode, b, err)
 	}
@@ -832,9 +797,7 @@ func TestH2ClientHealthCheck(t *testing.T) {
 		if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), proxy.Addr, "/")); err != nil {
 			t.Fatalf("request after the dead connection: %v", err)
 		}
-		if n := tr.dialed(proxy.Addr); n != 2 {
-			t.Errorf("connections dialled = %v, want 2", n)
-		}
+		tr.wantDialed(t, proxy.Addr, 2, "")
 	})
 
 	t.Run("frozen idle", func(t *testing.T) {
@@ -1004,9 +967,7 @@ func TestH2ClientIdleConnTimeout(t *testing.T) {
 	if l, err := watch.ReadString('\n'); err != nil || l != "event\n" {
 		t.Errorf("the watch after the idle timeouts: %q, %v", l, err)
 	}
-	if n := tr.dialed(srv.addr); n != 1 {
-		t.Errorf("dials for the watch = %v, want 1", n)
-	}
+	tr.wantDialed(t, srv.addr, 1, "the watch's connection was closed")
 }
 
 // --- 11. large header block ------------------------------------------
@@ -1025,8 +986,7 @@ func TestH2ClientLargeHeaderBlock(t *testing.T) {
 	}), testkit.WithNames(serverName), testkit.WithClientAuth(tls.RequireAndVerifyClientCert),
 		testkit.WithHTTP2(&http.HTTP2Config{MaxReadFrameSize: 16 << 10}))
 	addr := srv.Addr()
-	tr := newClients(t, p, Config{})
-	rt := tr.For(addr)
+	rt := newClients(t, p, Config{}).For(addr)
 	// 40 KiB of random hex: about 27 KiB even Huffman-coded.
 	big := hex.EncodeToString(pattern(7, 20<<10))
 	sum := sha256.Sum256([]byte(big))
@@ -1044,9 +1004,7 @@ func TestH2ClientLargeHeaderBlock(t *testing.T) {
 			t.Fatalf("request %d: the server got a different X-Big (sum %s)", i, got)
 		}
 	}
-	if n := srv.Opened.Load(); n != 1 {
-		t.Errorf("the server saw %d connections, want 1", n)
-	}
+	wantServerConns(t, srv.Opened.Load(), 1, "")
 }
 
 // --- 12. no goroutine per stream -------------------------------------
@@ -1119,8 +1077,7 @@ func TestH2ClientNoGoroutinePerStream(t *testing.T) {
 func TestH2ClientInvalidHeaderKeepsConnectionUsable(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	srv := newH2Server(t, p, tls.RequireAndVerifyClientCert, 0, echoHandler())
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/warm")); err != nil {
 		t.Fatal(err)
 	}
@@ -1139,9 +1096,7 @@ func TestH2ClientInvalidHeaderKeepsConnectionUsable(t *testing.T) {
 			t.Fatalf("request %d after the refused one: status %d", i, res.StatusCode)
 		}
 	}
-	if n := srv.opened.Load(); n != 1 {
-		t.Errorf("the server saw %d connections, want 1: the refused request cost the connection", n)
-	}
+	wantServerConns(t, srv.opened.Load(), 1, "the refused request cost the connection")
 }
 
 // TestH2ClientBodyLengthMismatch: a body that ends before its
@@ -1150,18 +1105,13 @@ func TestH2ClientInvalidHeaderKeepsConnectionUsable(t *testing.T) {
 // answer relayed as complete is a corrupt one.
 func TestH2ClientBodyLengthMismatch(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
+	// Each path's answer is "hello" with the Content-Length it names.
+	lengths := map[string]string{"/short": "10", "/long": "2"}
 	srv := newScriptH2(t, p, func(c *scriptConn, id uint32, path string) {
-		switch path {
-		case "/short":
-			c.headers(id, false, ":status", "200", "content-length", "10")
-			c.data(id, true, "hello")
-		case "/long":
-			c.headers(id, false, ":status", "200", "content-length", "2")
-			c.data(id, true, "hello")
-		}
+		c.headers(id, false, ":status", "200", "content-length", lengths[path])
+		c.data(id, true, "hello")
 	})
-	tr := newClients(t, p, Config{})
-	rt := tr.For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.addr)
 	for _, path := range []string{"/short", "/long"} {
 		t.Run(path, func(t *testing.T) {
 			req := testkit.NewRequest(t, context.Background(), srv.addr, path)

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -32,29 +33,15 @@ import (
 // (docs/footprint.md, "Where the goals stand").
 func BenchmarkUpstreamRoundTrip(b *testing.B) {
 	p := testkit.NewPKI(b, serverName)
-	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 0, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"kind":"ConfigMap"}`)
-	}))
+	srv := newH2Server(b, p, tls.RequireAndVerifyClientCert, 0, testkit.ShortAnswer())
 	path := "/api/v1/namespaces/default/configmaps/x"
 
 	b.Run("pool", func(b *testing.B) {
-		tr := newClients(b, p, Config{})
-		rt := tr.For(srv.addr)
-		b.ReportAllocs()
-		b.SetParallelism(4)
-		defer testkit.ReportCPU(b)()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				req, _ := http.NewRequest(http.MethodGet, "https://"+srv.addr+path, nil)
-				res, err := rt.RoundTrip(req)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-			}
+		rt := newClients(b, p, Config{}).For(srv.addr)
+		testkit.RunParallelCPU(b, func() error {
+			req, _ := http.NewRequest(http.MethodGet, "https://"+srv.addr+path, nil)
+			_, err := testkit.RoundTrip(rt, req)
+			return err
 		})
 	})
 
@@ -67,17 +54,12 @@ func BenchmarkUpstreamRoundTrip(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer c.close()
-		b.ReportAllocs()
-		b.SetParallelism(4)
-		defer testkit.ReportCPU(b)()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				status, body, err := c.get(srv.addr, path)
-				if err != nil || status != 200 || len(body) == 0 {
-					b.Errorf("status %d, %d bytes, %v", status, len(body), err)
-					return
-				}
+		testkit.RunParallelCPU(b, func() error {
+			status, body, err := c.get(srv.addr, path)
+			if err != nil || status != 200 || len(body) == 0 {
+				return fmt.Errorf("status %d, %d bytes, %v", status, len(body), err)
 			}
+			return nil
 		})
 	})
 }

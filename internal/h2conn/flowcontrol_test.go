@@ -56,6 +56,53 @@ func newFloodServer(t *testing.T, p *testkit.PKI, maxStreams int) *floodServer {
 	return s
 }
 
+// watchEvents starts a healthy watch, GET /watch on rt read as fast as
+// it comes, and returns the count of bytes read once the first came. The
+// body is closed when the test ends.
+func watchEvents(t *testing.T, ctx context.Context, rt http.RoundTripper, addr string) *atomic.Int64 {
+	t.Helper()
+	res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, addr, "/watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := new(atomic.Int64)
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		buf := make([]byte, 4<<10)
+		for {
+			n, err := res.Body.Read(buf)
+			got.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { res.Body.Close(); <-readDone })
+	testkit.WaitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
+	return got
+}
+
+// unreadFloods sends n GET /flood on rt whose bodies nobody reads until
+// the test ends, which closes them.
+func unreadFloods(t *testing.T, ctx context.Context, rt http.RoundTripper, addr string, n int) []*http.Response {
+	t.Helper()
+	ress := make([]*http.Response, 0, n)
+	t.Cleanup(func() {
+		for _, res := range ress {
+			res.Body.Close()
+		}
+	})
+	for i := range n {
+		res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, addr, "/flood"))
+		if err != nil {
+			t.Fatalf("flood %d: %v", i, err)
+		}
+		ress = append(ress, res)
+	}
+	return ress
+}
+
 // TestUnreadStreamsDoNotStarveTheConnection: response bodies that nobody
 // reads (a watch whose consumer is slow, a LIST read later) must stall
 // only their own streams. In x/net's HTTP/2 client the connection-level
@@ -82,40 +129,12 @@ func TestUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := testkit.NewPKI(t, serverName)
 			srv := newFloodServer(t, p, 100)
-			tr := newClients(t, p, tc.cfg)
-			rt := tr.For(srv.addr)
+			rt := newClients(t, p, tc.cfg).For(srv.addr)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 
-			// A healthy watch, read as fast as it comes.
-			res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got atomic.Int64
-			readDone := make(chan struct{})
-			go func() {
-				defer close(readDone)
-				buf := make([]byte, 4<<10)
-				for {
-					n, err := res.Body.Read(buf)
-					got.Add(int64(n))
-					if err != nil {
-						return
-					}
-				}
-			}()
-			defer func() { res.Body.Close(); <-readDone }()
-			testkit.WaitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
-
-			// Streams whose bodies nobody reads.
-			for i := range floods {
-				res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/flood"))
-				if err != nil {
-					t.Fatalf("flood %d: %v", i, err)
-				}
-				defer res.Body.Close()
-			}
+			got := watchEvents(t, ctx, rt, srv.addr)
+			unreadFloods(t, ctx, rt, srv.addr, floods)
 			// Wait until the server can send no more on them: their
 			// windows (or the connection's) are used up.
 			var last int64 = -1

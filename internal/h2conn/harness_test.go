@@ -38,7 +38,7 @@ type h2Server struct {
 // here send none.
 func newH2Server(t testing.TB, p *testkit.PKI, auth tls.ClientAuthType, maxStreams int, h http.Handler) *h2Server {
 	t.Helper()
-	s := testkit.NewAPIServer(t, p.CA, h, h2Options(auth, maxStreams)...)
+	s := testkit.NewAPIServer(t, p.CA, h, testkit.H2Options(serverName, auth, maxStreams)...)
 	return &h2Server{APIServer: s, addr: s.Addr(), opened: &s.Opened}
 }
 
@@ -171,11 +171,27 @@ func (p *testPool) remove(cc *Conn) {
 
 var errTest = errors.New("test failure")
 
-// h2Options are the kit options for newH2Server's policy and stream limit.
-func h2Options(auth tls.ClientAuthType, maxStreams int) []testkit.APIServerOption {
-	opts := []testkit.APIServerOption{testkit.WithNames(serverName), testkit.WithClientAuth(auth)}
-	if maxStreams > 0 {
-		opts = append(opts, testkit.WithHTTP2(&http.HTTP2Config{MaxConcurrentStreams: maxStreams}))
+// wantServerConns fails the test unless the server saw want connections
+// (n); why, if set, says what another count would mean.
+func wantServerConns(t *testing.T, n, want int32, why string) {
+	t.Helper()
+	if n != want {
+		t.Errorf("the server saw %d connections, want %d%s", n, want, because(why))
 	}
-	return opts
+}
+
+// wantDialed fails the test unless the pool for addr dialled want
+// connections; why, if set, says what another count would mean.
+func (c *clients) wantDialed(t *testing.T, addr string, want int32, why string) {
+	t.Helper()
+	if n := c.dialed(addr); n != want {
+		t.Errorf("connections dialled = %d, want %d%s", n, want, because(why))
+	}
+}
+
+func because(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ": " + why
 }

@@ -244,10 +244,7 @@ func TestPeerWindowOverflow(t *testing.T) {
 		p.wantClosed()
 	})
 	inBubble(t, "stream", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		p.fr.WriteWindowUpdate(1, toMax)
 		p.wantIdle()
 		p.fr.WriteWindowUpdate(1, 1)
@@ -257,16 +254,10 @@ func TestPeerWindowOverflow(t *testing.T) {
 		if !errors.As(err, &se) || se.Code != http2.ErrCodeFlowControl || Unprocessed(err) {
 			t.Errorf("RoundTrip: %v, want a FLOW_CONTROL_ERROR stream error, not Unprocessed", err)
 		}
-		rt3 := p.get(t.Context(), "/")
-		p.wantHeaders(3, true, 0)
-		p.writeHeaders(3, true, ":status", "200")
-		rt3.response()
+		p.wantAnswered(3, "/")
 	})
 	inBubble(t, "INITIAL_WINDOW_SIZE", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		p.fr.WriteWindowUpdate(1, toMax)
 		p.writeSettings(setting(http2.SettingInitialWindowSize, InitialWindow+1))
 		p.wantGoAway(0, http2.ErrCodeFlowControl)
@@ -389,10 +380,7 @@ func TestPeerGoAway(t *testing.T) {
 		})
 	}
 	inBubble(t, "lost after", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		p.fr.WriteGoAway(1, http2.ErrCodeNo, nil)
 		p.s2c.close()
 		_, err := rt.result()
@@ -436,10 +424,7 @@ func TestPeerRSTStream(t *testing.T) {
 			if !p.cc.CanTakeStream() {
 				t.Error("CanTakeStream false after the only stream was reset")
 			}
-			rt3 := p.get(t.Context(), "/")
-			p.wantHeaders(3, true, 0)
-			p.writeHeaders(3, true, ":status", "200")
-			rt3.response()
+			p.wantAnswered(3, "/")
 		})
 	}
 }
@@ -582,10 +567,7 @@ func TestPeerHeaderListLimits(t *testing.T) {
 		return fs
 	}
 	inBubble(t, "truncated", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		fs := frames(p, 11)
 		p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: fs[0]})
 		for i, f := range fs[1:] {
@@ -595,16 +577,10 @@ func TestPeerHeaderListLimits(t *testing.T) {
 		if _, err := rt.result(); err == nil || !strings.Contains(err.Error(), "header list larger than") {
 			t.Errorf("RoundTrip: %v, want an error about the header list's size", err)
 		}
-		rt3 := p.get(t.Context(), "/")
-		p.wantHeaders(3, true, 0)
-		p.writeHeaders(3, true, ":status", "200")
-		rt3.response()
+		p.wantAnswered(3, "/")
 	})
 	inBubble(t, "past the limit", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		fs := frames(p, 64)
 		frameLen := int64(len(fs[1]) + 9)
 		err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: fs[0]})
@@ -629,10 +605,7 @@ func TestPeerHeaderListLimits(t *testing.T) {
 	})
 	inBubble(t, "empty CONTINUATION flood", func(t *testing.T) {
 		const readIdle, pingTimeout = 5 * time.Second, 3 * time.Second
-		p := newTestPeer(t, Config{ReadIdleTimeout: readIdle, PingTimeout: pingTimeout})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{ReadIdleTimeout: readIdle, PingTimeout: pingTimeout})
 		start := time.Now()
 		p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: p.headerBlock(":status", "200")})
 		flooded := make(chan int, 1)
@@ -669,10 +642,7 @@ func TestPeerHeaderListLimits(t *testing.T) {
 // trailers that do not, are stream errors (RST_STREAM PROTOCOL_ERROR).
 func TestPeerInformationalAndTrailers(t *testing.T) {
 	inBubble(t, "ok", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		p.writeHeaders(1, false, ":status", "103", "link", "</a.css>; rel=preload")
 		p.writeHeaders(1, false, ":status", "100")
 		if rt.isDone() {
@@ -693,10 +663,7 @@ func TestPeerInformationalAndTrailers(t *testing.T) {
 		p.wantIdle()
 	})
 	inBubble(t, "1xx ends the stream", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		p.writeHeaders(1, true, ":status", "100")
 		p.wantRSTStream(1, http2.ErrCodeProtocol)
 		if _, err := rt.result(); err == nil {
@@ -704,10 +671,7 @@ func TestPeerInformationalAndTrailers(t *testing.T) {
 		}
 	})
 	inBubble(t, "trailers without END_STREAM", func(t *testing.T) {
-		p := newTestPeer(t, Config{})
-		p.greet()
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := getOnePeer(t, Config{})
 		p.writeHeaders(1, false, ":status", "200")
 		p.writeData(1, false, "body")
 		p.writeHeaders(1, false, "x-sum", "abc")
@@ -725,7 +689,7 @@ func TestPeerInformationalAndTrailers(t *testing.T) {
 // reach an HTTP/1.1 client as two lines, framed by the first.
 func TestPeerContentLength(t *testing.T) {
 	inBubble(t, "equal values are one", func(t *testing.T) {
-		p, rt := getOnePeer(t)
+		p, rt := getOnePeer(t, Config{})
 		p.writeHeaders(1, false, ":status", "200", "content-length", "4", "content-length", " 4")
 		p.writeData(1, true, "body")
 		res := rt.response()
@@ -735,7 +699,7 @@ func TestPeerContentLength(t *testing.T) {
 		rt.wantBody("body")
 	})
 	inBubble(t, "conflicting values", func(t *testing.T) {
-		p, rt := getOnePeer(t)
+		p, rt := getOnePeer(t, Config{})
 		p.writeHeaders(1, false, ":status", "200", "content-length", "4", "content-length", "40")
 		p.wantRSTStream(1, http2.ErrCodeProtocol)
 		if res, err := rt.result(); err == nil || !strings.Contains(err.Error(), "Content-Length") {
@@ -744,11 +708,11 @@ func TestPeerContentLength(t *testing.T) {
 	})
 }
 
-// getOnePeer is a greeted peer and a GET of / whose HEADERS it has read
-// (stream 1).
-func getOnePeer(t *testing.T) (*testPeer, *peerRT) {
+// getOnePeer is a peer with cfg, greeted with the default SETTINGS, and
+// a GET of / whose HEADERS it has read (stream 1).
+func getOnePeer(t *testing.T, cfg Config) (*testPeer, *peerRT) {
 	t.Helper()
-	p := newTestPeer(t, Config{})
+	p := newTestPeer(t, cfg)
 	p.greet()
 	rt := p.get(t.Context(), "/")
 	p.wantHeaders(1, true, 0)
@@ -768,17 +732,21 @@ func TestPeerCancel(t *testing.T) {
 		if !p.cc.CanTakeStream() {
 			t.Error("CanTakeStream false after the only stream was cancelled")
 		}
-		rt := p.get(t.Context(), "/next")
-		p.wantHeaders(id, true, 0)
-		p.writeHeaders(id, true, ":status", "200")
-		rt.response()
+		p.wantAnswered(id, "/next")
 	}
-	inBubble(t, "before the answer", func(t *testing.T) {
+	// oneStream is a peer that allows one stream and a GET of / with ctx
+	// whose HEADERS it has read (stream 1).
+	oneStream := func(t *testing.T, ctx context.Context) (*testPeer, *peerRT) {
+		t.Helper()
 		p := newTestPeer(t, cfg)
 		p.greet(setting(http2.SettingMaxConcurrentStreams, 1))
-		ctx, cancel := context.WithCancel(t.Context())
 		rt := p.get(ctx, "/")
 		p.wantHeaders(1, true, 0)
+		return p, rt
+	}
+	inBubble(t, "before the answer", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		p, rt := oneStream(t, ctx)
 		cancel()
 		p.wantRSTStream(1, http2.ErrCodeCancel)
 		if _, err := rt.result(); !errors.Is(err, context.Canceled) {
@@ -794,11 +762,8 @@ func TestPeerCancel(t *testing.T) {
 		p.wantIdle()
 	})
 	inBubble(t, "while the body streams", func(t *testing.T) {
-		p := newTestPeer(t, cfg)
-		p.greet(setting(http2.SettingMaxConcurrentStreams, 1))
 		ctx, cancel := context.WithCancel(t.Context())
-		rt := p.get(ctx, "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := oneStream(t, ctx)
 		p.writeHeaders(1, false, ":status", "200")
 		p.writeData(1, false, "x")
 		body := rt.response().Body
@@ -810,10 +775,7 @@ func TestPeerCancel(t *testing.T) {
 		next(t, p, 3)
 	})
 	inBubble(t, "Body.Close", func(t *testing.T) {
-		p := newTestPeer(t, cfg)
-		p.greet(setting(http2.SettingMaxConcurrentStreams, 1))
-		rt := p.get(t.Context(), "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := oneStream(t, t.Context())
 		p.writeHeaders(1, false, ":status", "200")
 		p.writeData(1, false, "x")
 		rt.response().Body.Close()
@@ -821,13 +783,10 @@ func TestPeerCancel(t *testing.T) {
 		next(t, p, 3)
 	})
 	inBubble(t, "deadline", func(t *testing.T) {
-		p := newTestPeer(t, cfg)
-		p.greet(setting(http2.SettingMaxConcurrentStreams, 1))
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
 		start := time.Now()
-		rt := p.get(ctx, "/")
-		p.wantHeaders(1, true, 0)
+		p, rt := oneStream(t, ctx)
 		<-rt.done
 		if _, err := rt.result(); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 2*time.Second {
 			t.Errorf("RoundTrip: %v after %v, want context.DeadlineExceeded after 2s", err, time.Since(start))

@@ -429,6 +429,16 @@ func (p *testPeer) writeData(id uint32, endStream bool, data string) {
 	}
 }
 
+// wantAnswered sends a GET of path, wants its HEADERS on stream id and
+// answers it 200: the connection still carries requests.
+func (p *testPeer) wantAnswered(id uint32, path string) {
+	p.t.Helper()
+	rt := p.get(p.t.Context(), path)
+	p.wantHeaders(id, true, 0)
+	p.writeHeaders(id, true, ":status", "200")
+	rt.response()
+}
+
 // peerRT is a RoundTrip under way on its own goroutine.
 type peerRT struct {
 	t    *testing.T

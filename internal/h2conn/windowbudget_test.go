@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -284,39 +283,8 @@ func TestWindowBudgetUnreadStreamsDoNotStarveTheConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	watch, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/watch"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got atomic.Int64
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		buf := make([]byte, 4<<10)
-		for {
-			n, err := watch.Body.Read(buf)
-			got.Add(int64(n))
-			if err != nil {
-				return
-			}
-		}
-	}()
-	defer func() { watch.Body.Close(); <-readDone }()
-	testkit.WaitFor(t, "the watch's first events", func() bool { return got.Load() > 0 })
-
-	var ress []*http.Response
-	defer func() {
-		for _, res := range ress {
-			res.Body.Close()
-		}
-	}()
-	for i := range floods {
-		res, err := rt.RoundTrip(testkit.NewRequest(t, ctx, srv.addr, "/flood"))
-		if err != nil {
-			t.Fatalf("flood %d: %v", i, err)
-		}
-		ress = append(ress, res)
-	}
+	got := watchEvents(t, ctx, rt, srv.addr)
+	ress := unreadFloods(t, ctx, rt, srv.addr, floods)
 	testkit.WaitFor(t, "every unread stream's window used up", func() bool {
 		for _, res := range ress {
 			if _, _, _, stalled := windowOf(res); !stalled {
