@@ -104,16 +104,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 				client := testkit.NewClient(t, h2c)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.base+"/api/v1/pods?watch=true", nil)
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				br := bufio.NewReader(resp.Body)
-				if _, err := br.ReadString('\n'); err != nil {
-					t.Fatal(err)
-				}
+				resp, br := openStream(t, ctx, client, f.base+"/api/v1/pods?watch=true")
 				if mode == "h1" {
 					testkit.WaitFor(t, "the watch's handler to return (its answer detached)", func() bool { return handlersServingLong() == 0 })
 				}

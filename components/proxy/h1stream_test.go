@@ -119,15 +119,7 @@ func TestStopWaitsForTakenOverWatches(t *testing.T) {
 	const n = 5
 	var bodies []*bufio.Reader
 	for range n {
-		resp, err := client.Get(base + "/api/v1/pods?watch=true")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		if _, err := br.ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
+		_, br := openStream(t, context.Background(), client, base+"/api/v1/pods?watch=true")
 		bodies = append(bodies, br)
 	}
 	testkit.WaitFor(t, "the watches' handlers to return", func() bool { return handlersServingLong() == 0 })

@@ -62,14 +62,7 @@ func (cw cancelWatchProxy) openWatch(t *testing.T, h2c bool) (resp *http.Respons
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", cw.base+"/api/v1/pods?watch=1", nil)
-	resp, err := testkit.NewClient(t, h2c).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	resp, _ = openStream(t, ctx, testkit.NewClient(t, h2c), cw.base+"/api/v1/pods?watch=1")
 	return resp, cancel
 }
 
@@ -112,6 +105,23 @@ func listenerValue(t *testing.T, lm *listener.Metrics, name string, labels map[s
 		}
 		return v
 	}
+}
+
+// openStream GETs url with ctx through c and reads the first line of the
+// answer, a watch's first event; the answer closes when the test ends.
+func openStream(t *testing.T, ctx context.Context, c *http.Client, url string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	return resp, br
 }
 
 // getStatus sends a GET for url with c and closes the answer unread: for
