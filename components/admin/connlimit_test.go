@@ -2,7 +2,6 @@ package admin
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -21,28 +20,8 @@ import (
 func startCapped(t *testing.T, h http.Handler) (*Server, string) {
 	t.Helper()
 	s := NewServer(Config{ListenAddress: "127.0.0.1:0"}, h, nil)
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
+	testkit.Start(t, s)
 	return s, s.Addr().String()
-}
-
-func dialAdmin(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(testkit.WaitLimit))
-	return c
 }
 
 // get sends one GET for path on c and reads the answer, which must be 200.
@@ -72,14 +51,14 @@ func TestAdminProbeEvictsIdleConnection(t *testing.T) {
 
 	held := make([]net.Conn, 0, DefaultMaxConnections)
 	for range DefaultMaxConnections {
-		c := dialAdmin(t, addr)
+		c := testkit.Dial(t, addr)
 		if err := get(c, "/healthz"); err != nil {
 			t.Fatalf("connection %d of %d within the cap: %v", len(held)+1, DefaultMaxConnections, err)
 		}
 		held = append(held, c)
 	}
 
-	probe := dialAdmin(t, addr)
+	probe := testkit.Dial(t, addr)
 	if err := get(probe, "/healthz"); err != nil {
 		t.Fatalf("probe on a new connection while %d idle keep-alive connections are held: %v", DefaultMaxConnections, err)
 	}
@@ -104,16 +83,16 @@ func TestAdminEvictsTricklingHeader(t *testing.T) {
 	st.ready.Store(true)
 	s, addr := startCapped(t, NewHandler(st, prometheus.NewRegistry(), nil))
 
-	trickling := dialAdmin(t, addr)
+	trickling := testkit.Dial(t, addr)
 	if _, err := io.WriteString(trickling, "GET /healthz HTTP/1.1\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < DefaultMaxConnections; i++ {
-		if err := get(dialAdmin(t, addr), "/healthz"); err != nil {
+		if err := get(testkit.Dial(t, addr), "/healthz"); err != nil {
 			t.Fatalf("connection %d of %d within the cap: %v", i+1, DefaultMaxConnections, err)
 		}
 	}
-	if err := get(dialAdmin(t, addr), "/healthz"); err != nil {
+	if err := get(testkit.Dial(t, addr), "/healthz"); err != nil {
 		t.Fatalf("probe on a new connection while one connection trickles its header and %d are idle: %v", DefaultMaxConnections-1, err)
 	}
 	if _, err := trickling.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
@@ -149,7 +128,7 @@ func TestAdminConnectionCap(t *testing.T) {
 	// Fill the cap with connections whose request is being served.
 	held := make([]net.Conn, 0, DefaultMaxConnections)
 	for range DefaultMaxConnections {
-		c := dialAdmin(t, addr)
+		c := testkit.Dial(t, addr)
 		if _, err := io.WriteString(c, "GET /block HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +143,7 @@ func TestAdminConnectionCap(t *testing.T) {
 	}
 
 	// One more: closed at accept. The event waited for is its end.
-	extra := dialAdmin(t, addr)
+	extra := testkit.Dial(t, addr)
 	var ne net.Error
 	if err := get(extra, "/healthz"); err == nil {
 		t.Fatalf("connection %d was served while %d requests were in flight; the admin server holds at most %d", DefaultMaxConnections+1, DefaultMaxConnections, DefaultMaxConnections)
@@ -186,7 +165,7 @@ func TestAdminConnectionCap(t *testing.T) {
 			resp.Body.Close()
 		}
 	}
-	if err := get(dialAdmin(t, addr), "/healthz"); err != nil {
+	if err := get(testkit.Dial(t, addr), "/healthz"); err != nil {
 		t.Fatalf("a new connection once the held requests ended: %v", err)
 	}
 	if got := testutil.ToFloat64(s.evicted); got != 1 {

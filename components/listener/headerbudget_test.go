@@ -47,22 +47,9 @@ func TestHeaderBudgetOverH2C(t *testing.T) {
 		t.Errorf("an h2c connection with one request of a %d KiB header holds %d bytes of budget, want --max-header-bytes (%d) and the header's size", filler>>10, got, maxBytes)
 	}
 
-	refused := get("block=2")
-	if refused.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-		refused.Body.Close()
-		g.open()
-		t.Fatalf("a header past the budget: %d, want 431", refused.StatusCode)
-	}
-	if st := testkit.ReadStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
-		t.Errorf("the 431 says %q, want it to name --header-budget", st.Message)
-	}
+	g.checkRefused(t, get("block=2"))
 	if got := testutil.ToFloat64(m.headerExhausted); got != 1 {
 		t.Errorf("fanout_header_budget_exhausted_total = %v, want 1", got)
-	}
-	select {
-	case u := <-g.started:
-		t.Errorf("the refused request reached the apiserver (%s)", u)
-	default: // it was answered before: the refusal is synchronous
 	}
 
 	g.open()
@@ -98,20 +85,7 @@ func TestHeaderBudgetStdServer(t *testing.T) {
 			if got := used(); got < filler || got > filler+1024 {
 				t.Errorf("a request of a %d KiB header holds %d bytes of budget, want the header's size", filler>>10, got)
 			}
-			refused := get("block=2")
-			if refused.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
-				refused.Body.Close()
-				g.open()
-				t.Fatalf("a header past the budget: %d, want 431", refused.StatusCode)
-			}
-			if st := testkit.ReadStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
-				t.Errorf("the 431 says %q, want it to name --header-budget", st.Message)
-			}
-			select {
-			case u := <-g.started:
-				t.Errorf("the refused request reached the apiserver (%s)", u)
-			default: // it was answered before: the refusal is synchronous
-			}
+			g.checkRefused(t, get("block=2"))
 			g.open()
 			io.Copy(io.Discard, held.Body)
 			held.Body.Close()
@@ -144,6 +118,26 @@ func TestAutoHeaderBudget(t *testing.T) {
 	}
 	if err := (Config{HeaderBudget: 512 << 10, MaxHeaderBytes: 64 << 10}).Validate(); err != nil {
 		t.Errorf("a header budget over --max-header-bytes: %v", err)
+	}
+}
+
+// checkRefused checks that refused, the answer to a request whose header
+// did not fit the budget, is a 431 Status naming --header-budget, given
+// before the request could reach g.
+func (g *gateBackend) checkRefused(t *testing.T, refused *http.Response) {
+	t.Helper()
+	if refused.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		refused.Body.Close()
+		g.open()
+		t.Fatalf("a header past the budget: %d, want 431", refused.StatusCode)
+	}
+	if st := testkit.ReadStatus(t, refused); !strings.Contains(st.Message, "--header-budget") {
+		t.Errorf("the 431 says %q, want it to name --header-budget", st.Message)
+	}
+	select {
+	case u := <-g.started:
+		t.Errorf("the refused request reached the apiserver (%s)", u)
+	default: // it was answered before: the refusal is synchronous
 	}
 }
 

@@ -1,7 +1,6 @@
 package listener
 
 import (
-	"context"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -27,17 +26,8 @@ func startProxy(t *testing.T, cfg Config, p *proxytest.Picker, u proxy.Upstream,
 	}
 	h := proxy.New(proxy.Config{}, p, u, nil)
 	s := New(cfg, h, m)
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-		p.CheckDoneOnce(t)
-	})
+	t.Cleanup(func() { p.CheckDoneOnce(t) })
+	testkit.Start(t, s)
 	return s, h, "http://" + s.Addr().String()
 }
 

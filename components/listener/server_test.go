@@ -145,7 +145,7 @@ func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 			release := make(chan struct{})
 			shortArrived := make(chan struct{})
 			watchEnded := make(chan struct{})
-			addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p, u := proxytest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if r.URL.Query().Get("watch") == "" {
 					close(shortArrived)
 					select {
@@ -162,10 +162,7 @@ func testStopEndsWatchesAndDrainsShortRequests(t *testing.T, h1 string) {
 				w.(http.Flusher).Flush()
 				<-r.Context().Done()
 				close(watchEnded)
-			}), false)
-			p := proxytest.NewPicker(addr)
-			u := proxytest.NewUpstream()
-			u.Set(addr, rt)
+			}))
 			s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 			if err := s.Start(context.Background()); err != nil {
 				t.Fatal(err)
@@ -255,13 +252,10 @@ func TestStopCutsShortRequestsAtDeadline(t *testing.T) {
 
 func testStopCutsShortRequestsAtDeadline(t *testing.T, h1 string) {
 	arrived := make(chan struct{})
-	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p, u := proxytest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(arrived)
 		<-r.Context().Done() // never answers on its own
-	}), false)
-	p := proxytest.NewPicker(addr)
-	u := proxytest.NewUpstream()
-	u.Set(addr, rt)
+	}))
 	s := New(Config{H1Server: h1, ListenAddress: "127.0.0.1:0"}, proxy.New(proxy.Config{}, p, u, nil), nil)
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)

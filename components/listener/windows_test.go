@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"testing"
-	"time"
 
 	"golang.org/x/net/http2"
 
@@ -20,12 +18,7 @@ import (
 // the test ends, and sends the preface and empty SETTINGS.
 func dialH2C(t *testing.T, addr string) *http2.Framer {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	c.SetDeadline(time.Now().Add(testkit.WaitLimit))
+	c := testkit.Dial(t, addr)
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -68,16 +67,7 @@ func TestDeclaredBodiesCostWhatArrived(t *testing.T) {
 					r.Body = &readSignal{ReadCloser: r.Body, waiting: waiting}
 					h.ServeHTTP(w, r)
 				}}, nil)
-			if err := s.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
-				defer cancel()
-				if err := s.Stop(ctx); err != nil {
-					t.Errorf("Stop: %v", err)
-				}
-			})
+			testkit.Start(t, s)
 			addr := s.Addr().String()
 			const path = "/api/v1/namespaces/default/configmaps?watch=true"
 

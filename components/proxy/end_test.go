@@ -56,7 +56,7 @@ func startWatchEnd(t *testing.T, h1 string) *watchEndFixture {
 		t.Fatal(err)
 	}
 	f.s, f.h, f.base = startProxyOn(t, listener.Config{MaxLongRunning: 1, H1Server: h1}, lm, Config{Cost: f.tab}, f.p, u, f.m)
-	f.inflight = listenerValue(t, lm, "fanout_downstream_inflight_requests", "long")
+	f.inflight = listenerValue(t, lm, "fanout_downstream_inflight_requests", map[string]string{"kind": "long"})
 	return f
 }
 
@@ -104,16 +104,7 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 				client := testkit.NewClient(t, h2c)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.base+"/api/v1/pods?watch=true", nil)
-				resp, err := client.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				br := bufio.NewReader(resp.Body)
-				if _, err := br.ReadString('\n'); err != nil {
-					t.Fatal(err)
-				}
+				resp, br := openStream(t, ctx, client, f.base+"/api/v1/pods?watch=true")
 				if mode == "h1" {
 					testkit.WaitFor(t, "the watch's handler to return (its answer detached)", func() bool { return handlersServingLong() == 0 })
 				}
@@ -174,13 +165,8 @@ func TestWatchEndReleasesOnce(t *testing.T) {
 					if second.StatusCode != http.StatusOK {
 						t.Fatalf("a watch after the first ended: %d, want 200: the slot was not given back", second.StatusCode)
 					}
-					third, err := client.Get(f.base + "/api/v1/pods?watch=true")
-					if err != nil {
-						t.Fatal(err)
-					}
-					third.Body.Close()
-					if third.StatusCode != http.StatusTooManyRequests {
-						t.Errorf("a second watch at once with one slot: %d, want 429: the slot was given back twice", third.StatusCode)
+					if code := getStatus(t, client, f.base+"/api/v1/pods?watch=true"); code != http.StatusTooManyRequests {
+						t.Errorf("a second watch at once with one slot: %d, want 429: the slot was given back twice", code)
 					}
 					stopCtx, stop := context.WithTimeout(context.Background(), testkit.WaitLimit)
 					defer stop()

@@ -54,7 +54,7 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	lm, _ := listener.NewMetrics(nil)
 	s, _, base := startProxyOn(t, listener.Config{MaxLongRunning: 1}, lm, Config{}, p, u, m)
 	client := testkit.NewClient(t, false)
-	longInflight := listenerValue(t, lm, "fanout_downstream_inflight_requests", "long")
+	longInflight := listenerValue(t, lm, "fanout_downstream_inflight_requests", map[string]string{"kind": "long"})
 
 	resp, err := client.Get(base + "/api/v1/pods?watch=true")
 	if err != nil {
@@ -77,13 +77,8 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	if got := longInflight(); got != 1 {
 		t.Errorf("fanout_downstream_inflight_requests{kind=long} = %v during the watch, want 1", got)
 	}
-	second, err := client.Get(base + "/api/v1/pods?watch=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second.Body.Close()
-	if second.StatusCode != http.StatusTooManyRequests {
-		t.Errorf("a second watch with --max-long-running 1 got %d, want 429: the first one's slot was given back while it ran", second.StatusCode)
+	if code := getStatus(t, client, base+"/api/v1/pods?watch=true"); code != http.StatusTooManyRequests {
+		t.Errorf("a second watch with --max-long-running 1 got %d, want 429: the first one's slot was given back while it ran", code)
 	}
 
 	close(more)
@@ -96,13 +91,8 @@ func TestH1WatchIsTakenOver(t *testing.T) {
 	}
 	waitDone(t, p, 1)
 	testkit.WaitFor(t, "the long-running gauges to return to 0", func() bool { return gaugeValue(t, m.openLong) == 0 && longInflight() == 0 })
-	third, err := client.Get(base + "/api/v1/pods?watch=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	third.Body.Close()
-	if third.StatusCode != http.StatusOK {
-		t.Errorf("a watch after the first ended got %d, want 200: its slot was not given back", third.StatusCode)
+	if code := getStatus(t, client, base+"/api/v1/pods?watch=true"); code != http.StatusOK {
+		t.Errorf("a watch after the first ended got %d, want 200: its slot was not given back", code)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
 	defer cancel()
@@ -129,15 +119,7 @@ func TestStopWaitsForTakenOverWatches(t *testing.T) {
 	const n = 5
 	var bodies []*bufio.Reader
 	for range n {
-		resp, err := client.Get(base + "/api/v1/pods?watch=true")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		if _, err := br.ReadString('\n'); err != nil {
-			t.Fatal(err)
-		}
+		_, br := openStream(t, context.Background(), client, base+"/api/v1/pods?watch=true")
 		bodies = append(bodies, br)
 	}
 	testkit.WaitFor(t, "the watches' handlers to return", func() bool { return handlersServingLong() == 0 })

@@ -522,18 +522,10 @@ func TestStopLongRunning(t *testing.T) {
 	u.Set(addr, rt)
 	h := New(Config{}, p, u, nil)
 	front := httptest.NewServer(h)
-	defer front.Close()
+	t.Cleanup(front.Close) // after the watch's answer closes
 	client := testkit.NewClient(t, false)
 
-	early, err := client.Get(front.URL + "/api/v1/pods?watch=true&name=early")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer early.Body.Close()
-	br := bufio.NewReader(early.Body)
-	if _, err := br.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	_, br := openStream(t, context.Background(), client, front.URL+"/api/v1/pods?watch=true&name=early")
 	type result struct {
 		resp *http.Response
 		err  error

@@ -3,29 +3,19 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"flag"
 	"io"
 	"net/http"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fanout-dev/fanout/components/listener"
 	"github.com/fanout-dev/fanout/components/proxy/proxytest"
 	"github.com/fanout-dev/fanout/internal/testkit"
 
 	"go.uber.org/goleak"
-	"k8s.io/klog/v2"
 )
 
 func TestMain(m *testing.M) {
-	// RequestInfoFactory logs unparsable queries through klog; the fuzz
-	// corpus is full of them.
-	fs := flag.NewFlagSet("klog", flag.PanicOnError)
-	klog.InitFlags(fs)
-	_ = fs.Set("logtostderr", "false")
-	_ = fs.Set("stderrthreshold", "FATAL")
-	klog.SetOutput(io.Discard)
+	testkit.DiscardKlog()
 	goleak.VerifyTestMain(m)
 }
 
@@ -45,17 +35,8 @@ func startProxyOn(t *testing.T, lcfg listener.Config, lm *listener.Metrics, cfg 
 	}
 	h := New(cfg, p, u, m)
 	s := listener.New(lcfg, h, lm)
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitLimit)
-		defer cancel()
-		if err := s.Stop(ctx); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-		p.CheckDoneOnce(t)
-	})
+	t.Cleanup(func() { p.CheckDoneOnce(t) })
+	testkit.Start(t, s)
 	return s, h, "http://" + s.Addr().String()
 }
 
@@ -81,14 +62,7 @@ func (cw cancelWatchProxy) openWatch(t *testing.T, h2c bool) (resp *http.Respons
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", cw.base+"/api/v1/pods?watch=1", nil)
-	resp, err := testkit.NewClient(t, h2c).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	resp, _ = openStream(t, ctx, testkit.NewClient(t, h2c), cw.base+"/api/v1/pods?watch=1")
 	return resp, cancel
 }
 
@@ -108,49 +82,56 @@ func (cw cancelWatchProxy) leave(t *testing.T, resp *http.Response, cancel conte
 func startCancelWatchProxyOn(t *testing.T, lcfg listener.Config, cfg Config) cancelWatchProxy {
 	t.Helper()
 	canceled := make(chan struct{})
-	addr, rt := proxytest.NewBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p, u := proxytest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"type":"ADDED"}`+"\n")
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 		close(canceled)
-	}), false)
-	p := proxytest.NewPicker(addr)
-	u := proxytest.NewUpstream()
-	u.Set(addr, rt)
+	}))
 	m, _ := NewMetrics(nil)
 	_, h, base := startProxyOn(t, lcfg, nil, cfg, p, u, m)
 	return cancelWatchProxy{h: h, base: base, p: p, m: m, canceled: canceled}
 }
 
-// listenerValue reads the listener's metric name (the series whose one
-// label has value label; any series when label is ""), through a registry
-// as /metrics would.
-func listenerValue(t *testing.T, lm *listener.Metrics, name, label string) func() float64 {
+// listenerValue reads the listener's series name with labels, through a
+// registry as /metrics would; there must be one.
+func listenerValue(t *testing.T, lm *listener.Metrics, name string, labels map[string]string) func() float64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	for _, c := range lm.Collectors() {
-		reg.MustRegister(c)
-	}
+	reg := testkit.Registry(t, lm.Collectors()...)
 	return func() float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
+		v, ok := testkit.Series(t, reg, name, labels)
+		if !ok {
+			t.Fatalf("no series %s%v", name, labels)
 		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				if label != "" && (len(m.GetLabel()) != 1 || m.GetLabel()[0].GetValue() != label) {
-					continue
-				}
-				if g := m.GetGauge(); g != nil {
-					return g.GetValue()
-				}
-				return m.GetCounter().GetValue()
-			}
-		}
-		t.Fatalf("no series %s{%q}", name, label)
-		return 0
+		return v
 	}
+}
+
+// openStream GETs url with ctx through c and reads the first line of the
+// answer, a watch's first event; the answer closes when the test ends.
+func openStream(t *testing.T, ctx context.Context, c *http.Client, url string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	return resp, br
+}
+
+// getStatus sends a GET for url with c and closes the answer unread: for
+// requests whose status is all a test needs, a watch's included.
+func getStatus(t *testing.T, c *http.Client, url string) int {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

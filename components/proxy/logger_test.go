@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,37 +17,19 @@ import (
 
 	"github.com/fanout-dev/fanout/components/balancer"
 	"github.com/fanout-dev/fanout/components/transport"
+	"github.com/fanout-dev/fanout/internal/testkit"
 	"github.com/fanout-dev/fanout/resolver"
 )
 
-// logBuffer is an io.Writer for a slog handler that tests read while
-// servers write.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func newLogBuffer() (*logBuffer, *slog.Logger) {
-	b := &logBuffer{}
+func newLogBuffer() (*testkit.Buffer, *slog.Logger) {
+	b := &testkit.Buffer{}
 	return b, slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // recordDefault points slog.Default at a buffer for the test, so that a
 // test can tell that nothing was written through the global logger. Tests
 // using it must not run in parallel.
-func recordDefault(t *testing.T) *logBuffer {
+func recordDefault(t *testing.T) *testkit.Buffer {
 	t.Helper()
 	b, l := newLogBuffer()
 	old := slog.Default()

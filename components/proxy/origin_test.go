@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -232,19 +230,7 @@ func TestRelayedUpgradesDriveNothing(t *testing.T) {
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			rig := newUpgradeRig(t, ca, Config{}, b.addr)
-			c, err := net.Dial("tcp", rig.proxy)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(testkit.WaitLimit))
-			if err := (upgradeRequest{upgrade: "websocket"}).write(c, tc.path); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "websocket", path: tc.path})
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusInternalServerError {
 				t.Fatalf("status %d, want the backend's 500", resp.StatusCode)

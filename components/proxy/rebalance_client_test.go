@@ -117,10 +117,8 @@ func (b *watchBackend) log() []string {
 func TestRebalanceWithReflector(t *testing.T) {
 	backend := &watchBackend{}
 	backend.rv.Store(100)
-	addr, rt := proxytest.NewBackend(t, backend, false)
-	up := proxytest.NewUpstream()
-	up.Set(addr, rt)
-	picker := proxytest.NewPicker(addr)
+	picker, up := proxytest.Backend(t, backend)
+	addr := picker.Addrs()[0]
 	loads := staticLoads{
 		{Address: addr, Usable: true, OpenLong: 3},
 		{Address: "other:443", Usable: true},
@@ -272,10 +270,8 @@ func TestFreshnessRequestCarriesWatchCredentials(t *testing.T) {
 		w.(http.Flusher).Flush()
 		<-r.Context().Done()
 	})
-	addr, rt := proxytest.NewBackend(t, backend, false)
-	up := proxytest.NewUpstream()
-	up.Set(addr, rt)
-	picker := proxytest.NewPicker(addr)
+	picker, up := proxytest.Backend(t, backend)
+	addr := picker.Addrs()[0]
 	loads := staticLoads{
 		{Address: addr, Usable: true, OpenLong: 3},
 		{Address: "other:443", Usable: true, UsableSince: time.Now().Add(-time.Hour)},

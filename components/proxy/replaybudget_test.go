@@ -141,6 +141,11 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 	unhold := make(chan struct{})
 	var mu sync.Mutex
 	goodHits := map[string]int{}
+	hits := func(body string) int { // how often body reached good
+		mu.Lock()
+		defer mu.Unlock()
+		return goodHits[body]
+	}
 	answer := func(r *http.Request) *http.Response {
 		return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("ok")), ContentLength: 2, Request: r}
 	}
@@ -188,11 +193,9 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 	if code := post("/api/v1/namespaces/ns/configmaps", "spent"); code != http.StatusBadGateway {
 		t.Errorf("a request whose body streamed, refused by the apiserver unprocessed: %d, want 502 (never sent again)", code)
 	}
-	mu.Lock()
-	if n := goodHits["spent"]; n != 0 {
+	if n := hits("spent"); n != 0 {
 		t.Errorf("a body that was not kept for replay reached the other apiserver %d times, want 0", n)
 	}
-	mu.Unlock()
 	if got := testutil.ToFloat64(m.replayExhausted); got != 1 {
 		t.Errorf("fanout_replay_budget_exhausted_total = %v, want 1", got)
 	}
@@ -205,11 +208,9 @@ func TestReplayBudgetSpentNeverResends(t *testing.T) {
 	if code := post("/api/v1/namespaces/ns/configmaps", "free"); code != http.StatusOK {
 		t.Errorf("the same request with the budget free: %d, want 200 (moved to the other apiserver)", code)
 	}
-	mu.Lock()
-	if n := goodHits["free"]; n != 1 {
+	if n := hits("free"); n != 1 {
 		t.Errorf("the replayable body reached the other apiserver %d times, want 1", n)
 	}
-	mu.Unlock()
 }
 
 // TestReplayBudgetGivenBackOnEveryEnd ends requests with a buffered body

@@ -15,7 +15,7 @@ import (
 )
 
 // requestLines returns the line-per-request records in the JSON log b.
-func requestLines(t *testing.T, b *logBuffer) []map[string]any {
+func requestLines(t *testing.T, b *testkit.Buffer) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	for line := range strings.Lines(b.String()) {
@@ -33,7 +33,7 @@ func requestLines(t *testing.T, b *logBuffer) []map[string]any {
 // waitRequestLines waits until n request lines were logged: a short
 // request's line is written once the handler returns, which may be just
 // after the client read the answer.
-func waitRequestLines(t *testing.T, b *logBuffer, n int) []map[string]any {
+func waitRequestLines(t *testing.T, b *testkit.Buffer, n int) []map[string]any {
 	t.Helper()
 	testkit.WaitFor(t, fmt.Sprintf("%d request log lines", n), func() bool { return len(requestLines(t, b)) >= n })
 	return requestLines(t, b)
@@ -59,7 +59,7 @@ func TestRequestLogLine(t *testing.T) {
 		io.WriteString(w, `{"kind":"PodList"}`)
 	}))
 	addr = p.Addrs()[0]
-	b := &logBuffer{}
+	b := &testkit.Buffer{}
 	_, _, base := startProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b)}, p, u, nil)
 
 	req, _ := http.NewRequest("GET", base+"/api/v1/namespaces/default/pods?labelSelector=app%3Dweb&continue=opaque&limit=5&command=secret", nil)
@@ -98,7 +98,7 @@ func TestRequestLogLine(t *testing.T) {
 func TestRequestLogOffByDefault(t *testing.T) {
 	for _, v := range []int{0, 1, 2, 3} {
 		p, u := proxytest.OKBackend(t)
-		b := &logBuffer{}
+		b := &testkit.Buffer{}
 		s, _, base := startProxy(t, Config{Log: logging.New("json", v, b)}, p, u, nil)
 		resp, err := http.Get(base + "/api/v1/namespaces")
 		if err != nil {
@@ -139,7 +139,7 @@ func shutdownThenOK(t *testing.T) (p *proxytest.Picker, u *proxytest.Upstream, f
 // the endpoint that answered last.
 func TestRetriedRequestNamesFinalEndpoint(t *testing.T) {
 	p, u, _, second := shutdownThenOK(t)
-	b := &logBuffer{}
+	b := &testkit.Buffer{}
 	_, _, base := startProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b), EndpointHeader: true}, p, u, nil)
 	resp, err := http.Get(base + "/api/v1/namespaces/default/configmaps/x")
 	if err != nil {
@@ -223,7 +223,7 @@ func TestWatchEndReason(t *testing.T) {
 		p, u := proxytest.Backend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, `{"type":"ADDED","object":{}}`+"\n")
 		}))
-		b := &logBuffer{}
+		b := &testkit.Buffer{}
 		_, _, base := startProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b)}, p, u, nil)
 		resp, err := http.Get(base + watchPath)
 		if err != nil {
@@ -251,9 +251,9 @@ func TestWatchEndReason(t *testing.T) {
 // openWatch opens a watch through a proxy logging at -v 4, whose backend
 // sends one event and holds the watch until it is cancelled, and reads
 // the event.
-func openWatch(t *testing.T, path string) (*logBuffer, cancelWatchProxy, *http.Response) {
+func openWatch(t *testing.T, path string) (*testkit.Buffer, cancelWatchProxy, *http.Response) {
 	t.Helper()
-	b := &logBuffer{}
+	b := &testkit.Buffer{}
 	cp := startCancelWatchProxy(t, Config{Log: logging.New("json", logging.RequestVerbosity, b)})
 	resp, err := http.Get(cp.base + path)
 	if err != nil {
@@ -315,7 +315,7 @@ func reqinfoOriginFor(proxied bool) reqinfo.Origin {
 // answer and on fanout's own error.
 func TestRoundTripperEndpointDebugging(t *testing.T) {
 	p, u, _, second := shutdownThenOK(t)
-	b := &logBuffer{}
+	b := &testkit.Buffer{}
 	h := New(Config{Log: logging.New("json", logging.RequestVerbosity, b), EndpointHeader: true}, p, u, nil)
 	req, _ := http.NewRequest("GET", "https://ignored/api/v1/namespaces/default/configmaps/x", nil)
 	resp, err := h.RoundTripper().RoundTrip(req)

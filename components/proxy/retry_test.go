@@ -349,13 +349,8 @@ func TestOverloadMovesOnlyToUnloaded(t *testing.T) {
 	c := newRealCluster(t, Config{}, http.HandlerFunc(apf429), echo)
 	client := testkit.NewClient(t, false)
 	for i := range 10 {
-		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("request %d: %d, want 200 from the endpoint that is not overloaded", i, resp.StatusCode)
+		if code := getStatus(t, client, c.base+"/api/v1/namespaces/ns/configmaps"); code != 200 {
+			t.Fatalf("request %d: %d, want 200 from the endpoint that is not overloaded", i, code)
 		}
 	}
 	if s := c.state(t, c.addrs[0]); s.OverloadedUntil == "" {
@@ -389,13 +384,8 @@ func TestThrottled429MovesOnce(t *testing.T) {
 	c := newRealCluster(t, Config{}, notReady, echo)
 	client := testkit.NewClient(t, false)
 	for i := range 10 {
-		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("request %d: %d, want 200 from the other endpoint", i, resp.StatusCode)
+		if code := getStatus(t, client, c.base+"/api/v1/namespaces/ns/configmaps"); code != 200 {
+			t.Fatalf("request %d: %d, want 200 from the other endpoint", i, code)
 		}
 	}
 	if got := counterValue(t, c.m.retries.WithLabelValues(reasonThrottled)); got < 1 {
@@ -408,13 +398,8 @@ func TestRetryBudgetCapsRetries(t *testing.T) {
 	c := newRealCluster(t, Config{RetryBudget: &RetryBudget{Ratio: 0, Min: 3, Window: DefaultRetryBudgetWindow}}, notReady, notReady)
 	client := testkit.NewClient(t, false)
 	for range 20 {
-		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 429 {
-			t.Fatalf("status %d, want the apiserver's 429", resp.StatusCode)
+		if code := getStatus(t, client, c.base+"/api/v1/namespaces/ns/configmaps"); code != 429 {
+			t.Fatalf("status %d, want the apiserver's 429", code)
 		}
 	}
 	if n := c.hits[0].Load() + c.hits[1].Load(); n != 23 {
@@ -430,22 +415,14 @@ func TestAuthErrorsAreNotFailures(t *testing.T) {
 	c := newRealCluster(t, Config{}, forbidden)
 	client := testkit.NewClient(t, false)
 	for range 20 {
-		resp, err := client.Get(c.base + "/api/v1/namespaces/ns/configmaps/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		getStatus(t, client, c.base+"/api/v1/namespaces/ns/configmaps/x")
 	}
 	if s := c.state(t, c.addrs[0]); s.State != balancer.StateReady || s.ConsecutiveFailures != 0 {
 		t.Errorf("after 20 403s: %+v, want ready with no failures", s)
 	}
 	failing := newRealCluster(t, Config{}, jsonStatus(apierrors.NewInternalError(errors.New("boom"))))
 	for range 5 {
-		resp, err := client.Get(failing.base + "/api/v1/namespaces/ns/configmaps/x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		getStatus(t, client, failing.base+"/api/v1/namespaces/ns/configmaps/x")
 	}
 	// The last Done runs as the proxy closes the response body, just
 	// after the client has it.
@@ -525,11 +502,7 @@ func TestClientTimeoutsAreNotFailures(t *testing.T) {
 		http.Error(w, "gateway timeout", http.StatusGatewayTimeout)
 	}))
 	for range 5 {
-		resp, err := client.Get(other.base + "/api/v1/namespaces/ns/configmaps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
+		getStatus(t, client, other.base+"/api/v1/namespaces/ns/configmaps")
 	}
 	testkit.WaitFor(t, "5 plain 504s to eject the endpoint", func() bool {
 		return other.state(t, other.addrs[0]).State == balancer.StateEjected

@@ -126,6 +126,15 @@ type upgradeRig struct {
 	proxy  string // host:port of the proxy
 }
 
+// rigBefore is an upgradeRig with the default Config in front of one
+// upgrade backend (answering reject, 0 to switch) of its own CA.
+func rigBefore(t *testing.T, reject int) (*upgradeRig, *upgradeBackend) {
+	t.Helper()
+	ca := testkit.NewCA(t)
+	b := newUpgradeBackend(t, ca, reject)
+	return newUpgradeRig(t, ca, Config{}, b.addr), b
+}
+
 func newUpgradeRig(t *testing.T, ca *testkit.CA, cfg Config, addrs ...string) *upgradeRig {
 	t.Helper()
 	return newUpgradeRigOn(t, ca, listener.Config{}, nil, cfg, addrs...)
@@ -156,6 +165,7 @@ func newUpgradeRigOn(t *testing.T, ca *testkit.CA, lcfg listener.Config, lm *lis
 type upgradeRequest struct {
 	upgrade string
 	headers map[string]string
+	path    string // for dialUpgrade; "" is an exec of cat with stdin
 }
 
 func (u upgradeRequest) write(w io.Writer, path string) error {
@@ -173,13 +183,12 @@ func (u upgradeRequest) write(w io.Writer, path string) error {
 // the response.
 func dialUpgrade(t *testing.T, proxy string, req upgradeRequest) (net.Conn, *bufio.Reader, *http.Response) {
 	t.Helper()
-	c, err := net.Dial("tcp", proxy)
-	if err != nil {
-		t.Fatal(err)
+	c := testkit.Dial(t, proxy)
+	path := req.path
+	if path == "" {
+		path = "/api/v1/namespaces/ns/pods/p/exec?command=cat&stdin=true"
 	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(testkit.WaitLimit))
-	if err := req.write(c, "/api/v1/namespaces/ns/pods/p/exec?command=cat&stdin=true"); err != nil {
+	if err := req.write(c, path); err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(c)
@@ -245,9 +254,7 @@ func TestUpgradeEchoAndCredentials(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ca := testkit.NewCA(t)
-			b := newUpgradeBackend(t, ca, 0)
-			rig := newUpgradeRig(t, ca, Config{}, b.addr)
+			rig, b := rigBefore(t, 0)
 
 			c, br, resp := dialUpgrade(t, rig.proxy, tc.req)
 			if resp.StatusCode != http.StatusSwitchingProtocols {
@@ -288,9 +295,7 @@ func TestUpgradeEchoAndCredentials(t *testing.T) {
 // A client-supplied Authorization that is blank selects sidecar mode; the
 // blank header must not reach the apiserver next to the sidecar's token.
 func TestUpgradeSidecarReplacesBlankAuthorization(t *testing.T) {
-	ca := testkit.NewCA(t)
-	b := newUpgradeBackend(t, ca, 0)
-	rig := newUpgradeRig(t, ca, Config{}, b.addr)
+	rig, b := rigBefore(t, 0)
 	c, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1", headers: map[string]string{"Authorization": " "}})
 	defer c.Close()
 	if resp.StatusCode != http.StatusSwitchingProtocols {
@@ -302,9 +307,7 @@ func TestUpgradeSidecarReplacesBlankAuthorization(t *testing.T) {
 }
 
 func TestUpgradeRejectedIsForwarded(t *testing.T) {
-	ca := testkit.NewCA(t)
-	b := newUpgradeBackend(t, ca, http.StatusForbidden)
-	rig := newUpgradeRig(t, ca, Config{}, b.addr)
+	rig, _ := rigBefore(t, http.StatusForbidden)
 	_, br, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("status = %d, want the apiserver's 403", resp.StatusCode)
@@ -716,15 +719,8 @@ func TestUpgradeRetryWithinBudget(t *testing.T) {
 // HTTP server's buffer when the connection is hijacked; it must reach the
 // apiserver first, in order.
 func TestUpgradeEarlyClientData(t *testing.T) {
-	ca := testkit.NewCA(t)
-	b := newUpgradeBackend(t, ca, 0)
-	rig := newUpgradeRig(t, ca, Config{}, b.addr)
-	c, err := net.Dial("tcp", rig.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(testkit.WaitLimit))
+	rig, _ := rigBefore(t, 0)
+	c := testkit.Dial(t, rig.proxy)
 	var req bytes.Buffer
 	if err := (upgradeRequest{upgrade: "websocket"}).write(&req, "/api/v1/namespaces/ns/pods/p/exec?command=cat&stdin=true"); err != nil {
 		t.Fatal(err)
@@ -749,9 +745,7 @@ func TestUpgradeEarlyClientData(t *testing.T) {
 // neither 101 nor an error status is nothing the client could use; it
 // gets a 502 Status saying so, as with UpgradeAwareHandler.
 func TestUpgradeNeitherSwitchedNorRefused(t *testing.T) {
-	ca := testkit.NewCA(t)
-	b := newUpgradeBackend(t, ca, http.StatusOK)
-	rig := newUpgradeRig(t, ca, Config{}, b.addr)
+	rig, b := rigBefore(t, http.StatusOK)
 	_, _, resp := dialUpgrade(t, rig.proxy, upgradeRequest{upgrade: "SPDY/3.1"})
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status = %d, want 502", resp.StatusCode)

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/fanout-dev/fanout/components/listener"
@@ -238,6 +239,25 @@ func TestCredentials(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 }
 
+// listNamespaces lists the namespaces n times with client-go over cfg;
+// each answer must be the fake apiservers' one, default.
+func listNamespaces(t *testing.T, cfg *rest.Config, n int) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		nss, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nss.Items) != 1 || nss.Items[0].Name != "default" {
+			t.Fatalf("namespaces through fanout = %+v", nss.Items)
+		}
+	}
+}
+
 // TestWrittenKubeconfig drives fanout with client-go through the kubeconfig
 // fanout wrote: it must point at the listener and carry no credentials.
 func TestWrittenKubeconfig(t *testing.T) {
@@ -256,19 +276,7 @@ func TestWrittenKubeconfig(t *testing.T) {
 	if want := "http://" + f.proxy.Addr().String(); cfg.Host != want {
 		t.Fatalf("written kubeconfig server = %q, want %q", cfg.Host, want)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 30 {
-		nss, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(nss.Items) != 1 || nss.Items[0].Name != "default" {
-			t.Fatalf("namespaces through fanout = %+v", nss.Items)
-		}
-	}
+	listNamespaces(t, cfg, 30)
 	for i, s := range f.servers {
 		if s.Requests.Load() == 0 {
 			t.Errorf("apiserver %d got no request from client-go through fanout", i)

@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"testing"
 
 	"go.uber.org/fx"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -30,7 +27,7 @@ import (
 // upstream ones.
 func TestListenTLS(t *testing.T) {
 	const sidecarToken = "sidecar-token-5ecret-tls-1"
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	debug := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	f := startSidecarWith(t, sidecarToken, "round-robin", func(o *Config) { o.ListenTLS = true },
 		fx.Decorate(func(*slog.Logger) *slog.Logger { return debug }))
@@ -54,19 +51,7 @@ func TestListenTLS(t *testing.T) {
 	}
 
 	t.Run("client-go with the written kubeconfig, over HTTP/2", func(t *testing.T) {
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 30 {
-			nss, err := cs.CoreV1().Namespaces().List(context.Background(), metav1.ListOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(nss.Items) != 1 || nss.Items[0].Name != "default" {
-				t.Fatalf("namespaces through fanout = %+v", nss.Items)
-			}
-		}
+		listNamespaces(t, cfg, 30)
 		for i, s := range f.servers {
 			if n := s.Requests.Load(); n < 5 {
 				t.Errorf("apiserver %d got %d of 30 requests; round-robin should give it 10", i, n)

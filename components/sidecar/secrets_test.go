@@ -1,39 +1,20 @@
 package sidecar
 
 import (
-	"bytes"
 	"encoding/base64"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/fx"
 
 	"github.com/fanout-dev/fanout/components/admin"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
-
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestSecretsStayOut sends requests that carry secrets through a sidecar
 // that holds secrets of its own, makes some of them fail, and then reads
@@ -47,7 +28,7 @@ func TestSecretsStayOut(t *testing.T) {
 		clientToken  = "client-token-5ecret-d4e5f6"
 		wsToken      = "ws-token-5ecret-g7h8i9"
 	)
-	logs := &lockedBuffer{}
+	logs := &testkit.Buffer{}
 	// Level -10: every line fanout logs at any verbosity.
 	debug := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.Level(-10)}))
 	// The reverse proxy's error log goes through slog's default.

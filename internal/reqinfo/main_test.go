@@ -1,23 +1,15 @@
 package reqinfo
 
 import (
-	"flag"
-	"io"
 	"net/http/httptest"
 	"os"
 	"testing"
 
-	"k8s.io/klog/v2"
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
-	// RequestInfoFactory logs unparsable queries through klog; the fuzz
-	// corpus is full of them.
-	fs := flag.NewFlagSet("klog", flag.PanicOnError)
-	klog.InitFlags(fs)
-	_ = fs.Set("logtostderr", "false")
-	_ = fs.Set("stderrthreshold", "FATAL")
-	klog.SetOutput(io.Discard)
+	testkit.DiscardKlog()
 	os.Exit(m.Run())
 }
 
