@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestCollector(t *testing.T) {
@@ -139,30 +141,13 @@ fanout_endpoints{state="ready"} %d
 `, draining, ejected, notReady, ready)
 }
 
-// onlySeries returns the value of metric name for one endpoint.
+// onlySeries returns the value of metric name for one endpoint; it fails
+// t if there is no such series.
 func onlySeries(t *testing.T, c prometheus.Collector, name, endpoint string) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := testkit.Series(t, testkit.Registry(t, c), name, map[string]string{"endpoint": endpoint})
+	if !ok {
+		t.Fatalf("no %s series for %s", name, endpoint)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "endpoint" && l.GetValue() == endpoint {
-					if m.GetCounter() != nil {
-						return m.GetCounter().GetValue()
-					}
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s series for %s", name, endpoint)
-	return 0
+	return v
 }
