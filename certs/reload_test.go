@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -112,22 +111,19 @@ func verifies(pool *x509.CertPool, kp testkit.KeyPair) bool {
 	return err == nil
 }
 
-// logBuffer collects log lines for assertions.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) count(substr string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), substr)
+// startCredentials makes Credentials of up with opts and starts their
+// watch until the test ends.
+func startCredentials(t *testing.T, up *Upstream, opts Options) *Credentials {
+	t.Helper()
+	c, err := NewCredentialsWithOptions(up, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }
 
 // TestSecretVolumeSwap rotates everything at once through a ..data swap,
@@ -148,14 +144,7 @@ func TestSecretVolumeSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := NewMetrics()
-	c, err := NewCredentialsWithOptions(up, Options{Metrics: m, PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
+	c := startCredentials(t, up, Options{Metrics: m, PollInterval: time.Hour})
 	if certCN(c) != "alice" || !verifies(c.RootCAs(), srv1) {
 		t.Fatal("initial material not loaded")
 	}
@@ -204,16 +193,9 @@ func TestSecretVolumeSwap(t *testing.T) {
 func TestAtomicRename(t *testing.T) {
 	f := newFixture(t)
 	bob := f.ca.Client("bob")
-	c, err := NewCredentialsWithOptions(&Upstream{
+	c := startCredentials(t, &Upstream{
 		CA: Source{Path: f.caFile}, ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile},
 	}, Options{PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
 	// The key first, then the certificate, each renamed into place: in
 	// between the pair does not match and must not be used.
 	replaceAtomic(t, f.keyFile, bob.KeyPEM)
@@ -264,7 +246,7 @@ func TestBadFilesKeepLastGood(t *testing.T) {
 			}
 			defer os.WriteFile(tc.file, good, 0o600)
 			m := NewMetrics()
-			var logs logBuffer
+			var logs testkit.Buffer
 			c, err := NewCredentialsWithOptions(&Upstream{
 				CA: Source{Path: f.caFile}, ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}, Token: Source{Path: tokenFile},
 			}, Options{Metrics: m, Log: slog.New(slog.NewJSONHandler(&logs, nil))})
@@ -287,10 +269,10 @@ func TestBadFilesKeepLastGood(t *testing.T) {
 			if got := reloadCount(t, m, tc.kind, "failure"); got != 1 {
 				t.Errorf("reloads{kind=%s,result=failure} = %v after three checks of one broken version, want 1", tc.kind, got)
 			}
-			if n := logs.count(`"level":"ERROR"`); n != 1 {
-				t.Errorf("%d error lines logged, want 1:\n%s", n, logs.buf.String())
+			if n := strings.Count(logs.String(), `"level":"ERROR"`); n != 1 {
+				t.Errorf("%d error lines logged, want 1:\n%s", n, logs.String())
 			}
-			if n := logs.count(`"kind":"` + tc.kind + `"`); n != 1 {
+			if n := strings.Count(logs.String(), `"kind":"`+tc.kind+`"`); n != 1 {
 				t.Errorf("%d log lines name kind %s, want 1", n, tc.kind)
 			}
 			// Repaired: taken, and no longer failing.
@@ -326,20 +308,9 @@ func TestPollingAloneReloads(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Stop()
-		os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
-		os.WriteFile(f.certFile, bob.CertPEM, 0o600)
 		// Without inotify the watcher wakes only on its timers: 9s into a
 		// 10s poll interval no check has run, so the old material stays.
-		time.Sleep(9 * time.Second)
-		synctest.Wait()
-		if certCN(c) != "alice" {
-			t.Fatal("reloaded before the poll interval without inotify")
-		}
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if certCN(c) != "bob" {
-			t.Fatal("the poll did not load bob")
-		}
+		switchesAt(t, f, c, bob, 9*time.Second, 10*time.Second, synctest.Wait)
 		if got := reloadCount(t, m, KindClient, "success"); got != 1 {
 			t.Errorf("reloads{kind=client,result=success} = %v, want 1", got)
 		}
@@ -359,14 +330,7 @@ func TestKubeconfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := NewMetrics()
-	c, err := NewCredentialsWithOptions(up, Options{Metrics: m, PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
+	c := startCredentials(t, up, Options{Metrics: m, PollInterval: time.Hour})
 
 	// New inline data, written in place (not atomically).
 	other := t.TempDir()
@@ -400,6 +364,26 @@ func TestKubeconfigReload(t *testing.T) {
 	}
 }
 
+// switchesAt writes next's pair over the fixture's alice and checks, in a
+// bubble, that c still holds alice's certificate early after the write
+// and next's at at; look is what lets c see its files (synctest.Wait for
+// its timers, or Reload).
+func switchesAt(t *testing.T, f *fixture, c *Credentials, next testkit.KeyPair, early, at time.Duration, look func()) {
+	t.Helper()
+	os.WriteFile(f.keyFile, next.KeyPEM, 0o600)
+	os.WriteFile(f.certFile, next.CertPEM, 0o600)
+	time.Sleep(early)
+	look()
+	if certCN(c) != "alice" {
+		t.Fatalf("the new pair was taken %s after it was written, want it at %s", early, at)
+	}
+	time.Sleep(at - early)
+	look()
+	if cn := next.Leaf.Subject.CommonName; certCN(c) != cn {
+		t.Fatalf("%s's certificate was not taken %s after it was written", cn, at)
+	}
+}
+
 func TestReloadIsRateLimited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
@@ -409,18 +393,7 @@ func TestReloadIsRateLimited(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Reload()
-		os.WriteFile(f.keyFile, bob.KeyPEM, 0o600)
-		os.WriteFile(f.certFile, bob.CertPEM, 0o600)
-		time.Sleep(reloadMinInterval - time.Nanosecond)
-		c.Reload()
-		if certCN(c) != "alice" {
-			t.Fatal("Reload re-read the files twice within reloadMinInterval")
-		}
-		time.Sleep(time.Nanosecond)
-		c.Reload()
-		if certCN(c) != "bob" {
-			t.Fatal("Reload did not pick up the new pair reloadMinInterval after the last")
-		}
+		switchesAt(t, f, c, bob, reloadMinInterval-time.Nanosecond, reloadMinInterval, c.Reload)
 	})
 }
 
@@ -491,7 +464,7 @@ func TestRenewalWarning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t)
 		life := f.alice.Leaf.NotAfter.Sub(f.alice.Leaf.NotBefore)
-		var logs logBuffer
+		var logs testkit.Buffer
 		c, err := NewCredentialsWithOptions(&Upstream{ClientCert: Source{Path: f.certFile}, ClientKey: Source{Path: f.keyFile}},
 			Options{Log: slog.New(slog.NewJSONHandler(&logs, nil))})
 		if err != nil {
@@ -499,13 +472,13 @@ func TestRenewalWarning(t *testing.T) {
 		}
 		time.Sleep(time.Until(f.alice.Leaf.NotBefore.Add(life * 7 / 10)))
 		c.check()
-		if n := logs.count("renew it"); n != 0 {
+		if n := strings.Count(logs.String(), "renew it"); n != 0 {
 			t.Fatalf("warned at 70%% of the lifetime")
 		}
 		time.Sleep(life * 15 / 100)
 		c.check()
 		c.check()
-		if n := logs.count("renew it"); n != 1 {
+		if n := strings.Count(logs.String(), "renew it"); n != 1 {
 			t.Errorf("%d renewal warnings at 85%% of the lifetime over two checks, want 1", n)
 		}
 	})

@@ -51,15 +51,9 @@ func TestParseDynamic(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := Parse(tt.spec, Config{Fallback: def, Discovery: tt.discovery})
+			r := mustParse(t, tt.spec, Config{Fallback: def, Discovery: tt.discovery}, tt.wantErr)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Parse(%q) error = %v, want one containing %q", tt.spec, err, tt.wantErr)
-				}
 				return
-			}
-			if err != nil {
-				t.Fatalf("Parse(%q) = %v", tt.spec, err)
 			}
 			if es, ok := r.(*EndpointSlices); ok {
 				if es.APIServer.URL != api.URL || es.APIServer.Transport != api.Transport {
@@ -72,6 +66,24 @@ func TestParseDynamic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustParse parses spec with cfg. With a wantErr it fails t unless Parse
+// fails with an error containing wantErr, and returns nil; without, it
+// fails t if Parse fails.
+func mustParse(t *testing.T, spec string, cfg Config, wantErr string) Resolver {
+	t.Helper()
+	r, err := Parse(spec, cfg)
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("Parse(%q) error = %v, want one containing %q", spec, err, wantErr)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("Parse(%q) = %v", spec, err)
+	}
+	return r
 }
 
 func TestNormalize(t *testing.T) {
@@ -125,15 +137,9 @@ func TestParseServerService(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := Parse(tt.spec, Config{Fallback: u, Discovery: discovery})
+			r := mustParse(t, tt.spec, Config{Fallback: u, Discovery: discovery}, tt.wantErr)
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("Parse(%q) error = %v, want one containing %q", tt.spec, err, tt.wantErr)
-				}
 				return
-			}
-			if err != nil {
-				t.Fatalf("Parse(%q) = %v", tt.spec, err)
 			}
 			if es, ok := r.(*EndpointSlices); ok {
 				es.APIServer = APIServer{}

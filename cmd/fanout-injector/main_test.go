@@ -49,10 +49,7 @@ func TestFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := testkit.RunBinary(t, bin, tt.args...)
-			if out := stdout + stderr; code != tt.wantCode || !strings.Contains(out, tt.wantOut) {
-				t.Fatalf("fanout-injector %v: exit %d, output:\n%s\nwant exit %d and output containing %q", tt.args, code, out, tt.wantCode, tt.wantOut)
-			}
+			testkit.CheckExit(t, bin, tt.args, tt.wantCode, tt.wantOut)
 		})
 	}
 }

@@ -70,14 +70,7 @@ func TestStartFailuresSayWhy(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			code, stdout, stderr := testkit.RunBinary(t, bin, tt.args...)
-			if code != tt.code {
-				t.Errorf("exit %d, want %d", code, tt.code)
-			}
-			if stdout != "" {
-				t.Errorf("stdout, want it empty:\n%s", stdout)
-			}
-			testkit.CheckOneCause(t, "fanout-injector", stderr, tt.want)
+			testkit.CheckStartFailure(t, bin, tt.args, tt.code, tt.want)
 		})
 	}
 }

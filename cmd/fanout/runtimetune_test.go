@@ -17,13 +17,7 @@ import (
 // from its metrics: Go's own choice, which the test binary's runtime made
 // the same way.
 func TestMaxProcsInEffect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildFanout(t)
-	ca := testkit.NewCA(t)
-	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
-	f := startFootprintFanout(t, bin, ca, upstream.URL)
+	f := startIdle(t)
 	want := fmt.Sprintf("go_sched_gomaxprocs_threads %d", runtime.GOMAXPROCS(0))
 	got := "no go_sched_gomaxprocs_threads sample"
 	body := scrape(t, f.admin)
@@ -33,6 +27,19 @@ func TestMaxProcsInEffect(t *testing.T) {
 	if got != want {
 		t.Errorf("/metrics has %q, want %q", got, want)
 	}
+}
+
+// startIdle builds the binary and starts it, with extra flags, in front of
+// an upstream that answers 404. It skips the test under -short.
+func startIdle(t *testing.T, extra ...string) *footprintFanout {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildFanout(t)
+	ca := testkit.NewCA(t)
+	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
+	return startFootprintFanout(t, bin, ca, upstream.URL, extra...)
 }
 
 func scrape(t *testing.T, admin string) string {
@@ -53,13 +60,7 @@ func scrape(t *testing.T, admin string) string {
 // keeps the environment it was started with (it did not execute itself
 // again with a GODEBUG of its own) and says so in /metrics.
 func TestDefaultRunsAsStarted(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
-	bin := buildFanout(t)
-	ca := testkit.NewCA(t)
-	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
-	f := startFootprintFanout(t, bin, ca, upstream.URL)
+	f := startIdle(t)
 	want, wantSet := os.LookupEnv("GODEBUG")
 	got, set := processEnv(t, f.pid, "GODEBUG")
 	if got != want || set != wantSet {
@@ -91,16 +92,10 @@ func processEnv(t *testing.T, pid int, name string) (string, bool) {
 // schedtrace that keeps sysmon from its deep sleep, and says so in
 // /metrics. The default is TestDefaultRunsAsStarted's.
 func TestSysmonInEffect(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	if strings.Contains(os.Getenv("GODEBUG"), "schedtrace=") {
 		t.Skip("GODEBUG sets schedtrace in the test's environment")
 	}
-	bin := buildFanout(t)
-	ca := testkit.NewCA(t)
-	upstream := tlsUpstream(t, ca, http.NotFoundHandler())
-	f := startFootprintFanout(t, bin, ca, upstream.URL, "--sysmon", "steady")
+	f := startIdle(t, "--sysmon", "steady")
 	if godebug, _ := processEnv(t, f.pid, "GODEBUG"); !strings.Contains(godebug, runtimetune.SteadySchedtrace) {
 		t.Errorf("process %d runs with GODEBUG %q; want %s there", f.pid, godebug, runtimetune.SteadySchedtrace)
 	}

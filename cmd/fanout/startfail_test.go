@@ -92,14 +92,7 @@ current-context: x
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, stdout, stderr := testkit.RunBinary(t, bin, tt.args...)
-			if code != tt.code {
-				t.Errorf("exit %d, want %d", code, tt.code)
-			}
-			if stdout != "" {
-				t.Errorf("stdout, want it empty:\n%s", stdout)
-			}
-			testkit.CheckOneCause(t, "fanout", stderr, tt.want)
+			testkit.CheckStartFailure(t, bin, tt.args, tt.code, tt.want)
 		})
 	}
 }

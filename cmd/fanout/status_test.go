@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,14 +82,21 @@ func TestStatusErrors(t *testing.T) {
 	for _, tt := range tests {
 		var out, errs strings.Builder
 		code := runStatus(context.Background(), tt.args, &out, &errs, false)
-		// --help (exit 0) goes to stdout, errors to stderr.
-		got, other := errs.String(), out.String()
-		if tt.code == 0 {
-			got, other = other, got
-		}
-		if code != tt.code || !strings.Contains(got, tt.msg) || other != "" {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d and %q", tt.args, code, out.String(), errs.String(), tt.code, tt.msg)
-		}
+		checkExit(t, fmt.Sprint(tt.args), code, out.String(), errs.String(), tt.code, tt.msg)
+	}
+}
+
+// checkExit fails t unless a subcommand's run, named what, exited with
+// want and wrote msg where that exit goes: --help (exit 0) to stdout,
+// errors to stderr, and nothing to the other stream.
+func checkExit(t *testing.T, what string, code int, stdout, stderr string, want int, msg string) {
+	t.Helper()
+	got, other := stderr, stdout
+	if want == 0 {
+		got, other = other, got
+	}
+	if code != want || !strings.Contains(got, msg) || other != "" {
+		t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d and %q", what, code, stdout, stderr, want, msg)
 	}
 }
 

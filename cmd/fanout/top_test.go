@@ -183,14 +183,7 @@ func TestTopErrors(t *testing.T) {
 		}
 		var out, errs strings.Builder
 		code := runTop(context.Background(), args, &out, &errs, nil)
-		// --help (exit 0) goes to stdout, errors to stderr.
-		got, other := errs.String(), out.String()
-		if tt.code == 0 {
-			got, other = other, got
-		}
-		if code != tt.code || !strings.Contains(got, tt.msg) || other != "" {
-			t.Errorf("%s: exit %d, stdout %q, stderr %q; want %d and %q", tt.name, code, out.String(), errs.String(), tt.code, tt.msg)
-		}
+		checkExit(t, tt.name, code, out.String(), errs.String(), tt.code, tt.msg)
 	}
 }
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -116,16 +114,8 @@ func buildInfoLabels(t *testing.T, bin string) map[string]string {
 	kc := clientKubeconfig(t, dir, testkit.NewCA(t), "u", "https://127.0.0.1:1")
 	cmd := exec.Command(bin, "--kubeconfig", kc, "--listen-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--allow-shared-loopback", "--probe-interval", "0")
 	a := testkit.StartLogged(t, cmd, "admin server listening")
-	resp, err := http.Get("http://" + a + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^fanout_build_info\{([^}]*)\} 1$`).FindStringSubmatch(string(body))
+	body := scrape(t, "http://"+a)
+	m := regexp.MustCompile(`(?m)^fanout_build_info\{([^}]*)\} 1$`).FindStringSubmatch(body)
 	if m == nil {
 		t.Fatalf("no fanout_build_info in /metrics:\n%s", body)
 	}

@@ -33,7 +33,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 					}
 					// a,a,b with the second one ejected: spill-over then
 					// draws the zone of every short request.
-					b.Update(zoned("10.0.0.1:6443@a", "10.0.0.2:6443@a", "10.0.0.3:6443@b"))
+					b.Update(endpoints("10.0.0.1:6443@a", "10.0.0.2:6443@a", "10.0.0.3:6443@b"))
 					ejectOnly(t, b, "10.0.0.2:6443")
 					di := DoneInfo{StatusCode: 200, Latency: 5 * time.Millisecond}
 					allocs := testing.AllocsPerRun(200, func() {

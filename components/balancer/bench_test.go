@@ -80,7 +80,7 @@ func BenchmarkPickZone(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			bal.Update(zoned("10.0.0.1:6443@a", "10.0.0.2:6443@a", "10.0.0.3:6443@b"))
+			bal.Update(endpoints("10.0.0.1:6443@a", "10.0.0.2:6443@a", "10.0.0.3:6443@b"))
 			if tc.eject {
 				ejectOnly(b, bal, "10.0.0.2:6443")
 			}

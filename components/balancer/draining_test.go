@@ -1,22 +1,9 @@
 package balancer
 
 import (
-	"strings"
 	"testing"
 	"testing/synctest"
-
-	"github.com/fanout-dev/fanout/resolver"
 )
-
-// snap builds a snapshot; a "-" prefix marks the endpoint draining.
-func snap(addrs ...string) []resolver.Endpoint {
-	eps := make([]resolver.Endpoint, len(addrs))
-	for i, a := range addrs {
-		d := strings.HasPrefix(a, "-")
-		eps[i] = resolver.Endpoint{Address: strings.TrimPrefix(a, "-"), Draining: d}
-	}
-	return eps
-}
 
 func TestDraining(t *testing.T) {
 	tests := []struct {
@@ -70,7 +57,7 @@ func TestDraining(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					b := newTest(t, Config{Policy: pol}, 5, "a:1", "b:1", "c:1")
 					for _, u := range tt.updates {
-						b.Update(snap(u...))
+						b.Update(endpoints(u...))
 					}
 					for _, a := range tt.notReady {
 						b.SetReady(a, false)
@@ -81,18 +68,7 @@ func TestDraining(t *testing.T) {
 							b.SetReady(s.Address, true)
 						}
 					}
-					for addr, want := range tt.wantStates {
-						s := status(t, b, addr)
-						if s.State != want || s.Draining != (want == StateDraining) {
-							t.Errorf("%s: state %q draining %v, want %q", addr, s.State, s.Draining, want)
-						}
-					}
-					if got := b.Ready(); got != tt.wantReady {
-						t.Errorf("Ready() = %v, want %v", got, tt.wantReady)
-					}
-					if g := pickedAddresses(t, b); g != tt.wantPicked {
-						t.Errorf("picked %s, want %s", g, tt.wantPicked)
-					}
+					checkStates(t, b, tt.wantStates, tt.wantReady, tt.wantPicked)
 				})
 			})
 		}
@@ -108,7 +84,7 @@ func TestDrainingKeepsInflight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b.Update(snap("-a:1", "b:1"))
+		b.Update(endpoints("-a:1", "b:1"))
 		if s := status(t, b, "a:1"); s.InflightLong != 1 || s.State != StateDraining {
 			t.Fatalf("after draining: %+v, want one long request in flight and state draining", s)
 		}

@@ -20,10 +20,14 @@ func seeded(seed uint64) func(int) int {
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)).IntN
 }
 
-func endpoints(addrs ...string) []resolver.Endpoint {
-	out := make([]resolver.Endpoint, len(addrs))
-	for i, a := range addrs {
-		out[i] = resolver.Endpoint{Address: a}
+// endpoints parses specs "addr", "addr@zone" for an endpoint in a zone,
+// and either with a "-" prefix for a draining one.
+func endpoints(specs ...string) []resolver.Endpoint {
+	out := make([]resolver.Endpoint, len(specs))
+	for i, s := range specs {
+		s, draining := strings.CutPrefix(s, "-")
+		addr, zone, _ := strings.Cut(s, "@")
+		out[i] = resolver.Endpoint{Address: addr, Zone: zone, Draining: draining}
 	}
 	return out
 }
@@ -52,44 +56,21 @@ type backend func(addr string) (time.Duration, int)
 // next. It returns the number of picks per address.
 func runSequential(t testing.TB, b *Balancer, n int, answer backend) map[string]int {
 	t.Helper()
-	return count(playSequential(t, b, n, nil, func(_ int, addr string, _ Class) (time.Duration, int) { return answer(addr) }))
+	return count(play(t, b, 1, n, nil, func(_ int, addr string, _ Class) (time.Duration, int) { return answer(addr) }))
 }
 
 // scripted says how an endpoint answers the i-th request of a script, of
 // class c.
 type scripted func(i int, addr string, c Class) (time.Duration, int)
 
-// playSequential is runSequential with a class per request (ClassOther
-// when class is nil) and an answer that may depend on the request's index.
-// It returns the address picked for each request.
-func playSequential(t testing.TB, b *Balancer, n int, class func(i int) Class, answer scripted) []string {
-	t.Helper()
-	picked := make([]string, n)
-	for i := range n {
-		c := ClassOther
-		if class != nil {
-			c = class(i)
-		}
-		p, err := b.Pick(PickInfo{Kind: Short, Class: c})
-		if err != nil {
-			t.Fatalf("Pick: %v", err)
-		}
-		addr := p.Endpoint.Address()
-		lat, code := answer(i, addr, c)
-		time.Sleep(lat)
-		p.Done(DoneInfo{StatusCode: code, Latency: lat})
-		picked[i] = addr
-	}
-	return picked
-}
-
-// playConcurrent plays n requests from clients closed-loop clients: each
-// client sends its next request as soon as its previous one is done, so
-// requests overlap and in-flight counts matter. Time is simulated on the
-// bubble's clock, one completion at a time in time order (ties in order of
-// issue), so the run is deterministic. It returns the address picked for
-// each request, in order of issue.
-func playConcurrent(t testing.TB, b *Balancer, clients, n int, class func(i int) Class, answer scripted) []string {
+// play plays n requests from clients closed-loop clients: each client
+// sends its next request as soon as its previous one is done, so with more
+// than one client requests overlap and in-flight counts matter. Request i
+// is of class(i) (ClassOther when class is nil) and answered as answer
+// says. Time is simulated on the bubble's clock, one completion at a time
+// in time order (ties in order of issue), so the run is deterministic. It
+// returns the address picked for each request, in order of issue.
+func play(t testing.TB, b *Balancer, clients, n int, class func(i int) Class, answer scripted) []string {
 	t.Helper()
 	type req struct {
 		p    Pick
@@ -154,6 +135,26 @@ func status(t testing.TB, b *Balancer, addr string) EndpointStatus {
 	}
 	t.Fatalf("endpoint %s not found in %+v", addr, b.Endpoints())
 	return EndpointStatus{}
+}
+
+// checkStates fails t unless each endpoint of states is in its state, with
+// the probe and draining flags that state implies, Ready() is ready, and
+// picks choose exactly the endpoints of picked (as pickedAddresses
+// lists them).
+func checkStates(t *testing.T, b *Balancer, states map[string]string, ready bool, picked string) {
+	t.Helper()
+	for addr, want := range states {
+		s := status(t, b, addr)
+		if s.State != want || s.ProbeReady != (want != StateNotReady) || s.Draining != (want == StateDraining) {
+			t.Errorf("%s: state %q probe_ready %v draining %v, want %q", addr, s.State, s.ProbeReady, s.Draining, want)
+		}
+	}
+	if got := b.Ready(); got != ready {
+		t.Errorf("Ready() = %v, want %v", got, ready)
+	}
+	if g := pickedAddresses(t, b); g != picked {
+		t.Errorf("picked %s, want %s", g, picked)
+	}
 }
 
 // pickedAddresses picks 200 short and 200 long requests, finishing each,

@@ -1,6 +1,7 @@
 package balancer
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func TestCollector(t *testing.T) {
@@ -28,13 +31,7 @@ fanout_endpoint_inflight_requests{endpoint="b:1",kind="short"} 0
 # TYPE fanout_endpoint_latency_score gauge
 fanout_endpoint_latency_score{endpoint="a:1"} 1
 fanout_endpoint_latency_score{endpoint="b:1"} 1
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).
-# TYPE fanout_endpoints gauge
-fanout_endpoints{state="draining"} 0
-fanout_endpoints{state="ejected"} 0
-fanout_endpoints{state="not_ready"} 0
-fanout_endpoints{state="ready"} 2
-`
+` + endpointsSeries(0, 0, 0, 2)
 		if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 			"fanout_endpoint_inflight_requests", "fanout_endpoint_latency_score", "fanout_latency_baseline_seconds", "fanout_endpoints"); err != nil {
 			t.Error(err)
@@ -62,13 +59,7 @@ fanout_endpoints{state="ready"} 2
 # TYPE fanout_endpoint_ready gauge
 fanout_endpoint_ready{endpoint="a:1"} 1
 fanout_endpoint_ready{endpoint="b:1"} 0
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).
-# TYPE fanout_endpoints gauge
-fanout_endpoints{state="draining"} 0
-fanout_endpoints{state="ejected"} 1
-fanout_endpoints{state="not_ready"} 0
-fanout_endpoints{state="ready"} 1
-`
+` + endpointsSeries(0, 1, 0, 1)
 		if err := testutil.CollectAndCompare(c, strings.NewReader(want), "fanout_endpoint_ready", "fanout_endpoints"); err != nil {
 			t.Error(err)
 		}
@@ -138,30 +129,25 @@ fanout_latency_baseline_seconds{class="list"} 0.25
 	})
 }
 
-// onlySeries returns the value of metric name for one endpoint.
+// endpointsSeries is fanout_endpoints as the collector exposes it, with
+// the number of endpoints in each state.
+func endpointsSeries(draining, ejected, notReady, ready int) string {
+	return fmt.Sprintf(`# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).
+# TYPE fanout_endpoints gauge
+fanout_endpoints{state="draining"} %d
+fanout_endpoints{state="ejected"} %d
+fanout_endpoints{state="not_ready"} %d
+fanout_endpoints{state="ready"} %d
+`, draining, ejected, notReady, ready)
+}
+
+// onlySeries returns the value of metric name for one endpoint; it fails
+// t if there is no such series.
 func onlySeries(t *testing.T, c prometheus.Collector, name, endpoint string) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := testkit.Series(t, testkit.Registry(t, c), name, map[string]string{"endpoint": endpoint})
+	if !ok {
+		t.Fatalf("no %s series for %s", name, endpoint)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "endpoint" && l.GetValue() == endpoint {
-					if m.GetCounter() != nil {
-						return m.GetCounter().GetValue()
-					}
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s series for %s", name, endpoint)
-	return 0
+	return v
 }

@@ -176,9 +176,9 @@ func TestFastFailuresArePenalised(t *testing.T) {
 					}
 					var got map[string]int
 					if clients == 1 {
-						got = count(playSequential(t, b, n, nil, failing))
+						got = count(play(t, b, 1, n, nil, failing))
 					} else {
-						got = count(playConcurrent(t, b, clients, n, nil, failing))
+						got = count(play(t, b, clients, n, nil, failing))
 					}
 					share := float64(got["b:443"]) / n
 					if tt.wantBelow > 0 && share >= tt.wantBelow {
@@ -321,25 +321,37 @@ func TestAvoid(t *testing.T) {
 	}
 }
 
-// ejectAll fails one request on each address with Unavailable.
+// ejectAll fails one long request on each address with Unavailable.
 func ejectAll(t testing.TB, b *Balancer, addrs ...string) {
 	t.Helper()
 	for _, a := range addrs {
-		for i := 0; ; i++ {
-			if i > 1000 {
-				t.Fatalf("could not pick %s to eject it", a)
-			}
-			p, err := b.Pick(PickInfo{Kind: Long})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.Endpoint.Address() == a {
-				p.Done(DoneInfo{Err: errTest, Unavailable: true})
-				break
-			}
-			p.Done(DoneInfo{StatusCode: 200})
-		}
+		finishOn(t, b, longPick, a, DoneInfo{Err: errTest, Unavailable: true}, done200)
 	}
+}
+
+// longPick and done200 are finishOn's usual info and others: a
+// long-running request, and 200 for the picks that miss.
+var (
+	longPick = PickInfo{Kind: Long}
+	done200  = DoneInfo{StatusCode: 200}
+)
+
+// finishOn picks as info says until addr comes up and finishes that pick
+// with di; the picks before it finish with others.
+func finishOn(t testing.TB, b *Balancer, info PickInfo, addr string, di, others DoneInfo) {
+	t.Helper()
+	for range 1000 {
+		p, err := b.Pick(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Endpoint.Address() == addr {
+			p.Done(di)
+			return
+		}
+		p.Done(others)
+	}
+	t.Fatalf("could not pick %s in 1000 picks", addr)
 }
 
 func TestCandidates(t *testing.T) {

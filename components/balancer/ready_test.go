@@ -103,18 +103,7 @@ func TestSetReady(t *testing.T) {
 					for _, u := range tt.updates {
 						b.Update(endpoints(u...))
 					}
-					for addr, want := range tt.wantStates {
-						s := status(t, b, addr)
-						if s.State != want || s.ProbeReady != (want != StateNotReady) {
-							t.Errorf("%s: state %q probe_ready %v, want %q", addr, s.State, s.ProbeReady, want)
-						}
-					}
-					if got := b.Ready(); got != tt.wantReady {
-						t.Errorf("Ready() = %v, want %v", got, tt.wantReady)
-					}
-					if g := pickedAddresses(t, b); g != tt.wantPicked {
-						t.Errorf("picked %s, want %s", g, tt.wantPicked)
-					}
+					checkStates(t, b, tt.wantStates, tt.wantReady, tt.wantPicked)
 				})
 			})
 		}
@@ -146,13 +135,7 @@ func TestSetReadyMetrics(t *testing.T) {
 # TYPE fanout_endpoint_ready gauge
 fanout_endpoint_ready{endpoint="a:1"} 0
 fanout_endpoint_ready{endpoint="b:1"} 1
-# HELP fanout_endpoints Known kube-apiserver endpoints by state (ready, ejected, not_ready: failing its readiness probe, or draining: terminating per the resolver).
-# TYPE fanout_endpoints gauge
-fanout_endpoints{state="draining"} 0
-fanout_endpoints{state="ejected"} 0
-fanout_endpoints{state="not_ready"} 1
-fanout_endpoints{state="ready"} 1
-`
+` + endpointsSeries(0, 0, 1, 1)
 		if err := testutil.CollectAndCompare(b.Collector(), strings.NewReader(want), "fanout_endpoint_ready", "fanout_endpoints"); err != nil {
 			t.Error(err)
 		}

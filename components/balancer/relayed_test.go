@@ -7,23 +7,12 @@ import (
 	"time"
 )
 
-// finishShortOn picks short requests until addr comes up and finishes that
-// pick with di; other picks finish cleanly in 1ms.
-func finishShortOn(t *testing.T, b *Balancer, addr string, di DoneInfo) {
-	t.Helper()
-	for range 1000 {
-		p, err := b.Pick(PickInfo{Kind: Short, Class: ClassCreate})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Endpoint.Address() == addr {
-			p.Done(di)
-			return
-		}
-		p.Done(DoneInfo{StatusCode: 201, Latency: time.Millisecond})
-	}
-	t.Fatalf("could not pick %s", addr)
-}
+// The tests here pick short creates with finishOn; the picks that miss
+// their endpoint answer 201 in 1ms.
+var (
+	createPick = PickInfo{Kind: Short, Class: ClassCreate}
+	created    = DoneInfo{StatusCode: 201, Latency: time.Millisecond}
+)
 
 // TestRelayedResultsFeedNothing: results the proxy marks Relayed (another
 // server's answer through kube-apiserver) neither fail, drain, penalise nor
@@ -32,7 +21,7 @@ func TestRelayedResultsFeedNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newTest(t, Config{}, 1, "a:1", "b:1")
 		for range 20 {
-			finishShortOn(t, b, "a:1", DoneInfo{StatusCode: 201, Latency: time.Millisecond})
+			finishOn(t, b, createPick, "a:1", created, created)
 		}
 		before := status(t, b, "a:1")
 		for _, di := range []DoneInfo{
@@ -43,7 +32,7 @@ func TestRelayedResultsFeedNothing(t *testing.T) {
 		} {
 			di.Relayed = true
 			for range 2 * DefaultConsecutiveFailures {
-				finishShortOn(t, b, "a:1", di)
+				finishOn(t, b, createPick, "a:1", di, created)
 			}
 		}
 		s := status(t, b, "a:1")
@@ -58,7 +47,7 @@ func TestRelayedResultsFeedNothing(t *testing.T) {
 			t.Errorf("requests_total = %d, want %d: relayed requests still count as requests", s.RequestsTotal, want)
 		}
 
-		finishShortOn(t, b, "a:1", DoneInfo{Err: errors.New("dial tcp: connection refused"), Unavailable: true, Relayed: true})
+		finishOn(t, b, createPick, "a:1", DoneInfo{Err: errors.New("dial tcp: connection refused"), Unavailable: true, Relayed: true}, created)
 		if s := status(t, b, "a:1"); s.State != StateEjected || s.ErrorsTotal != before.ErrorsTotal+1 {
 			t.Errorf("after a dial failure of a relayed request: %+v, want ejected with the error counted", s)
 		}

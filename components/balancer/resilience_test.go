@@ -7,24 +7,6 @@ import (
 	"time"
 )
 
-// finishOn picks until addr comes up and finishes that pick with di; other
-// picks finish cleanly.
-func finishOn(t *testing.T, b *Balancer, addr string, di DoneInfo) {
-	t.Helper()
-	for range 1000 {
-		p, err := b.Pick(PickInfo{Kind: Long})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Endpoint.Address() == addr {
-			p.Done(di)
-			return
-		}
-		p.Done(DoneInfo{StatusCode: 200})
-	}
-	t.Fatalf("could not pick %s", addr)
-}
-
 // shortPicks returns the addresses n short requests go to, each answered
 // 200 in 1ms.
 func shortPicks(t *testing.T, b *Balancer, n int) map[string]int {
@@ -35,7 +17,7 @@ func shortPicks(t *testing.T, b *Balancer, n int) map[string]int {
 func TestShuttingDownDrainsAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newTest(t, Config{DrainHold: 10 * time.Second}, 1, "a:1", "b:1", "c:1")
-		finishOn(t, b, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true})
+		finishOn(t, b, longPick, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true}, done200)
 		s := status(t, b, "b:1")
 		if s.State != StateDraining || s.ShuttingDownUntil == "" {
 			t.Fatalf("after a shutdown answer: %+v, want draining", s)
@@ -53,13 +35,13 @@ func TestShuttingDownDrainsAtOnce(t *testing.T) {
 		// Not capped like passive ejections: with two of three shutting down
 		// and a cap of one ejection, only the third is used.
 		b2 := newTest(t, Config{MaxEjectedFraction: RecommendedMaxEjectedFraction}, 1, "a:1", "b:1", "c:1")
-		finishOn(t, b2, "a:1", DoneInfo{StatusCode: 503, ShuttingDown: true})
-		finishOn(t, b2, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true})
+		finishOn(t, b2, longPick, "a:1", DoneInfo{StatusCode: 503, ShuttingDown: true}, done200)
+		finishOn(t, b2, longPick, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true}, done200)
 		if got := shortPicks(t, b2, 100); got["c:1"] != 100 {
 			t.Errorf("with a and b shutting down: picks %v, want all on c:1", got)
 		}
 		// All shutting down: panic mode still picks.
-		finishOn(t, b2, "c:1", DoneInfo{StatusCode: 429, ShuttingDown: true})
+		finishOn(t, b2, longPick, "c:1", DoneInfo{StatusCode: 429, ShuttingDown: true}, done200)
 		if got := shortPicks(t, b2, 300); len(got) != 3 {
 			t.Errorf("all shutting down: picks %v, want all three", got)
 		}
@@ -69,7 +51,7 @@ func TestShuttingDownDrainsAtOnce(t *testing.T) {
 func TestOverloadPenalty(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newTest(t, Config{OverloadPenalty: 5 * time.Second}, 3, "a:1", "b:1", "c:1")
-		finishOn(t, b, "a:1", DoneInfo{StatusCode: 429, Overloaded: true, Latency: time.Millisecond})
+		finishOn(t, b, longPick, "a:1", DoneInfo{StatusCode: 429, Overloaded: true, Latency: time.Millisecond}, done200)
 		if s := status(t, b, "a:1"); s.OverloadedUntil == "" || s.State != StateReady {
 			t.Fatalf("after an overload rejection: %+v, want ready but overloaded", s)
 		}
@@ -84,7 +66,7 @@ func TestOverloadPenalty(t *testing.T) {
 			}
 			p.Done(DoneInfo{StatusCode: 200})
 		}
-		finishOn(t, b, "c:1", DoneInfo{StatusCode: 429, Overloaded: true})
+		finishOn(t, b, longPick, "c:1", DoneInfo{StatusCode: 429, Overloaded: true}, done200)
 		if _, err := b.Pick(PickInfo{Unloaded: true, Avoid: "b:1"}); !errors.Is(err, ErrNoAlternative) {
 			t.Errorf("Unloaded pick with the rest overloaded: err %v, want ErrNoAlternative", err)
 		}
@@ -123,7 +105,7 @@ func TestConsecutiveFailuresEject(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				b := newTest(t, Config{}, 1, "a:1", "b:1", "c:1")
 				for _, di := range tt.results {
-					finishOn(t, b, "b:1", di)
+					finishOn(t, b, longPick, "b:1", di, done200)
 				}
 				if s := status(t, b, "b:1"); s.State != tt.wantState {
 					t.Errorf("state %s, want %s (%+v)", s.State, tt.wantState, s)
@@ -146,7 +128,7 @@ func TestRepeatedEjectionsBackOff(t *testing.T) {
 		b := newTest(t, Config{ConsecutiveFailures: 2, EjectBase: time.Second, EjectMax: 4 * time.Second}, 1, "a:1", "b:1", "c:1")
 		for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second} {
 			for range 2 {
-				finishOn(t, b, "b:1", DoneInfo{StatusCode: 500, Failed: true})
+				finishOn(t, b, longPick, "b:1", DoneInfo{StatusCode: 500, Failed: true}, done200)
 			}
 			s := status(t, b, "b:1")
 			if wantUntil := time.Now().Add(want).UTC().Format(time.RFC3339Nano); s.EjectedUntil != wantUntil {
@@ -154,9 +136,9 @@ func TestRepeatedEjectionsBackOff(t *testing.T) {
 			}
 			time.Sleep(want)
 		}
-		finishOn(t, b, "b:1", DoneInfo{StatusCode: 200})
+		finishOn(t, b, longPick, "b:1", DoneInfo{StatusCode: 200}, done200)
 		for range 2 {
-			finishOn(t, b, "b:1", DoneInfo{StatusCode: 500, Failed: true})
+			finishOn(t, b, longPick, "b:1", DoneInfo{StatusCode: 500, Failed: true}, done200)
 		}
 		if s := status(t, b, "b:1"); s.EjectedUntil != time.Now().Add(time.Second).UTC().Format(time.RFC3339Nano) {
 			t.Errorf("ejection after an answer: until %s, want the base again", s.EjectedUntil)
@@ -186,9 +168,7 @@ func TestEjectionCap(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				addrs := []string{"a:1", "b:1", "c:1", "d:1", "e:1", "f:1"}[:tt.n]
 				b := newTest(t, Config{MaxEjectedFraction: RecommendedMaxEjectedFraction}, 1, addrs...)
-				for _, a := range addrs[:tt.ejected] {
-					finishOn(t, b, a, DoneInfo{Err: errTest, Unavailable: true})
-				}
+				ejectAll(t, b, addrs[:tt.ejected]...)
 				for _, a := range addrs[tt.ejected : tt.ejected+tt.notReady] {
 					b.SetReady(a, false)
 				}
@@ -237,9 +217,9 @@ func TestSlowStart(t *testing.T) {
 		// Under concurrent load the new endpoint takes less than its share at
 		// first and its full share once the window has passed.
 		lat := func(int, string, Class) (time.Duration, int) { return 10 * time.Millisecond, 200 }
-		early := count(playConcurrent(t, b, 8, 800, nil, lat))
+		early := count(play(t, b, 8, 800, nil, lat))
 		time.Sleep(10 * time.Second)
-		late := count(playConcurrent(t, b, 8, 800, nil, lat))
+		late := count(play(t, b, 8, 800, nil, lat))
 		if early["d:1"]*2 >= early["a:1"] {
 			t.Errorf("early picks %v: want d:1 well below a:1 while it slow-starts", early)
 		}
@@ -253,7 +233,7 @@ func TestSlowStart(t *testing.T) {
 			t.Errorf("weight after the probe passed again = %v, want 0.1", w)
 		}
 		// So does the end of a shutdown hold.
-		finishOn(t, b, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true})
+		finishOn(t, b, longPick, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true}, done200)
 		time.Sleep(DefaultDrainHold)
 		if w := status(t, b, "b:1").SlowStartWeight; w != 0.1 {
 			t.Errorf("weight when the shutdown hold ended = %v, want 0.1", w)
@@ -309,7 +289,7 @@ func TestOldest(t *testing.T) {
 		b.SetReady("a:1", false)
 		time.Sleep(time.Second)
 		b.SetReady("a:1", true)
-		finishOn(t, b, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true})
+		finishOn(t, b, longPick, "b:1", DoneInfo{StatusCode: 429, ShuttingDown: true}, done200)
 		time.Sleep(DefaultDrainHold + time.Second)
 		var open []Pick
 		for range 3 {

@@ -90,7 +90,7 @@ func TestTransientSpikeCostsLittle(t *testing.T) {
 					b := newTest(t, Config{}, seed, threeAddrs...)
 					r := rand.New(rand.NewPCG(seed, 7))
 					spiked, last := 0, -1
-					picked := playSequential(t, b, n, nil, func(i int, addr string, _ Class) (time.Duration, int) {
+					picked := play(t, b, 1, n, nil, func(i int, addr string, _ Class) (time.Duration, int) {
 						d := tt.noise(r)
 						if i >= at && addr == "a:443" && spiked < tt.spikes {
 							spiked++
@@ -189,9 +189,9 @@ func TestMixedVerbsShareEvenly(t *testing.T) {
 					answer := func(_ int, _ string, c Class) (time.Duration, int) { return verbLatency(r, c, tt.listSpread), 200 }
 					var picked []string
 					if tt.clients == 1 {
-						picked = playSequential(t, b, n, kubeVerbs, answer)
+						picked = play(t, b, 1, n, kubeVerbs, answer)
 					} else {
-						picked = playConcurrent(t, b, tt.clients, n, kubeVerbs, answer)
+						picked = play(t, b, tt.clients, n, kubeVerbs, answer)
 					}
 					got := count(picked)
 					checkEven(t, "seed "+strconv.FormatUint(seed, 10), got, n, threeAddrs)
@@ -245,9 +245,9 @@ func TestPersistentlySlowBackendGetsLess(t *testing.T) {
 					}
 					var picked []string
 					if tt.clients == 1 {
-						picked = playSequential(t, b, n, tt.classes, answer)
+						picked = play(t, b, 1, n, tt.classes, answer)
 					} else {
-						picked = playConcurrent(t, b, tt.clients, n, tt.classes, answer)
+						picked = play(t, b, tt.clients, n, tt.classes, answer)
 					}
 					got := count(picked)
 					share := 100 * float64(got["b:443"]) / n

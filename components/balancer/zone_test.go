@@ -12,16 +12,6 @@ import (
 	"github.com/fanout-dev/fanout/resolver"
 )
 
-// zoned parses "addr@zone" (or "addr" for no zone) into endpoints.
-func zoned(specs ...string) []resolver.Endpoint {
-	out := make([]resolver.Endpoint, len(specs))
-	for i, s := range specs {
-		addr, zone, _ := strings.Cut(s, "@")
-		out[i] = resolver.Endpoint{Address: addr, Zone: zone}
-	}
-	return out
-}
-
 // newZoned returns a balancer over eps with a seeded rand. Call it in a
 // synctest bubble, as newTest.
 func newZoned(t testing.TB, cfg Config, eps []resolver.Endpoint) *Balancer {
@@ -126,23 +116,23 @@ func TestZoneShares(t *testing.T) {
 		min    int
 		want   map[string]float64
 	}{
-		{"a,a,b off", "a", zoned("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicyOff, 2, even3},
-		{"a,a,b same-zone-first", "a", zoned("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 2, map[string]float64{"a1:1": .5, "a2:1": .5, "x:1": 0}},
-		{"a,a,b spill-over", "a", zoned("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySpillOver, 2, map[string]float64{"a1:1": .5, "a2:1": .5, "x:1": 0}},
-		{"a,a,b same-zone-first, min 3", "a", zoned("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 3, even3},
+		{"a,a,b off", "a", endpoints("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicyOff, 2, even3},
+		{"a,a,b same-zone-first", "a", endpoints("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 2, map[string]float64{"a1:1": .5, "a2:1": .5, "x:1": 0}},
+		{"a,a,b spill-over", "a", endpoints("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySpillOver, 2, map[string]float64{"a1:1": .5, "a2:1": .5, "x:1": 0}},
+		{"a,a,b same-zone-first, min 3", "a", endpoints("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 3, even3},
 		// One apiserver per zone: never pinned to it by default...
-		{"a,b,c off", "a", zoned("a1:1@a", "x:1@b", "y:1@c"), ZonePolicyOff, 2, map[string]float64{"a1:1": third, "x:1": third, "y:1": third}},
-		{"a,b,c same-zone-first", "a", zoned("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySameZoneFirst, 2, map[string]float64{"a1:1": third, "x:1": third, "y:1": third}},
-		{"a,b,c spill-over", "a", zoned("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySpillOver, 2, map[string]float64{"a1:1": third, "x:1": third, "y:1": third}},
+		{"a,b,c off", "a", endpoints("a1:1@a", "x:1@b", "y:1@c"), ZonePolicyOff, 2, map[string]float64{"a1:1": third, "x:1": third, "y:1": third}},
+		{"a,b,c same-zone-first", "a", endpoints("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySameZoneFirst, 2, map[string]float64{"a1:1": third, "x:1": third, "y:1": third}},
+		{"a,b,c spill-over", "a", endpoints("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySpillOver, 2, map[string]float64{"a1:1": third, "x:1": third, "y:1": third}},
 		// ...unless --zone-min-endpoints 1 says so.
-		{"a,b,c same-zone-first, min 1", "a", zoned("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySameZoneFirst, 1, map[string]float64{"a1:1": 1}},
-		{"a,b,c spill-over, min 1", "a", zoned("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySpillOver, 1, map[string]float64{"a1:1": 1}},
-		{"a only same-zone-first", "a", zoned("a1:1@a", "a2:1@a", "x:1@a"), ZonePolicySameZoneFirst, 2, even3},
-		{"a only spill-over", "a", zoned("a1:1@a", "a2:1@a", "x:1@a"), ZonePolicySpillOver, 2, even3},
-		{"own zone unknown, same-zone-first", "", zoned("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 2, even3},
-		{"own zone unknown, spill-over", "", zoned("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySpillOver, 2, even3},
-		{"endpoints' zones unknown, spill-over", "a", zoned("a1:1", "a2:1", "x:1"), ZonePolicySpillOver, 2, even3},
-		{"no endpoint in the own zone, same-zone-first", "c", zoned("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 1, even3},
+		{"a,b,c same-zone-first, min 1", "a", endpoints("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySameZoneFirst, 1, map[string]float64{"a1:1": 1}},
+		{"a,b,c spill-over, min 1", "a", endpoints("a1:1@a", "x:1@b", "y:1@c"), ZonePolicySpillOver, 1, map[string]float64{"a1:1": 1}},
+		{"a only same-zone-first", "a", endpoints("a1:1@a", "a2:1@a", "x:1@a"), ZonePolicySameZoneFirst, 2, even3},
+		{"a only spill-over", "a", endpoints("a1:1@a", "a2:1@a", "x:1@a"), ZonePolicySpillOver, 2, even3},
+		{"own zone unknown, same-zone-first", "", endpoints("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 2, even3},
+		{"own zone unknown, spill-over", "", endpoints("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySpillOver, 2, even3},
+		{"endpoints' zones unknown, spill-over", "a", endpoints("a1:1", "a2:1", "x:1"), ZonePolicySpillOver, 2, even3},
+		{"no endpoint in the own zone, same-zone-first", "c", endpoints("a1:1@a", "a2:1@a", "x:1@b"), ZonePolicySameZoneFirst, 1, even3},
 	}
 	for _, tc := range cases {
 		for _, pol := range policies {
@@ -192,7 +182,7 @@ func TestZoneLocalEndpointsDown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := Config{Zone: "a", ZonePolicy: tc.policy, ZoneMinEndpoints: tc.min}
-				b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "x:1@b"))
+				b := newZoned(t, cfg, endpoints("a1:1@a", "a2:1@a", "x:1@b"))
 				tc.down(t, b)
 				checkZoneShares(t, b, tc.want)
 			})
@@ -212,9 +202,9 @@ func TestZoneRetryStaysInZone(t *testing.T) {
 		eps          []resolver.Endpoint
 		want         map[string]float64
 	}{
-		{"same-zone-first", ZonePolicySameZoneFirst, 2, zoned("a1:1@a", "a2:1@a", "x:1@b"), map[string]float64{"a2:1": 1}},
-		{"spill-over", ZonePolicySpillOver, 2, zoned("a1:1@a", "a2:1@a", "x:1@b"), map[string]float64{"a2:1": 1}},
-		{"alone in its zone", ZonePolicySameZoneFirst, 1, zoned("a1:1@a", "x:1@b", "y:1@c"), map[string]float64{"x:1": .5, "y:1": .5}},
+		{"same-zone-first", ZonePolicySameZoneFirst, 2, endpoints("a1:1@a", "a2:1@a", "x:1@b"), map[string]float64{"a2:1": 1}},
+		{"spill-over", ZonePolicySpillOver, 2, endpoints("a1:1@a", "a2:1@a", "x:1@b"), map[string]float64{"a2:1": 1}},
+		{"alone in its zone", ZonePolicySameZoneFirst, 1, endpoints("a1:1@a", "x:1@b", "y:1@c"), map[string]float64{"x:1": .5, "y:1": .5}},
 	} {
 		for _, kind := range []Kind{Short, Long} {
 			t.Run(tc.name+"/"+kind.String(), func(t *testing.T) {
@@ -250,7 +240,7 @@ func TestZoneRetryStaysInZone(t *testing.T) {
 func TestZoneSpillProportionalToDeficit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := Config{Zone: "a", ZonePolicy: ZonePolicySpillOver, ZoneMinEndpoints: 1}
-		b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "a3:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
+		b := newZoned(t, cfg, endpoints("a1:1@a", "a2:1@a", "a3:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
 		ejectOnly(t, b, "a3:1")
 		want := map[string]float64{"a1:1": .4, "a2:1": .4, "b1:1": 1.0 / 15, "b2:1": 1.0 / 15, "c1:1": 1.0 / 15}
 		if got := loadShares(b); !near(got, want, 1e-9) {
@@ -260,7 +250,7 @@ func TestZoneSpillProportionalToDeficit(t *testing.T) {
 			t.Errorf("short requests went %v, want %v ± 2 points", got, want)
 		}
 		// Nothing lost: with all back the zone keeps everything again.
-		b.Update(zoned("a1:1@a", "a2:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
+		b.Update(endpoints("a1:1@a", "a2:1@a", "b1:1@b", "b2:1@b", "c1:1@c"))
 		want = map[string]float64{"a1:1": .5, "a2:1": .5}
 		// 2/5 of the capacity for 2/5 of the demand: nothing spills.
 		if got := loadShares(b); !near(got, want, 1e-9) {
@@ -275,7 +265,7 @@ func TestZoneSpillProportionalToDeficit(t *testing.T) {
 func TestZoneOverloadSpills(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := Config{Zone: "a", ZonePolicy: ZonePolicySpillOver, ZoneMinEndpoints: 1}
-		b := newZoned(t, cfg, zoned("a1:1@a", "a2:1@a", "x:1@b"))
+		b := newZoned(t, cfg, endpoints("a1:1@a", "a2:1@a", "x:1@b"))
 		for _, a := range []string{"a1:1", "a2:1"} {
 			p, err := b.Pick(PickInfo{Only: a})
 			if err != nil {
@@ -296,7 +286,7 @@ func TestZoneOverloadSpills(t *testing.T) {
 // nothing while the own zone is unknown.
 func TestZoneRequestsMetric(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newZoned(t, Config{Zone: "a"}, zoned("a1:1@a", "x:1@b"))
+		b := newZoned(t, Config{Zone: "a"}, endpoints("a1:1@a", "x:1@b"))
 		done := func(addr string, n int) {
 			for range n {
 				p, err := b.Pick(PickInfo{Only: addr})
@@ -308,9 +298,9 @@ func TestZoneRequestsMetric(t *testing.T) {
 		}
 		done("a1:1", 3)
 		done("x:1", 2)
-		b.Update(zoned("a1:1@a")) // x leaves with its 2
+		b.Update(endpoints("a1:1@a")) // x leaves with its 2
 		done("a1:1", 1)
-		b.Update(zoned("a1:1@c")) // a1 moves out of the zone: its 4 stay local
+		b.Update(endpoints("a1:1@c")) // a1 moves out of the zone: its 4 stay local
 		done("a1:1", 5)
 		want := `
 # HELP fanout_zone_requests_total Finished requests by the locality of the kube-apiserver that served them: local (in fanout's own zone, --zone) or remote. Nothing is counted while fanout's zone is unknown.
@@ -322,7 +312,7 @@ fanout_zone_requests_total{locality="remote"} 7
 			t.Error(err)
 		}
 
-		unknown := newZoned(t, Config{}, zoned("a1:1@a"))
+		unknown := newZoned(t, Config{}, endpoints("a1:1@a"))
 		p, _ := unknown.Pick(PickInfo{})
 		p.Done(DoneInfo{StatusCode: 200})
 		if err := testutil.CollectAndCompare(unknown.Collector(), strings.NewReader(strings.NewReplacer(" 4\n", " 0\n", " 7\n", " 0\n").Replace(want)), "fanout_zone_requests_total"); err != nil {

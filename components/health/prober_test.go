@@ -163,25 +163,7 @@ func eps(addrs ...string) []resolver.Endpoint {
 	return out
 }
 
-// logBuffer collects log lines for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	sb strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sb.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sb.String()
-}
-
-func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *logBuffer) *Prober {
+func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *testkit.Buffer) *Prober {
 	t.Helper()
 	// Tests not about thresholds see every probe's result at once.
 	if cfg.Rise == 0 {
@@ -190,7 +172,7 @@ func newProber(t *testing.T, cfg Config, up Upstream, s Sink, logs *logBuffer) *
 	if cfg.Fall == 0 {
 		cfg.Fall = 1
 	}
-	var w = &logBuffer{}
+	var w = &testkit.Buffer{}
 	if logs != nil {
 		w = logs
 	}
@@ -216,7 +198,7 @@ func TestTransitions(t *testing.T) {
 		const addr = "10.0.0.1:6443"
 		srv := newReadyzServer(t, addr)
 		s := newSink()
-		var logs logBuffer
+		var logs testkit.Buffer
 		p := newProber(t, Config{}, upstream(srv), s, &logs)
 		p.Update(eps(addr))
 		if err := p.Start(); err != nil {
@@ -340,7 +322,7 @@ func TestFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := tt.setup(testkit.NewAPIServer(t, ca, nil, clientCertRequired))
 			s := newSink()
-			var logs logBuffer
+			var logs testkit.Buffer
 			p := newProber(t, Config{Timeout: tt.timeout}, newTransports(t, ca), s, &logs)
 			p.Update(eps(addr))
 			if err := p.Start(); err != nil {

@@ -178,15 +178,24 @@ func TestRebalancerRequestsFreshness(t *testing.T) {
 	})
 }
 
+// quietOnA starts a freshness rebalancer whose n watches are all on a,
+// opened an hour before b and c came back ready (now), quiet for the last
+// second at resourceVersion 100, the highest seen.
+func quietOnA(t *testing.T, n int) (*Rebalancer, []*chunkReader) {
+	t.Helper()
+	r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
+	cameBack := time.Now()
+	src.set(map[string]int64{"a": int64(n)}, map[string]time.Time{"b": cameBack, "c": cameBack})
+	rcs := addStreams(r, "a", n, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
+	r.maxRV.Store(100)
+	return r, rcs
+}
+
 // TestFreshnessRejected: an answer other than 200 is counted as rejected
 // and not asked again in the same epoch.
 func TestFreshnessRejected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
-		cameBack := time.Now()
-		src.set(map[string]int64{"a": 10}, map[string]time.Time{"b": cameBack, "c": cameBack})
-		addStreams(r, "a", 10, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
-		r.maxRV.Store(100)
+		r, _ := quietOnA(t, 10)
 		fs := &fakeSend{status: http.StatusForbidden}
 		for _, w := range r.set.on("a") {
 			w.send, w.resource = fs.send, "/configmaps"
@@ -302,11 +311,7 @@ func TestFreshnessOnReadinessWhenBalanced(t *testing.T) {
 // progress notification, minutes away.
 func TestFreshnessFloorIsTheLowestAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, src := newTestRebalancer(t, RebalanceConfig{Freshness: true})
-		cameBack := time.Now()
-		src.set(map[string]int64{"a": 20}, map[string]time.Time{"b": cameBack, "c": cameBack})
-		rcs := addStreams(r, "a", 20, cameBack.Add(-time.Hour), cameBack.Add(-time.Second), 100)
-		r.maxRV.Store(100)
+		r, rcs := quietOnA(t, 20)
 		send := func(req *http.Request, _ string) (*http.Response, error) {
 			rv := "170"
 			if strings.Contains(req.URL.Path, "configmaps") {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,6 +95,16 @@ func mustSync(t *testing.T, r replica) {
 	if err := r.Sync(context.Background()); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
+}
+
+// theSecret is the injector's PKI Secret; it fails if there is none.
+func theSecret(t *testing.T, cs *fake.Clientset) *corev1.Secret {
+	t.Helper()
+	s, err := cs.CoreV1().Secrets(testNS).Get(context.Background(), testSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the Secret was not created: %v", err)
+	}
+	return s
 }
 
 func caBundles(t *testing.T, cs *fake.Clientset) [][]byte {
@@ -207,10 +218,7 @@ func TestFirstStartCreatesSecretAndCABundle(t *testing.T) {
 			t.Fatal("GetCertificate before the first Sync: want an error, got a certificate")
 		}
 		mustSync(t, r)
-		s, err := cs.CoreV1().Secrets(testNS).Get(context.Background(), testSecret, metav1.GetOptions{})
-		if err != nil {
-			t.Fatalf("the Secret was not created: %v", err)
-		}
+		s := theSecret(t, cs)
 		for _, k := range []string{keyCACert, keyCAKey, keyServingCert, keyServingKey} {
 			if len(s.Data[k]) == 0 {
 				t.Errorf("Secret key %s is empty", k)
@@ -248,10 +256,9 @@ func TestSecondReplicaAdoptsTheSecret(t *testing.T) {
 		cs := newCluster(t)
 		a, b := newReplica(t, cs), newReplica(t, cs)
 		mustSync(t, a)
-		before, _ := cs.CoreV1().Secrets(testNS).Get(context.Background(), testSecret, metav1.GetOptions{})
+		before := theSecret(t, cs)
 		mustSync(t, b)
-		after, _ := cs.CoreV1().Secrets(testNS).Get(context.Background(), testSecret, metav1.GetOptions{})
-		if before.ResourceVersion != after.ResourceVersion {
+		if after := theSecret(t, cs); before.ResourceVersion != after.ResourceVersion {
 			t.Fatalf("the second replica rewrote the Secret (resourceVersion %s -> %s); want it adopted", before.ResourceVersion, after.ResourceVersion)
 		}
 		bundle := theCABundle(t, cs)

@@ -2,17 +2,10 @@ package webhook
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -31,6 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/fanout-dev/fanout/internal/testkit"
 )
 
 func review(t *testing.T, pod *corev1.Pod) []byte {
@@ -39,21 +34,7 @@ func review(t *testing.T, pod *corev1.Pod) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:       types.UID("uid-1"),
-			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-			Namespace: pod.Namespace,
-			Operation: admissionv1.Create,
-			Object:    runtime.RawExtension{Raw: raw},
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return rawReview(t, pod.Namespace, raw)
 }
 
 func newTestHandler(t *testing.T) (*Handler, *Metrics) {
@@ -200,33 +181,11 @@ type staticCert struct{ c *tls.Certificate }
 
 func (s staticCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.c, nil }
 
-func selfSigned(t *testing.T) (*tls.Certificate, *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "injector"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
-}
-
 // TestModuleServesTLS runs the fx module and sends a review over real TLS,
 // with the certificate from the CertificateSource.
 func TestModuleServesTLS(t *testing.T) {
-	cert, pool := selfSigned(t)
+	ca := testkit.NewCA(t)
+	kp := ca.Serving("127.0.0.1")
 	var srv *Server
 	app := fxtest.New(t,
 		fx.Supply(
@@ -234,7 +193,7 @@ func TestModuleServesTLS(t *testing.T) {
 			ServerConfig{ListenAddress: "127.0.0.1:0"},
 			DefaultLimits(),
 			slog.New(slog.DiscardHandler),
-			fx.Annotate(staticCert{cert}, fx.As(new(CertificateSource))),
+			fx.Annotate(staticCert{&kp.TLS}, fx.As(new(CertificateSource))),
 			fx.Annotate(prometheus.NewRegistry(), fx.As(new(prometheus.Registerer))),
 		),
 		Module,
@@ -242,7 +201,7 @@ func TestModuleServesTLS(t *testing.T) {
 	)
 	app.RequireStart()
 	defer app.RequireStop()
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	resp, err := client.Post("https://"+srv.Addr().String()+"/mutate", "application/json", bytes.NewReader(review(t, kcmPod())))
@@ -265,9 +224,9 @@ func TestModuleServesTLS(t *testing.T) {
 	}
 }
 
-// rawReview wraps a pod given as raw JSON, so that it can carry fields
-// the k8s.io/api types do not know.
-func rawReview(t *testing.T, raw []byte) []byte {
+// rawReview wraps a pod of namespace given as raw JSON, so that it can
+// carry fields the k8s.io/api types do not know.
+func rawReview(t *testing.T, namespace string, raw []byte) []byte {
 	t.Helper()
 	b, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
@@ -275,7 +234,7 @@ func rawReview(t *testing.T, raw []byte) []byte {
 			UID:       types.UID("uid-1"),
 			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
 			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-			Namespace: "kube-system",
+			Namespace: namespace,
 			Operation: admissionv1.Create,
 			Object:    runtime.RawExtension{Raw: raw},
 		},
@@ -353,7 +312,7 @@ func TestHandlerKeepsUnknownFields(t *testing.T) {
 		"/spec/volumes/2/futureSource",
 	}
 	h, _ := newTestHandler(t)
-	resp := post(t, h, rawReview(t, []byte(raw)))
+	resp := post(t, h, rawReview(t, "kube-system", []byte(raw)))
 	if len(resp.Warnings) != 0 || resp.Patch == nil {
 		t.Fatalf("not injected: warnings %v", resp.Warnings)
 	}

@@ -112,7 +112,7 @@ func TestReviewMemoryBounded(t *testing.T) {
 	for _, size := range []int{512 << 10, MaxReviewBytes - 4<<10} {
 		for _, l := range lists {
 			raw := amplified(l.pre, l.elem, l.post, size)
-			body := rawReview(t, raw)
+			body := rawReview(t, "kube-system", raw)
 			if len(body) > MaxReviewBytes {
 				t.Fatalf("%s: test body of %d bytes above the limit", l.name, len(body))
 			}
@@ -161,7 +161,7 @@ func TestReviewMemoryBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, path := range paths {
-		resp, got := post(path, rawReview(t, raw))
+		resp, got := post(path, rawReview(t, "kube-system", raw))
 		t.Logf("at the bounds (%d bytes), %s: %.1f MiB through the handler", len(raw), path, float64(got)/(1<<20))
 		if len(resp.Warnings) == 1 && strings.Contains(resp.Warnings[0], "without reading it") {
 			t.Fatalf("%s: a pod at the bounds was not read: %q", path, resp.Warnings)
@@ -176,7 +176,7 @@ func TestReviewMemoryBounded(t *testing.T) {
 // before it is decoded, and counted.
 func TestBodyTooLarge(t *testing.T) {
 	h, m := newTestHandler(t)
-	body := rawReview(t, amplified(`},"spec":{"containers":[{"name":"c","args":[`, `"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"`, `]}]}}`, MaxReviewBytes))
+	body := rawReview(t, "kube-system", amplified(`},"spec":{"containers":[{"name":"c","args":[`, `"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"`, `]}]}}`, MaxReviewBytes))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(body)))
 	if rec.Code != http.StatusRequestEntityTooLarge {

@@ -56,6 +56,16 @@ func kcmPod() *corev1.Pod {
 	}
 }
 
+// edited makes base's pod and lets change alter it: a table row's variant
+// of kcmPod or operatorPod.
+func edited(base func() *corev1.Pod, change func(p *corev1.Pod)) func() *corev1.Pod {
+	return func() *corev1.Pod {
+		p := base()
+		change(p)
+		return p
+	}
+}
+
 // operatorPod is an in-cluster client: no kubeconfig, a mounted token; a
 // Secret at /config that tests name as its kubeconfig's volume.
 func operatorPod() *corev1.Pod {

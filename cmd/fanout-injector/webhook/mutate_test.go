@@ -35,7 +35,7 @@ func envOf(ct *corev1.Container, name string) (string, bool) {
 // found and what is rewritten in each case.
 func TestMutateKubeconfigDiscovery(t *testing.T) {
 	const orig = "/etc/kubernetes/controller-manager.conf"
-	tests := []struct {
+	type discoveryCase struct {
 		name string
 		pod  func() *corev1.Pod
 		// want: the sidecar's identity argument, the client's args and
@@ -44,26 +44,38 @@ func TestMutateKubeconfigDiscovery(t *testing.T) {
 		wantArgs     []string
 		wantEnv      string
 		wantClients  []string
-	}{
-		{
-			name:         "flags, inline and two-argument forms, all three rewritten",
-			pod:          kcmPod,
-			wantIdentity: "--kubeconfig=" + orig,
+	}
+	// flagged: a kcmPod whose --kubeconfig names orig, so the sidecar
+	// takes orig and all three flags are rewritten; env is the client's
+	// KUBECONFIG after.
+	flagged := func(name string, pod func() *corev1.Pod, env string) discoveryCase {
+		return discoveryCase{
+			name: name, pod: pod, wantIdentity: "--kubeconfig=" + orig,
 			wantArgs: []string{
 				"--kubeconfig=" + KubeconfigPath,
 				"--authentication-kubeconfig=" + KubeconfigPath,
 				"--authorization-kubeconfig", KubeconfigPath,
 				"--leader-elect=true",
 			},
-			wantClients: []string{"kube-controller-manager"},
-		},
+			wantEnv: env, wantClients: []string{"kube-controller-manager"},
+		}
+	}
+	// operator: an operatorPod whose kubeconfig the sidecar finds as
+	// identity says; the client's args stay and its KUBECONFIG names the
+	// sidecar's.
+	operator := func(name string, pod func() *corev1.Pod, identity string) discoveryCase {
+		return discoveryCase{
+			name: name, pod: pod, wantIdentity: identity,
+			wantArgs: []string{"--leader-elect"}, wantEnv: KubeconfigPath, wantClients: []string{"manager"},
+		}
+	}
+	tests := []discoveryCase{
+		flagged("flags, inline and two-argument forms, all three rewritten", kcmPod, ""),
 		{
 			name: "authentication kubeconfig naming another file is left alone",
-			pod: func() *corev1.Pod {
-				p := kcmPod()
+			pod: edited(kcmPod, func(p *corev1.Pod) {
 				p.Spec.Containers[0].Args[1] = "--authentication-kubeconfig=/etc/kubernetes/other.conf"
-				return p
-			},
+			}),
 			wantIdentity: "--kubeconfig=" + orig,
 			wantArgs: []string{
 				"--kubeconfig=" + KubeconfigPath,
@@ -73,95 +85,31 @@ func TestMutateKubeconfigDiscovery(t *testing.T) {
 			},
 			wantClients: []string{"kube-controller-manager"},
 		},
-		{
-			name: "annotation wins over KUBECONFIG and rewrites the flags naming it",
-			pod: func() *corev1.Pod {
-				p := kcmPod()
-				p.Annotations = map[string]string{AnnotationKubeconfig: orig}
-				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: orig}}
-				return p
-			},
-			wantIdentity: "--kubeconfig=" + orig,
-			wantArgs: []string{
-				"--kubeconfig=" + KubeconfigPath,
-				"--authentication-kubeconfig=" + KubeconfigPath,
-				"--authorization-kubeconfig", KubeconfigPath,
-				"--leader-elect=true",
-			},
-			wantEnv:     KubeconfigPath,
-			wantClients: []string{"kube-controller-manager"},
-		},
-		{
-			name: "annotation naming a file nothing references sets KUBECONFIG",
-			pod: func() *corev1.Pod {
-				p := operatorPod()
-				p.Annotations = map[string]string{AnnotationKubeconfig: "/config/kubeconfig"}
-				return p
-			},
-			wantIdentity: "--kubeconfig=/config/kubeconfig",
-			wantArgs:     []string{"--leader-elect"},
-			wantEnv:      KubeconfigPath,
-			wantClients:  []string{"manager"},
-		},
-		{
-			name: "annotation with an empty KUBECONFIG replaces it",
-			pod: func() *corev1.Pod {
-				p := operatorPod()
-				p.Annotations = map[string]string{AnnotationKubeconfig: "/config/kubeconfig"}
-				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: ""}}
-				return p
-			},
-			wantIdentity: "--kubeconfig=/config/kubeconfig",
-			wantArgs:     []string{"--leader-elect"},
-			wantEnv:      KubeconfigPath,
-			wantClients:  []string{"manager"},
-		},
-		{
-			name: "flag wins over KUBECONFIG naming another file",
-			pod: func() *corev1.Pod {
-				p := kcmPod()
-				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/elsewhere"}}
-				return p
-			},
-			wantIdentity: "--kubeconfig=" + orig,
-			wantArgs: []string{
-				"--kubeconfig=" + KubeconfigPath,
-				"--authentication-kubeconfig=" + KubeconfigPath,
-				"--authorization-kubeconfig", KubeconfigPath,
-				"--leader-elect=true",
-			},
-			wantEnv:     "/elsewhere",
-			wantClients: []string{"kube-controller-manager"},
-		},
-		{
-			name: "KUBECONFIG alone",
-			pod: func() *corev1.Pod {
-				p := operatorPod()
-				p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/config/kubeconfig"}}
-				return p
-			},
-			wantIdentity: "--kubeconfig=/config/kubeconfig",
-			wantArgs:     []string{"--leader-elect"},
-			wantEnv:      KubeconfigPath,
-			wantClients:  []string{"manager"},
-		},
-		{
-			name:         "in-cluster: service account token",
-			pod:          operatorPod,
-			wantIdentity: "--in-cluster",
-			wantArgs:     []string{"--leader-elect"},
-			wantEnv:      KubeconfigPath,
-			wantClients:  []string{"manager"},
-		},
+		flagged("annotation wins over KUBECONFIG and rewrites the flags naming it", edited(kcmPod, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationKubeconfig: orig}
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: orig}}
+		}), KubeconfigPath),
+		operator("annotation naming a file nothing references sets KUBECONFIG", edited(operatorPod, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationKubeconfig: "/config/kubeconfig"}
+		}), "--kubeconfig=/config/kubeconfig"),
+		operator("annotation with an empty KUBECONFIG replaces it", edited(operatorPod, func(p *corev1.Pod) {
+			p.Annotations = map[string]string{AnnotationKubeconfig: "/config/kubeconfig"}
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: ""}}
+		}), "--kubeconfig=/config/kubeconfig"),
+		flagged("flag wins over KUBECONFIG naming another file", edited(kcmPod, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/elsewhere"}}
+		}), "/elsewhere"),
+		operator("KUBECONFIG alone", edited(operatorPod, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/config/kubeconfig"}}
+		}), "--kubeconfig=/config/kubeconfig"),
+		operator("in-cluster: service account token", operatorPod, "--in-cluster"),
 		{
 			name: "flag in command, single dash",
-			pod: func() *corev1.Pod {
-				p := kcmPod()
+			pod: edited(kcmPod, func(p *corev1.Pod) {
 				p.Spec.Containers[0].Command = []string{"/bin/client", "-kubeconfig", "/etc/kubernetes/kcm/config"}
 				p.Spec.Containers[0].Args = nil
 				p.Spec.Containers[0].VolumeMounts[0].MountPath = "/etc/kubernetes/kcm"
-				return p
-			},
+			}),
 			wantIdentity: "--kubeconfig=/etc/kubernetes/kcm/config",
 			wantClients:  []string{"kube-controller-manager"},
 		},
@@ -303,89 +251,35 @@ func TestMutateSkips(t *testing.T) {
 		warn        string // substring; "" means no warning
 		wantWarning bool
 	}{
-		{name: "no label", pod: func() *corev1.Pod { p := kcmPod(); delete(p.Labels, LabelInject); return p }, reason: ReasonNotLabelled},
-		{name: "label false", pod: func() *corev1.Pod { p := kcmPod(); p.Labels[LabelInject] = "false"; return p }, reason: ReasonNotLabelled},
-		{name: "mirror pod", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Annotations = map[string]string{"kubernetes.io/config.mirror": "abc"}
-			return p
-		}, reason: ReasonMirrorPod, warn: "static-pods.md"},
-		{name: "host network", pod: func() *corev1.Pod { p := kcmPod(); p.Spec.HostNetwork = true; return p }, reason: ReasonHostNetwork, warn: "hostNetwork"},
-		{name: "nothing found", pod: func() *corev1.Pod {
-			p := operatorPod()
-			p.Spec.Containers[0].VolumeMounts = p.Spec.Containers[0].VolumeMounts[1:]
-			return p
-		}, reason: ReasonNoKubeconfig, warn: AnnotationKubeconfig},
-		{name: "empty --kubeconfig and no token", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Spec.Containers[0].Args = []string{"--kubeconfig", ""}
-			return p
-		}, reason: ReasonNoKubeconfig, warn: AnnotationKubeconfig},
-		{name: "two containers, two kubeconfigs", pod: func() *corev1.Pod {
-			p := kcmPod()
+		{name: "no label", pod: edited(kcmPod, func(p *corev1.Pod) { delete(p.Labels, LabelInject) }), reason: ReasonNotLabelled},
+		{name: "label false", pod: edited(kcmPod, func(p *corev1.Pod) { p.Labels[LabelInject] = "false" }), reason: ReasonNotLabelled},
+		{name: "mirror pod", pod: edited(kcmPod, func(p *corev1.Pod) { p.Annotations = map[string]string{"kubernetes.io/config.mirror": "abc"} }), reason: ReasonMirrorPod, warn: "static-pods.md"},
+		{name: "host network", pod: edited(kcmPod, func(p *corev1.Pod) { p.Spec.HostNetwork = true }), reason: ReasonHostNetwork, warn: "hostNetwork"},
+		{name: "nothing found", pod: edited(operatorPod, func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts = p.Spec.Containers[0].VolumeMounts[1:] }), reason: ReasonNoKubeconfig, warn: AnnotationKubeconfig},
+		{name: "empty --kubeconfig and no token", pod: edited(kcmPod, func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"--kubeconfig", ""} }), reason: ReasonNoKubeconfig, warn: AnnotationKubeconfig},
+		{name: "two containers, two kubeconfigs", pod: edited(kcmPod, func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "other", Image: "x", Args: []string{"--kubeconfig=/other"}})
-			return p
-		}, reason: ReasonConflict, warn: "different --kubeconfig"},
-		{name: "flag repeated with another value", pod: func() *corev1.Pod {
-			p := kcmPod()
+		}), reason: ReasonConflict, warn: "different --kubeconfig"},
+		{name: "flag repeated with another value", pod: edited(kcmPod, func(p *corev1.Pod) {
 			p.Spec.Containers[0].Args = append(p.Spec.Containers[0].Args, "--kubeconfig=/other")
-			return p
-		}, reason: ReasonConflict, warn: "different --kubeconfig"},
-		{name: "annotation contradicts the flag", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Annotations = map[string]string{AnnotationKubeconfig: "/other"}
-			return p
-		}, reason: ReasonConflict, warn: "annotation"},
-		{name: "relative annotation", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Annotations = map[string]string{AnnotationKubeconfig: "conf"}
-			return p
-		}, reason: ReasonConflict, warn: "absolute"},
-		{name: "relative flag", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Spec.Containers[0].Args = []string{"--kubeconfig=conf"}
-			return p
-		}, reason: ReasonConflict, warn: "relative"},
-		{name: "KUBECONFIG list", pod: func() *corev1.Pod {
-			p := operatorPod()
-			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/a:/b"}}
-			return p
-		}, reason: ReasonConflict, warn: "list"},
-		{name: "KUBECONFIG from a reference", pod: func() *corev1.Pod {
-			p := operatorPod()
+		}), reason: ReasonConflict, warn: "different --kubeconfig"},
+		{name: "annotation contradicts the flag", pod: edited(kcmPod, func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationKubeconfig: "/other"} }), reason: ReasonConflict, warn: "annotation"},
+		{name: "relative annotation", pod: edited(kcmPod, func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationKubeconfig: "conf"} }), reason: ReasonConflict, warn: "absolute"},
+		{name: "relative flag", pod: edited(kcmPod, func(p *corev1.Pod) { p.Spec.Containers[0].Args = []string{"--kubeconfig=conf"} }), reason: ReasonConflict, warn: "relative"},
+		{name: "KUBECONFIG list", pod: edited(operatorPod, func(p *corev1.Pod) { p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", Value: "/a:/b"}} }), reason: ReasonConflict, warn: "list"},
+		{name: "KUBECONFIG from a reference", pod: edited(operatorPod, func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "KUBECONFIG", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}}
-			return p
-		}, reason: ReasonConflict, warn: "reference"},
-		{name: "port taken", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 7081}}
-			return p
-		}, reason: ReasonConflict, warn: "7081"},
-		{name: "container name taken", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Spec.InitContainers = []corev1.Container{{Name: SidecarName, Image: "x"}}
-			return p
-		}, reason: ReasonConflict, warn: "named"},
-		{name: "volume name taken", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: VolumeName})
-			return p
-		}, reason: ReasonConflict, warn: VolumeName},
-		{name: "mount path taken", pod: func() *corev1.Pod {
-			p := kcmPod()
+		}), reason: ReasonConflict, warn: "reference"},
+		{name: "port taken", pod: edited(kcmPod, func(p *corev1.Pod) { p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 7081}} }), reason: ReasonConflict, warn: "7081"},
+		{name: "container name taken", pod: edited(kcmPod, func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: SidecarName, Image: "x"}} }), reason: ReasonConflict, warn: "named"},
+		{name: "volume name taken", pod: edited(kcmPod, func(p *corev1.Pod) { p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: VolumeName}) }), reason: ReasonConflict, warn: VolumeName},
+		{name: "mount path taken", pod: edited(kcmPod, func(p *corev1.Pod) {
 			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "k8s-certs", MountPath: MountPath + "/"})
-			return p
-		}, reason: ReasonConflict, warn: MountPath},
-		{name: "bad endpoints annotation", pod: func() *corev1.Pod {
-			p := kcmPod()
+		}), reason: ReasonConflict, warn: MountPath},
+		{name: "bad endpoints annotation", pod: edited(kcmPod, func(p *corev1.Pod) {
 			p.Annotations = map[string]string{AnnotationEndpoints: "https://a:1, https://b:1"}
-			return p
-		}, reason: ReasonConflict, warn: AnnotationEndpoints},
-		{name: "windows", pod: func() *corev1.Pod {
-			p := kcmPod()
-			p.Spec.OS = &corev1.PodOS{Name: corev1.Windows}
-			return p
-		}, reason: ReasonConflict, warn: "Windows"},
+		}), reason: ReasonConflict, warn: AnnotationEndpoints},
+		{name: "windows", pod: edited(kcmPod, func(p *corev1.Pod) { p.Spec.OS = &corev1.PodOS{Name: corev1.Windows} }), reason: ReasonConflict, warn: "Windows"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -505,8 +399,7 @@ func TestSidecarMounts(t *testing.T) {
 	// gardenerPod is a Gardener-style client: its kubeconfig names a
 	// tokenFile in a second, separately mounted Secret; it also has its
 	// own serving key, a config file, node logs and data.
-	gardenerPod := func() *corev1.Pod {
-		p := operatorPod()
+	gardenerPod := edited(operatorPod, func(p *corev1.Pod) {
 		p.Spec.Containers[0] = corev1.Container{
 			Name:  "gardener-resource-manager",
 			Image: "example.com/grm:1",
@@ -535,8 +428,7 @@ func TestSidecarMounts(t *testing.T) {
 			{Name: "logs", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/log"}}},
 			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}},
 		}
-		return p
-	}
+	})
 	tests := []struct {
 		name   string
 		pod    func() *corev1.Pod
@@ -556,48 +448,28 @@ func TestSidecarMounts(t *testing.T) {
 		},
 		{
 			name: "annotation adds a volume the client names",
-			pod: func() *corev1.Pod {
-				p := kcmPod()
-				p.Annotations = map[string]string{AnnotationSidecarVolumes: " k8s-certs ,"}
-				return p
-			},
+			pod:  edited(kcmPod, func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationSidecarVolumes: " k8s-certs ,"} }),
 			want: []string{"/etc/kubernetes/controller-manager.conf", "/etc/kubernetes/pki"},
 		},
 		{
 			name: "in-cluster: the token and the annotation's volumes only",
-			pod: func() *corev1.Pod {
-				p := operatorPod()
-				p.Annotations = map[string]string{AnnotationSidecarVolumes: "config"}
-				return p
-			},
+			pod:  edited(operatorPod, func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationSidecarVolumes: "config"} }),
 			want: []string{ServiceAccountDir, "/config"},
 		},
 		{
 			name: "the kubeconfig mounted over a directory the client names",
-			pod: func() *corev1.Pod {
-				p := gardenerPod()
-				p.Spec.Containers[0].Env[0].Value = "/etc/grm/tls/kubeconfig"
-				return p
-			},
+			pod:  edited(gardenerPod, func(p *corev1.Pod) { p.Spec.Containers[0].Env[0].Value = "/etc/grm/tls/kubeconfig" }),
 			// generic-kubeconfig is named by nothing now, and stays.
 			want: []string{kubeconfigDir, tokenDir, ServiceAccountDir, "/etc/grm/tls"},
 		},
 		{
-			name: "annotation names a volume the client does not mount",
-			pod: func() *corev1.Pod {
-				p := kcmPod()
-				p.Annotations = map[string]string{AnnotationSidecarVolumes: "nope"}
-				return p
-			},
+			name:   "annotation names a volume the client does not mount",
+			pod:    edited(kcmPod, func(p *corev1.Pod) { p.Annotations = map[string]string{AnnotationSidecarVolumes: "nope"} }),
 			reason: ReasonConflict, warn: `"nope"`,
 		},
 		{
-			name: "kubeconfig in the image",
-			pod: func() *corev1.Pod {
-				p := kcmPod()
-				p.Spec.Containers[0].VolumeMounts = p.Spec.Containers[0].VolumeMounts[1:]
-				return p
-			},
+			name:   "kubeconfig in the image",
+			pod:    edited(kcmPod, func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts = p.Spec.Containers[0].VolumeMounts[1:] }),
 			reason: ReasonConflict, warn: "on no volume",
 		},
 	}
@@ -637,42 +509,38 @@ func TestSidecarMounts(t *testing.T) {
 // starting.
 func TestSkipUnreadableKubeconfig(t *testing.T) {
 	mode := func(m int32) *int32 { return &m }
+	root, nobody := ptr.To[int64](0), ptr.To[int64](65534)
 	tests := []struct {
-		name   string
-		change func(p *corev1.Pod)
-		skip   bool
+		name     string
+		uid      *int64 // the client's runAsUser; nil: unset
+		fsGroup  *int64 // the pod's; nil: unset
+		mode     int32  // the kubeconfig Secret's defaultMode; 0: unset (0644)
+		itemMode int32  // the mode of a kubeconfig item; 0: no items
+		skip     bool
 	}{
-		{"root client, 0400", func(p *corev1.Pod) {
-			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
-			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
-		}, true},
-		{"client with no user, 0440: the sidecar's default group is not root's", func(p *corev1.Pod) {
-			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
-		}, true},
-		{"root client, 0440: group 0 reads", func(p *corev1.Pod) {
-			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
-			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
-		}, false},
-		{"kube-scheduler example: uid 65534, 0440", func(p *corev1.Pod) {
-			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](65534)}
-			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o440)
-		}, false},
-		{"root client, 0400, fsGroup", func(p *corev1.Pod) {
-			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
-			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
-			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
-		}, false},
-		{"root client, 0400 default, one item 0644", func(p *corev1.Pod) {
-			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](0)}
-			p.Spec.Volumes[0].Secret.DefaultMode = mode(0o400)
-			p.Spec.Volumes[0].Secret.Items = []corev1.KeyToPath{{Key: "kubeconfig", Path: "kubeconfig", Mode: mode(0o644)}}
-		}, false},
-		{"default mode 0644", func(p *corev1.Pod) {}, false},
+		{"root client, 0400", root, nil, 0o400, 0, true},
+		{"client with no user, 0440: the sidecar's default group is not root's", nil, nil, 0o440, 0, true},
+		{"root client, 0440: group 0 reads", root, nil, 0o440, 0, false},
+		{"kube-scheduler example: uid 65534, 0440", nobody, nil, 0o440, 0, false},
+		{"root client, 0400, fsGroup", root, ptr.To[int64](2000), 0o400, 0, false},
+		{"root client, 0400 default, one item 0644", root, nil, 0o400, 0o644, false},
+		{"default mode 0644", nil, nil, 0, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := kcmPod()
-			tt.change(p)
+			if tt.fsGroup != nil {
+				p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: tt.fsGroup}
+			}
+			if tt.uid != nil {
+				p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: tt.uid}
+			}
+			if tt.mode != 0 {
+				p.Spec.Volumes[0].Secret.DefaultMode = mode(tt.mode)
+			}
+			if tt.itemMode != 0 {
+				p.Spec.Volumes[0].Secret.Items = []corev1.KeyToPath{{Key: "kubeconfig", Path: "kubeconfig", Mode: mode(tt.itemMode)}}
+			}
 			_, d := testConfig().Mutate(p)
 			if tt.skip && (d.Mutated || d.Reason != ReasonConflict || !strings.Contains(d.Warning, "could not read the kubeconfig")) {
 				t.Errorf("decision %+v; want skipped, with a warning that the sidecar could not read the kubeconfig", d)
