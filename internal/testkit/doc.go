@@ -13,11 +13,20 @@
 //     that report what the server saw (Echo) or stream (Streaming), a
 //     TCP proxy whose connections can go silent (FreezeProxy), and
 //     request helpers (NewRequest, RoundTrip, RoundTripFunc, Wait,
-//     WaitFor, bounded by WaitLimit).
+//     WaitFor, bounded by WaitLimit);
 //   - HTTP clients as client-go is one of fanout's listener (NewClient),
-//     and raw requests no http.Client sends (RawRequest).
-//   - a series read as /metrics would serve it (Registry, Series).
-//   - a Buffer for logs written by other goroutines or processes.
+//     and raw requests no http.Client sends (RawRequest);
+//   - HTTP/2 servers for the tests of fanout's own clients: an APIServer's
+//     options (H2Options), a hand-driven server for frames net/http never
+//     sends (NewRawH2), and for their benchmarks a short answer and a
+//     parallel run that reports CPU (ShortAnswer, RunParallelCPU,
+//     ReportCPU);
+//   - servers and connections that end with the test (Start, Dial);
+//   - fanout's binaries run as a user runs them (RunBinary, StartLogged,
+//     CheckExit, CheckStartFailure, CheckOneCause);
+//   - a series read as /metrics would serve it (Registry, Series);
+//   - a Buffer for logs written by other goroutines or processes, and
+//     klog silenced for a package's tests (DiscardKlog).
 //
 // # Time
 //
