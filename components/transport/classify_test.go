@@ -117,13 +117,13 @@ func testHTTP2ErrorsClassified(t *testing.T, client Client) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newRawH2(t, p, true, tc.server)
 			tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
-			req := testkit.NewRequest(t, context.Background(), srv.addr, "/api/v1/namespaces/default/configmaps")
+			req := testkit.NewRequest(t, context.Background(), srv.Addr, "/api/v1/namespaces/default/configmaps")
 			if tc.withBody {
 				req.Method = http.MethodPost
 				req.Body = io.NopCloser(onlyReader{strings.NewReader(`{"kind":"ConfigMap"}`)})
 				req.ContentLength = -1
 			}
-			_, err := testkit.RoundTrip(tr.For(srv.addr, AuthSidecar), req)
+			_, err := testkit.RoundTrip(tr.For(srv.Addr, AuthSidecar), req)
 			if err == nil {
 				t.Fatal("RoundTrip succeeded")
 			}
@@ -159,7 +159,7 @@ func TestReceiveWindowsAdvertised(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newRawH2(t, p, true, respond200)
 			tr := newTransports(t, tc.cfg, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
-			if _, err := testkit.RoundTrip(tr.For(srv.addr, AuthSidecar), testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
+			if _, err := testkit.RoundTrip(tr.For(srv.Addr, AuthSidecar), testkit.NewRequest(t, context.Background(), srv.Addr, "/")); err != nil {
 				t.Fatalf("RoundTrip: %v", err)
 			}
 			srv.mu.Lock()

@@ -25,16 +25,16 @@ func testStreamlessConnectionsClosed(t *testing.T, client Client) {
 	srv.serverSettings = []http2.Setting{{ID: http2.SettingMaxConcurrentStreams, Val: 0}}
 	srv.mu.Unlock()
 	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	rt := tr.For(srv.Addr, AuthSidecar)
 	for range 100 {
 		// Errors are allowed (a connection whose SETTINGS came first
 		// takes no stream); connections left open are not.
-		if res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err == nil {
+		if res, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.Addr, "/")); err == nil {
 			res.Body.Close()
 		}
 	}
 	const most = 2
-	if got := connGauge(t, tr, srv.addr, AuthSidecar); got > most {
+	if got := connGauge(t, tr, srv.Addr, AuthSidecar); got > most {
 		t.Errorf("fanout_upstream_connections = %v after 100 requests to a server allowing no stream, want at most %d", got, most)
 	}
 	testkit.WaitFor(t, "the server to see its connections closed", func() bool {
@@ -71,7 +71,7 @@ func testConnectionsPerPoolCapped(t *testing.T, client Client) {
 	srv.serverSettings = []http2.Setting{{ID: http2.SettingMaxConcurrentStreams, Val: 1}}
 	srv.mu.Unlock()
 	tr := newTransports(t, Config{Client: client}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
-	rt := tr.For(srv.addr, AuthSidecar)
+	rt := tr.For(srv.Addr, AuthSidecar)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	refused, taken := 0, 0
@@ -80,7 +80,7 @@ func testConnectionsPerPoolCapped(t *testing.T, client Client) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := testkit.RoundTrip(rt, testkit.NewRequest(t, ctx, srv.addr, "/"))
+			_, err := testkit.RoundTrip(rt, testkit.NewRequest(t, ctx, srv.Addr, "/"))
 			failed <- err
 		}()
 		select {
@@ -100,7 +100,7 @@ func testConnectionsPerPoolCapped(t *testing.T, client Client) {
 			refused++
 		}
 	}
-	if got := connGauge(t, tr, srv.addr, AuthSidecar); got > maxConnsPerPool {
+	if got := connGauge(t, tr, srv.Addr, AuthSidecar); got > maxConnsPerPool {
 		t.Errorf("fanout_upstream_connections = %v, want at most %d", got, maxConnsPerPool)
 	}
 	if refused < 10 {

@@ -123,7 +123,6 @@ func dials(t *testing.T, tr *Transports, addr string, mode AuthMode, result stri
 // frame and returns true to close the connection.
 type rawH2 struct {
 	*testkit.RawH2
-	addr      string
 	onHeaders func(fr *http2.Framer, streamID uint32) (closeConn bool)
 
 	mu sync.Mutex
@@ -145,7 +144,6 @@ func newRawH2(t *testing.T, p *testkit.PKI, alpn bool, onHeaders func(*http2.Fra
 	}
 	s := &rawH2{onHeaders: onHeaders}
 	s.RawH2 = testkit.NewRawH2(t, cfg, s.serveConn)
-	s.addr = s.Addr
 	return s
 }
 

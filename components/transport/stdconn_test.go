@@ -21,7 +21,7 @@ func TestStdErrorsRecognised(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	srv := newRawH2(t, p, true, respond200)
 	tr := newTransports(t, Config{Client: ClientStd}, newCreds(p.CA.Pool, &p.Alice.TLS, ""))
-	g := tr.For(srv.addr, AuthSidecar).(*pool).gen.Load()
+	g := tr.For(srv.Addr, AuthSidecar).(*pool).gen.Load()
 	sc := &stdConn{cs: g.h2}
 	closeServerSide := func(cc *http.ClientConn) {
 		srv.CloseConns()
@@ -36,25 +36,25 @@ func TestStdErrorsRecognised(t *testing.T) {
 		{"closed after a stream", true, stdUnusable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cc, err := g.std.NewClientConn(context.Background(), "https", srv.addr)
+			cc, err := g.std.NewClientConn(context.Background(), "https", srv.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer cc.Close()
 			if tc.streamFirst {
-				if _, err := testkit.RoundTrip(cc, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
+				if _, err := testkit.RoundTrip(cc, testkit.NewRequest(t, context.Background(), srv.Addr, "/")); err != nil {
 					t.Fatal(err)
 				}
 			}
 			closeServerSide(cc)
-			_, err = cc.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/"))
+			_, err = cc.RoundTrip(testkit.NewRequest(t, context.Background(), srv.Addr, "/"))
 			if err == nil || err.Error() != tc.want {
 				t.Fatalf("RoundTrip on a closed connection: %v, want %q (has net/http reworded it?)", err, tc.want)
 			}
-			if got := sc.classify(testkit.NewRequest(t, context.Background(), srv.addr, "/"), err); !notWritten(got) {
+			if got := sc.classify(testkit.NewRequest(t, context.Background(), srv.Addr, "/"), err); !notWritten(got) {
 				t.Errorf("classify(%v) = %v, want it not written", err, got)
 			}
-			post := testkit.NewRequest(t, context.Background(), srv.addr, "/")
+			post := testkit.NewRequest(t, context.Background(), srv.Addr, "/")
 			post.Body = io.NopCloser(strings.NewReader("{}"))
 			got := sc.classify(post, err)
 			if !IsUnprocessed(got) || notWritten(got) || !errors.Is(got, err) {

@@ -148,7 +148,7 @@ func testDialFailuresAreUnprocessed(t *testing.T, client Client) {
 		{name: "client certificate unavailable", addr: h2.addr, certErr: errTest,
 			wantAs: func(err error) bool { return errors.Is(err, errTest) }},
 		{name: "HTTP/1.1-only server", addr: h1srv, wantIn: "no application protocol"},
-		{name: "server without ALPN", addr: noALPN.addr, wantIn: `negotiated ALPN protocol "", not "h2"`},
+		{name: "server without ALPN", addr: noALPN.Addr, wantIn: `negotiated ALPN protocol "", not "h2"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			roots := tc.roots

@@ -354,7 +354,7 @@ func TestH2ClientBodyEarlyAnswer(t *testing.T) {
 		})
 		tr := newClients(t, p, Config{})
 		body := newProbeBody(bytes.NewReader(make([]byte, size)))
-		res, err := testkit.RoundTrip(tr.For(srv.addr), bodyRequest(t, context.Background(), http.MethodPost, srv.addr, "/", body, size))
+		res, err := testkit.RoundTrip(tr.For(srv.Addr), bodyRequest(t, context.Background(), http.MethodPost, srv.Addr, "/", body, size))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -501,10 +501,10 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 	p := testkit.NewPKI(t, serverName)
 	ws := &windowScript{initial: 1000, streamGrant: 777, connGrant: 3000, results: make(chan windowResult, 1), connWindow: InitialWindow}
 	srv := newScriptH2(t, p, ws.serve)
-	rt := newClients(t, p, Config{}).For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.Addr)
 	// The answer follows the SETTINGS on the wire: once it is here, the
 	// client applied them.
-	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.Addr, "/settings")); err != nil {
 		t.Fatal(err)
 	}
 	for i, tc := range []struct {
@@ -519,7 +519,7 @@ func TestH2ClientBodySmallWindows(t *testing.T) {
 			b := pattern(20+i, size)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/upload", newProbeBody(tc.r(b)), tc.length))
+			res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.Addr, "/upload", newProbeBody(tc.r(b)), tc.length))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -697,14 +697,14 @@ func TestH2ClientBodyWindowBelowZero(t *testing.T) {
 			}
 		}
 	})
-	rt := newClients(t, p, Config{}).For(srv.addr)
-	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/settings")); err != nil {
+	rt := newClients(t, p, Config{}).For(srv.Addr)
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.Addr, "/settings")); err != nil {
 		t.Fatal(err)
 	}
 	body := newProbeBody(io.MultiReader(bytes.NewReader(pattern(6, 1000)), &waitEOF{ch: acked}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.addr, "/upload", body, 1000))
+	res, err := testkit.RoundTrip(rt, bodyRequest(t, ctx, http.MethodPost, srv.Addr, "/upload", body, 1000))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,6 @@ import (
 // flow-control windows: answers must stay small.
 type scriptH2 struct {
 	*testkit.RawH2
-	addr  string
 	serve func(c *scriptConn, id uint32, path string)
 
 	pings atomic.Int32 // PINGs answered
@@ -61,7 +60,6 @@ func newScriptH2(t *testing.T, p *testkit.PKI, serve func(c *scriptConn, id uint
 	cfg.NextProtos = []string{http2.NextProtoTLS}
 	s := &scriptH2{serve: serve}
 	s.RawH2 = testkit.NewRawH2(t, cfg, s.serveConn)
-	s.addr = s.Addr
 	return s
 }
 
@@ -498,13 +496,13 @@ func TestH2ClientGoAway(t *testing.T) {
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			tr := newClients(t, p, Config{})
-			rt := tr.For(srv.addr)
+			rt := tr.For(srv.Addr)
 			before := srv.Accepted.Load()
 			// Stream 1 is answered normally; the GOAWAY comes on stream 3.
-			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
+			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.Addr, "/")); err != nil {
 				t.Fatal(err)
 			}
-			res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, tc.path))
+			res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.Addr, tc.path))
 			if tc.wantBody == "" {
 				if err == nil {
 					res.Body.Close()
@@ -523,11 +521,11 @@ func TestH2ClientGoAway(t *testing.T) {
 					t.Fatalf("body %q, %v; want %q", b, err, tc.wantBody)
 				}
 			}
-			testkit.WaitFor(t, "the gone-away connection to close", func() bool { return tr.open(srv.addr) == 0 })
-			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
+			testkit.WaitFor(t, "the gone-away connection to close", func() bool { return tr.open(srv.Addr) == 0 })
+			if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.Addr, "/")); err != nil {
 				t.Fatalf("request after the GOAWAY: %v", err)
 			}
-			tr.wantDialed(t, srv.addr, 2, "the request after the GOAWAY must use a new connection")
+			tr.wantDialed(t, srv.Addr, 2, "the request after the GOAWAY must use a new connection")
 			wantServerConns(t, srv.Accepted.Load()-before, 2, "")
 		})
 	}
@@ -627,13 +625,13 @@ func TestH2ClientTrailersFilledOnlyAtEOF(t *testing.T) {
 		c.headers(id, false, ":status", "200")
 		c.data(id, true, "ok")
 	})
-	rt := newClients(t, p, Config{}).For(srv.addr)
-	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/trailers"))
+	rt := newClients(t, p, Config{}).For(srv.Addr)
+	res, err := rt.RoundTrip(testkit.NewRequest(t, context.Background(), srv.Addr, "/trailers"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.addr, "/")); err != nil {
+	if _, err := testkit.RoundTrip(rt, testkit.NewRequest(t, context.Background(), srv.Addr, "/")); err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := res.Trailer["X-Checksum"]; !ok || v != nil {
@@ -753,7 +751,7 @@ func TestH2ClientSkipsInformationalAnswers(t *testing.T) {
 		c.headers(id, false, ":status", "200", "content-type", "text/plain")
 		c.data(id, true, "final")
 	})
-	res, b, err := getBody(t, newClients(t, p, Config{}).For(srv.addr), srv.addr, "/")
+	res, b, err := getBody(t, newClients(t, p, Config{}).For(srv.Addr), srv.Addr, "/")
 	if res.StatusCode != 200 || err != nil || string(b) != "final" {
 		t.Fatalf("got %d %q, %v; want 200 \"final\"", res.StatusCode, b, err)
 	}
@@ -820,7 +818,7 @@ func TestH2ClientHealthCheck(t *testing.T) {
 		// machine's late answer still counts).
 		cfg := Config{ReadIdleTimeout: 100 * time.Millisecond, PingTimeout: 2 * time.Second}
 		tr := newClients(t, p, cfg)
-		res, err := tr.For(srv.addr).RoundTrip(testkit.NewRequest(t, context.Background(), srv.addr, "/watch"))
+		res, err := tr.For(srv.Addr).RoundTrip(testkit.NewRequest(t, context.Background(), srv.Addr, "/watch"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -835,7 +833,7 @@ func TestH2ClientHealthCheck(t *testing.T) {
 			t.Fatalf("the watch on a connection that answers PINGs ended: %v", err)
 		default:
 		}
-		if g := tr.open(srv.addr); g != 1 {
+		if g := tr.open(srv.Addr); g != 1 {
 			t.Errorf("open connections = %v, want 1", g)
 		}
 	})
@@ -1111,10 +1109,10 @@ func TestH2ClientBodyLengthMismatch(t *testing.T) {
 		c.headers(id, false, ":status", "200", "content-length", lengths[path])
 		c.data(id, true, "hello")
 	})
-	rt := newClients(t, p, Config{}).For(srv.addr)
+	rt := newClients(t, p, Config{}).For(srv.Addr)
 	for _, path := range []string{"/short", "/long"} {
 		t.Run(path, func(t *testing.T) {
-			req := testkit.NewRequest(t, context.Background(), srv.addr, path)
+			req := testkit.NewRequest(t, context.Background(), srv.Addr, path)
 			req.Header.Set("Accept-Encoding", "identity")
 			res, err := rt.RoundTrip(req)
 			if err != nil {
