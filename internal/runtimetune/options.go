@@ -35,8 +35,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"scheduler trace setting, which a Go release may change; one trace line at start on a node up longer than "+
 			"24.8 days), for which fanout executes itself again at start, with the same process ID. A GODEBUG that "+
 			"sets schedtrace wins. Measured at 1k requests per second over 10 interleaved rounds: median 2.15 against "+
-			"2.71 s of proxy CPU per 10k requests, less in 9 rounds of 10; at saturation over 8 rounds: median 8,946 "+
-			"against 8,038 requests per CPU-second (docs/footprint.md). fanout_sysmon_steady "+
+			"2.71 s of proxy CPU per 10k requests, less in 9 rounds of 10; at saturation over 10 other rounds: median "+
+			"7,916 against 6,329 requests per CPU-second (docs/footprint.md). fanout_sysmon_steady "+
 			"is 1 while in effect")
 }
 
