@@ -42,25 +42,38 @@ func withHeaderBudget(next http.Handler, b *budget.Bytes, ownH1 bool) http.Handl
 	if b == nil {
 		return next
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ownH1 && r.ProtoMajor == 1 {
-			next.ServeHTTP(w, r)
-			return
-		}
-		n := headerSize(r)
-		if !b.Take(n) {
-			kstatus.Write(w, http.StatusRequestHeaderFieldsTooLarge, kstatus.ReasonUnknown, rejectHeaderBudget)
-			return
-		}
-		defer b.Give(n)
-		next.ServeHTTP(w, r)
-	})
+	return &headerBudget{next: next, b: b, ownH1: ownH1}
+}
+
+// headerBudget is withHeaderBudget's handler.
+type headerBudget struct {
+	next  http.Handler
+	b     *budget.Bytes
+	ownH1 bool
+}
+
+func (h *headerBudget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.ownH1 && r.ProtoMajor == 1 {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	n := headerSize(r)
+	if !h.b.Take(n) {
+		kstatus.Write(w, http.StatusRequestHeaderFieldsTooLarge, kstatus.ReasonUnknown, rejectHeaderBudget)
+		return
+	}
+	defer h.b.Give(n)
+	h.next.ServeHTTP(w, r)
 }
 
 // headerSize is r's header as HTTP/2 counts it against
 // SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 6.5.2: each field's name and
 // value and 32 bytes), the pseudo-header fields included: what net/http
-// checked against --max-header-bytes.
+// checked against --max-header-bytes. Not inlined: its map iterator would
+// sit in the frame below which a watch stays parked for its life
+// (components/sidecar's TestWatchStack).
+//
+//go:noinline
 func headerSize(r *http.Request) int64 {
 	const perField = 32
 	n := int64(len(":method")+len(r.Method)+len(":path")+len(r.RequestURI)+

@@ -21,17 +21,30 @@ import (
 //
 // With --allow-remote clients reach fanout by names fanout cannot know,
 // and the check is off (Config.AllowAnyHost).
-func withLoopbackHost(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isLoopbackHost(r.Host) {
-			kstatus.Write(w, http.StatusForbidden, kstatus.ReasonForbidden,
-				"fanout answers requests addressed to a loopback name or address only (localhost, 127.0.0.1, [::1]), against DNS rebinding; got Host "+
-					quoteURI(r.Host)+". Point the client at http://127.0.0.1:PORT (the kubeconfig fanout writes does), "+
-					"or start fanout with --allow-remote if it is meant to be reached by other names")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+func withLoopbackHost(next http.Handler) http.Handler { return &loopbackHost{next} }
+
+// loopbackHost is withLoopbackHost's handler. The edge's handlers are
+// types of their own, not http.HandlerFuncs, so that a watch's stack holds
+// no HandlerFunc frame between them for its life (components/sidecar's
+// TestWatchStack).
+type loopbackHost struct{ next http.Handler }
+
+func (h *loopbackHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !isLoopbackHost(r.Host) {
+		refuseHost(w, r.Host)
+		return
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// refuseHost answers a request for another Host 403. It is a function of
+// its own so that its message is built off the frame a watch stays parked
+// below (components/sidecar's TestWatchStack).
+func refuseHost(w http.ResponseWriter, host string) {
+	kstatus.Write(w, http.StatusForbidden, kstatus.ReasonForbidden,
+		"fanout answers requests addressed to a loopback name or address only (localhost, 127.0.0.1, [::1]), against DNS rebinding; got Host "+
+			quoteURI(host)+". Point the client at http://127.0.0.1:PORT (the kubeconfig fanout writes does), "+
+			"or start fanout with --allow-remote if it is meant to be reached by other names")
 }
 
 // isLoopbackHost reports whether host (a Host header: name or address,

@@ -91,44 +91,62 @@ func limitKind(info *reqinfo.Info) balancer.Kind {
 }
 
 func (l *limits) serve(w http.ResponseWriter, r *http.Request, req *reqinfo.Request) {
-	m := l.m
 	kind := limitKind(&req.Info)
-	s, limit, reason := &l.short, l.maxShort, rejectShort
+	s, limit := &l.short, l.maxShort
 	if kind == balancer.Long {
-		s, limit, reason = &l.long, l.maxLong, rejectLong
+		s, limit = &l.long, l.maxLong
 	}
 	if s.n.Add(1) > limit {
 		s.n.Add(-1)
-		m.rejected.WithLabelValues(reason).Inc()
-		w.Header().Set("Retry-After", limitsRetryAfterS)
-		kstatus.Write(w, http.StatusTooManyRequests, kstatus.ReasonTooManyRequests,
-			limitsRejectPrefix+kind.String()+" requests in flight (at most "+strconv.FormatInt(limit, 10)+
-				"; see --max-inflight and --max-long-running); retry after "+limitsRetryAfterS+"s")
+		l.reject(w, kind, limit)
 		return
 	}
 	s.gauge.Inc()
 	// The slot goes back when the request ends (endRequest), the edge's
 	// one end for everything the request holds.
 	req.OnEnd(s)
-	next := l.next
-	if !req.Upgrade && l.bodyTimeout > 0 && hasBody(r) {
-		rc := http.NewResponseController(w)
-		if err := rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)); err == nil {
-			b := &deadlineBody{ReadCloser: r.Body, rc: rc, rejected: m.rejected.WithLabelValues(rejectBodyTimeout), left: r.ContentLength}
-			r.Body = b
-			next.ServeHTTP(w, r)
-			if b.timedOut {
-				// The request is broken and the reverse proxy may have
-				// answered nothing (it takes the failed read for a client
-				// that went away), which net/http would send as an empty
-				// 200. Abort: the connection (HTTP/1.1) or stream (HTTP/2)
-				// is reset instead.
-				panic(http.ErrAbortHandler)
-			}
-			return
-		}
+	if !req.Upgrade && l.bodyTimeout > 0 && hasBody(r) && l.serveBodyDeadline(w, r) {
+		return
 	}
-	next.ServeHTTP(w, r)
+	// A watch stays parked below this frame for its life: what is done
+	// only for some requests is in the functions above, off its stack
+	// (components/sidecar's TestWatchStack).
+	l.next.ServeHTTP(w, r)
+}
+
+// reject answers a request over its kind's limit 429.
+func (l *limits) reject(w http.ResponseWriter, kind balancer.Kind, limit int64) {
+	reason := rejectShort
+	if kind == balancer.Long {
+		reason = rejectLong
+	}
+	l.m.rejected.WithLabelValues(reason).Inc()
+	w.Header().Set("Retry-After", limitsRetryAfterS)
+	kstatus.Write(w, http.StatusTooManyRequests, kstatus.ReasonTooManyRequests,
+		limitsRejectPrefix+kind.String()+" requests in flight (at most "+strconv.FormatInt(limit, 10)+
+			"; see --max-inflight and --max-long-running); retry after "+limitsRetryAfterS+"s")
+}
+
+// serveBodyDeadline serves a request whose body must arrive within
+// bodyTimeout, and says false, having served nothing, when the connection
+// takes no read deadline.
+func (l *limits) serveBodyDeadline(w http.ResponseWriter, r *http.Request) bool {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)); err != nil {
+		return false
+	}
+	b := &deadlineBody{ReadCloser: r.Body, rc: rc, rejected: l.m.rejected.WithLabelValues(rejectBodyTimeout), left: r.ContentLength}
+	r.Body = b
+	l.next.ServeHTTP(w, r)
+	if b.timedOut {
+		// The request is broken and the reverse proxy may have
+		// answered nothing (it takes the failed read for a client
+		// that went away), which net/http would send as an empty
+		// 200. Abort: the connection (HTTP/1.1) or stream (HTTP/2)
+		// is reset instead.
+		panic(http.ErrAbortHandler)
+	}
+	return true
 }
 
 func hasBody(r *http.Request) bool {

@@ -159,12 +159,15 @@ func (s *Server) awaitAccept() bool {
 // result in the request's context (reqinfo.WithRequest), where the limits,
 // the handler, the forwarder, the watch hook and the metrics read it. It
 // also ends the request (endRequest), once, for everything behind.
-func withRequestInfo(next limitedHandler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, req := reqinfo.WithRequest(r.Context(), reqinfo.New(r), time.Now())
-		defer endRequest(w, req)
-		next.serve(w, r.WithContext(ctx), req)
-	})
+func withRequestInfo(next limitedHandler) http.Handler { return &edge{next} }
+
+// edge is withRequestInfo's handler.
+type edge struct{ next limitedHandler }
+
+func (e *edge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r, req := reqinfo.Classify(r, time.Now())
+	defer endRequest(w, req)
+	e.next.serve(w, r, req)
 }
 
 // endRequest ends req, whose handler returned (or panicked) having
@@ -359,22 +362,32 @@ func (s *Server) Inherited() bool {
 // WithRejectProxyRequests refuses requests meant for a forward proxy.
 // fanout listens on loopback, but any local process (or a browser tricked by
 // DNS rebinding) can reach it; it must not become a way to tunnel anywhere.
-func WithRejectProxyRequests(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodConnect {
-			kstatus.Write(w, http.StatusMethodNotAllowed, kstatus.ReasonMethodNotAllowed,
-				"fanout is not an open proxy: CONNECT is not allowed; send Kubernetes API requests to fanout directly")
-			return
-		}
-		// Absolute-form ("GET http://host/ HTTP/1.1") is how clients talk to
-		// a forward proxy; client-go pointed at fanout sends origin-form.
-		if r.URL.Host != "" || !strings.HasPrefix(r.RequestURI, "/") {
-			kstatus.Write(w, http.StatusBadRequest, kstatus.ReasonBadRequest,
-				"fanout is not an open proxy: the request URI must be a path such as /api/v1/pods, got "+quoteURI(r.RequestURI))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+func WithRejectProxyRequests(next http.Handler) http.Handler { return &rejectProxyRequests{next} }
+
+// rejectProxyRequests is WithRejectProxyRequests' handler.
+type rejectProxyRequests struct{ next http.Handler }
+
+func (h *rejectProxyRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Absolute-form ("GET http://host/ HTTP/1.1") is how clients talk to
+	// a forward proxy; client-go pointed at fanout sends origin-form.
+	if r.Method == http.MethodConnect || r.URL.Host != "" || !strings.HasPrefix(r.RequestURI, "/") {
+		refuseProxyRequest(w, r)
+		return
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// refuseProxyRequest answers a request meant for a forward proxy. It is a
+// function of its own so that its messages are built off the frame a watch
+// stays parked below (components/sidecar's TestWatchStack).
+func refuseProxyRequest(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect {
+		kstatus.Write(w, http.StatusMethodNotAllowed, kstatus.ReasonMethodNotAllowed,
+			"fanout is not an open proxy: CONNECT is not allowed; send Kubernetes API requests to fanout directly")
+		return
+	}
+	kstatus.Write(w, http.StatusBadRequest, kstatus.ReasonBadRequest,
+		"fanout is not an open proxy: the request URI must be a path such as /api/v1/pods, got "+quoteURI(r.RequestURI))
 }
 
 // quoteURI keeps an attacker-chosen URI short in our answer.

@@ -174,28 +174,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if req == nil {
 		// Served without the listener's edge: classify here, once, as
 		// the edge would have, and end the request here too.
-		var ctx context.Context
-		ctx, req = reqinfo.WithRequest(r.Context(), reqinfo.New(r), time.Now())
-		r = r.WithContext(ctx)
+		r, req = reqinfo.Classify(r, time.Now())
 		defer endRequest(w, req)
 	}
 	st := h.newState(req)
 	if h.stopping.Load() {
-		h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", time.Since(st.Start))
-		writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
-			"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
-		st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
-		st.reportAtEnd(r, endCost|endLog)
+		h.refuseStopping(w, r, st)
 		return
 	}
 	if st.H2COffer {
-		// An HTTP/1.1 client offering to switch to h2c (curl --http2 on
-		// http://). The offer is optional: decline it by serving the
-		// request as plain HTTP/1.1 (h2c is served with prior knowledge).
-		r = r.Clone(r.Context())
-		for _, k := range []string{"Connection", "Upgrade", "HTTP2-Settings"} {
-			r.Header.Del(k)
-		}
+		r = declineH2C(r)
 	}
 	if st.Upgrade {
 		// An Upgrade cannot ride the HTTP/2 upstream connections; it gets
@@ -213,6 +201,29 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Not reported when the reverse proxy panicked, as before the end
 	// was one.
 	st.reportAtEnd(r, endCost|endLog)
+}
+
+// refuseStopping answers a request that came after StopLongRunning 503.
+// This and declineH2C are functions of their own, as what is done only
+// for some requests should be: a watch stays parked below ServeHTTP's
+// frame for its life (components/sidecar's TestWatchStack).
+func (h *Handler) refuseStopping(w http.ResponseWriter, r *http.Request, st *reqState) {
+	h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", time.Since(st.Start))
+	writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,
+		"fanout is shutting down and accepts no new requests; retry against the restarted sidecar")
+	st.outcome.Code, st.outcome.Failed = http.StatusServiceUnavailable, true
+	st.reportAtEnd(r, endCost|endLog)
+}
+
+// declineH2C is r without an HTTP/1.1 client's offer to switch to h2c
+// (curl --http2 on http://). The offer is optional: decline it by serving
+// the request as plain HTTP/1.1 (h2c is served with prior knowledge).
+func declineH2C(r *http.Request) *http.Request {
+	r = r.Clone(r.Context())
+	for _, k := range []string{"Connection", "Upgrade", "HTTP2-Settings"} {
+		r.Header.Del(k)
+	}
+	return r
 }
 
 func (h *Handler) serveLong(w http.ResponseWriter, r *http.Request, st *reqState) {

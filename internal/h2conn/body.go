@@ -56,13 +56,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 		if err == nil {
 			err = io.EOF
 			if s.trailer != nil {
-				if s.res.Trailer == nil {
-					s.res.Trailer = make(http.Header, len(s.trailer))
-				}
-				for k, vv := range s.trailer {
-					s.res.Trailer[k] = vv
-				}
-				s.trailer = nil
+				s.publishTrailerLocked()
 			}
 		}
 		cc.mu.Unlock()
@@ -94,6 +88,22 @@ func (b *responseBody) Read(p []byte) (int, error) {
 	cc.mu.Unlock()
 	cc.writeWindowUpdates(s.id, sInc, cInc)
 	return n, nil
+}
+
+// publishTrailerLocked hands the trailer received to the response, at
+// its body's end as net/http does. A function of its own, so that its map
+// iterator is not in Read's frame, below which a watch's goroutine waits
+// for its life (components/sidecar's TestWatchStack).
+//
+//go:noinline
+func (s *stream) publishTrailerLocked() {
+	if s.res.Trailer == nil {
+		s.res.Trailer = make(http.Header, len(s.trailer))
+	}
+	for k, vv := range s.trailer {
+		s.res.Trailer[k] = vv
+	}
+	s.trailer = nil
 }
 
 func (b *responseBody) Close() error {

@@ -2,6 +2,7 @@ package reqinfo
 
 import (
 	"context"
+	"net/http"
 	"sync/atomic"
 	"time"
 )
@@ -111,6 +112,20 @@ func WithRequest(ctx context.Context, info Info, start time.Time) (context.Conte
 	c := &requestCtx{Context: ctx}
 	c.req.Info, c.req.Start = info, start
 	return c, &c.req
+}
+
+// Classify is r classified (New) on a copy of r whose context carries
+// the Request (WithRequest), which arrived at start; the caller ends it.
+// The edge calls it once per request, and so does the proxy for a request
+// that reached it without the edge. It is its own function so that Info's
+// temporaries live in its frame, which returns, and not in the frames that
+// stay on a watch's stack for its life (components/sidecar's
+// TestWatchStack).
+//
+//go:noinline
+func Classify(r *http.Request, start time.Time) (*http.Request, *Request) {
+	ctx, req := WithRequest(r.Context(), New(r), start)
+	return r.WithContext(ctx), req
 }
 
 // RequestFrom is the Request ctx carries (WithRequest), nil if none.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sidecar
+
+const raceEnabled = false

@@ -1,0 +1,6 @@
+//go:build race
+
+package sidecar
+
+// raceEnabled: the race detector's instrumentation deepens stack frames.
+const raceEnabled = true
