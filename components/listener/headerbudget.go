@@ -71,7 +71,7 @@ func (h *headerBudget) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // value and 32 bytes), the pseudo-header fields included: what net/http
 // checked against --max-header-bytes. Not inlined: its map iterator would
 // sit in the frame below which a watch stays parked for its life
-// (components/sidecar's TestWatchStack).
+// (cmd/fanout's TestFootprintPerWatch).
 //
 //go:noinline
 func headerSize(r *http.Request) int64 {

@@ -25,8 +25,8 @@ func withLoopbackHost(next http.Handler) http.Handler { return &loopbackHost{nex
 
 // loopbackHost is withLoopbackHost's handler. The edge's handlers are
 // types of their own, not http.HandlerFuncs, so that a watch's stack holds
-// no HandlerFunc frame between them for its life (components/sidecar's
-// TestWatchStack).
+// no HandlerFunc frame between them for its life (cmd/fanout's
+// TestFootprintPerWatch).
 type loopbackHost struct{ next http.Handler }
 
 func (h *loopbackHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -39,7 +39,7 @@ func (h *loopbackHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // refuseHost answers a request for another Host 403. It is a function of
 // its own so that its message is built off the frame a watch stays parked
-// below (components/sidecar's TestWatchStack).
+// below (cmd/fanout's TestFootprintPerWatch).
 func refuseHost(w http.ResponseWriter, host string) {
 	kstatus.Write(w, http.StatusForbidden, kstatus.ReasonForbidden,
 		"fanout answers requests addressed to a loopback name or address only (localhost, 127.0.0.1, [::1]), against DNS rebinding; got Host "+

@@ -110,7 +110,7 @@ func (l *limits) serve(w http.ResponseWriter, r *http.Request, req *reqinfo.Requ
 	}
 	// A watch stays parked below this frame for its life: what is done
 	// only for some requests is in the functions above, off its stack
-	// (components/sidecar's TestWatchStack).
+	// (cmd/fanout's TestFootprintPerWatch).
 	l.next.ServeHTTP(w, r)
 }
 

@@ -379,7 +379,7 @@ func (h *rejectProxyRequests) ServeHTTP(w http.ResponseWriter, r *http.Request) 
 
 // refuseProxyRequest answers a request meant for a forward proxy. It is a
 // function of its own so that its messages are built off the frame a watch
-// stays parked below (components/sidecar's TestWatchStack).
+// stays parked below (cmd/fanout's TestFootprintPerWatch).
 func refuseProxyRequest(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		kstatus.Write(w, http.StatusMethodNotAllowed, kstatus.ReasonMethodNotAllowed,

@@ -206,7 +206,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // refuseStopping answers a request that came after StopLongRunning 503.
 // This and declineH2C are functions of their own, as what is done only
 // for some requests should be: a watch stays parked below ServeHTTP's
-// frame for its life (components/sidecar's TestWatchStack).
+// frame for its life (cmd/fanout's TestFootprintPerWatch).
 func (h *Handler) refuseStopping(w http.ResponseWriter, r *http.Request, st *reqState) {
 	h.metrics.answered(st.Kind, http.StatusServiceUnavailable, "", time.Since(st.Start))
 	writeStatus(w, http.StatusServiceUnavailable, statusReasonServiceUnavailable,

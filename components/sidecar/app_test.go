@@ -35,9 +35,6 @@ type apiserver struct {
 	// slices, when set, is the EndpointSliceList JSON served for
 	// default/kubernetes; see TestEndpointSliceDiscovery.
 	slices atomic.Pointer[string]
-	// holdWatches, when set, holds every watch open, its headers sent,
-	// until it is closed or the client leaves; see TestWatchStack.
-	holdWatches atomic.Pointer[chan struct{}]
 }
 
 const slicesPath = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
@@ -51,15 +48,6 @@ func newAPIServer(t *testing.T, ca *testkit.CA, opts ...testkit.APIServerOption)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		if hold := a.holdWatches.Load(); hold != nil && r.URL.Query().Get("watch") == "true" {
-			w.WriteHeader(http.StatusOK)
-			_ = http.NewResponseController(w).Flush()
-			select {
-			case <-*hold:
-			case <-r.Context().Done():
-			}
-			return
-		}
 		if r.URL.Path == "/api/v1/namespaces" {
 			fmt.Fprint(w, `{"kind":"NamespaceList","apiVersion":"v1","metadata":{},"items":[{"metadata":{"name":"default"}}]}`)
 			return
@@ -87,7 +75,6 @@ func (a *apiserver) last() testkit.Request {
 }
 
 type fixture struct {
-	ca         *testkit.CA // issued the apiservers' serving certificates
 	servers    []*apiserver
 	proxy      *listener.Server
 	kubeconfig string // the one fanout wrote for the client
@@ -115,7 +102,7 @@ func startSidecarLogged(t *testing.T, log *slog.Logger, token string, policy str
 	t.Helper()
 	ca := testkit.NewCA(t)
 	client := ca.Client("system:kube-scheduler")
-	f := &fixture{ca: ca, clientKey: client.KeyPEM}
+	f := &fixture{clientKey: client.KeyPEM}
 	var eps []string
 	for range 3 {
 		s := newAPIServer(t, ca)

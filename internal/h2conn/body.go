@@ -93,7 +93,7 @@ func (b *responseBody) Read(p []byte) (int, error) {
 // publishTrailerLocked hands the trailer received to the response, at
 // its body's end as net/http does. A function of its own, so that its map
 // iterator is not in Read's frame, below which a watch's goroutine waits
-// for its life (components/sidecar's TestWatchStack).
+// for its life (cmd/fanout's TestFootprintPerWatch).
 //
 //go:noinline
 func (s *stream) publishTrailerLocked() {

@@ -119,8 +119,8 @@ func WithRequest(ctx context.Context, info Info, start time.Time) (context.Conte
 // The edge calls it once per request, and so does the proxy for a request
 // that reached it without the edge. It is its own function so that Info's
 // temporaries live in its frame, which returns, and not in the frames that
-// stay on a watch's stack for its life (components/sidecar's
-// TestWatchStack).
+// stay on a watch's stack for its life (cmd/fanout's
+// TestFootprintPerWatch).
 //
 //go:noinline
 func Classify(r *http.Request, start time.Time) (*http.Request, *Request) {

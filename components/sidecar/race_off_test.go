@@ -1,5 +1,0 @@
-//go:build !race
-
-package sidecar
-
-const raceEnabled = false
