@@ -60,7 +60,8 @@ import (
 // gives half of it back only while the frames it stays parked below use
 // less than a quarter of it (minus the runtime's 800-byte reserve). Those
 // frames once grew past that and every h2c watch kept 16.6 KiB, inside
-// the budget of 20 KiB then (components/proxy/handler.go, refuseStopping).
+// the budget of 20 KiB then (docs/footprint.md, "An h2c watch's stack
+// back to 8 KiB").
 // The goroutine budget of one is the tight guard against a goroutine per
 // watch added back (as x/net's HTTP/2 client had, waiting for
 // END_STREAM): one more.

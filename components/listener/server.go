@@ -155,8 +155,8 @@ func (s *Server) awaitAccept() bool {
 }
 
 // withRequestInfo is the edge, as kube-apiserver's WithRequestInfo is of
-// its own: it classifies each request once (reqinfo.New) and puts the
-// result in the request's context (reqinfo.WithRequest), where the limits,
+// its own: it classifies each request once and puts the result in the
+// request's context (reqinfo.Classify), where the limits,
 // the handler, the forwarder, the watch hook and the metrics read it. It
 // also ends the request (endRequest), once, for everything behind.
 func withRequestInfo(next limitedHandler) http.Handler { return &edge{next} }
