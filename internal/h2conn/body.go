@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sync"
 
@@ -100,9 +101,7 @@ func (s *stream) publishTrailerLocked() {
 	if s.res.Trailer == nil {
 		s.res.Trailer = make(http.Header, len(s.trailer))
 	}
-	for k, vv := range s.trailer {
-		s.res.Trailer[k] = vv
-	}
+	maps.Copy(s.res.Trailer, s.trailer)
 	s.trailer = nil
 }
 
